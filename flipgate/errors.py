@@ -1,0 +1,10 @@
+"""Errors the library raises for input a user got wrong."""
+
+
+class InvalidInput(ValueError):
+    """Input that flipgate refuses; `code` is machine-readable, the message is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

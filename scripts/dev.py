@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Set up the project's virtual environment when needed, then run the demo or the tests.
+
+    python3 scripts/dev.py demo [ARGS]   # end-to-end demo on real MNIST digits
+    python3 scripts/dev.py test [ARGS]   # the whole test suite (ARGS go to pytest)
+
+Needs nothing but Python 3.11+. The environment lives in .venv at the repository root and is
+rebuilt only when pyproject.toml changes. torch is installed first, pinned, so that pip takes
+the CPU build already on the machine instead of downloading CUDA packages.
+"""
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+BIN = VENV / "bin"
+STAMP = VENV / ".flipgate-install"
+TORCH = "torch==2.13.0"
+
+# Services the tests use for real, and how this machine starts them when they are down.
+SERVICES = {
+    "PostgreSQL": (5432, "pg_ctlcluster --skip-systemctl-redirect "
+                         "$(ls /etc/postgresql) main start"),
+    "Redis": (6379, "redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save '' "
+                    "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log"),
+}
+
+
+def fingerprint() -> str:
+    """What the installed environment was built from."""
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + TORCH.encode()).hexdigest()
+
+
+def ensure_venv() -> None:
+    """Create .venv and install flipgate with its dev extras unless that is already done."""
+    if not (BIN / "python").exists():
+        print("creating .venv", flush=True)
+        venv.create(VENV, with_pip=True)
+    if STAMP.exists() and STAMP.read_text() == fingerprint():
+        return
+    pip = [str(BIN / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+    subprocess.run([*pip, TORCH], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[dev]"], check=True)
+    STAMP.write_text(fingerprint())
+
+
+def reachable(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def ensure_services() -> None:
+    """Start PostgreSQL and Redis when they are down; under CI=true fail when they stay down."""
+    for name, (port, start) in SERVICES.items():
+        if reachable(port):
+            continue
+        if shutil.which(start.split()[0]):
+            print(f"starting {name}", flush=True)
+            subprocess.run(start, shell=True, check=False)
+            deadline = time.monotonic() + 30
+            while not reachable(port) and time.monotonic() < deadline:
+                time.sleep(0.5)
+        if reachable(port):
+            continue
+        message = f"{name} is not reachable on 127.0.0.1:{port} and could not be started"
+        if os.environ.get("CI") == "true":
+            sys.exit(f"error: {message}; CI needs it")
+        print(f"warning: {message}; tests that need it will fail", file=sys.stderr)
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    ensure_venv()
+    command, args = sys.argv[1], sys.argv[2:]
+    os.chdir(ROOT)
+    if command == "demo":
+        return subprocess.call([str(BIN / "flipgate"), "demo", *args])
+    ensure_services()
+    return subprocess.call([str(BIN / "python"), "-m", "pytest", *args])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
