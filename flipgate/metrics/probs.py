@@ -1,0 +1,15 @@
+"""Turning logits into class probabilities and predicted labels."""
+
+import numpy as np
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (N, C) logits, computed stably in float64."""
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def predicted_labels(logits: np.ndarray) -> np.ndarray:
+    """Argmax over the class axis (ties go to the lowest class index)."""
+    return np.asarray(logits).argmax(axis=-1)

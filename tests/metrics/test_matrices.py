@@ -1,0 +1,79 @@
+"""Pairwise NFR/PFR/churn matrices against a plain loop over pairs."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flipgate.metrics import count_flips, pairwise_matrices
+from flipgate.metrics import matrices as matrices_module
+
+from .test_flips import LABELS, NEW, OLD
+
+
+def loop_over_pairs(predictions: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """The reference: one count_flips call per ordered pair."""
+    versions = len(predictions)
+    out = {key: np.zeros((versions, versions)) for key in ("nfr", "pfr", "churn")}
+    for i in range(versions):
+        for j in range(versions):
+            rates = count_flips(predictions[i], predictions[j], labels).rates()
+            for key in out:
+                out[key][i, j] = rates[key]
+    return out
+
+
+def test_hand_case_with_a_perfect_version():
+    result = pairwise_matrices(np.stack([OLD, NEW, LABELS]), LABELS)
+    assert result["nfr"][0, 1] == pytest.approx(0.2)
+    assert result["nfr"][0, 2] == 0  # a perfect new version breaks nothing
+    assert result["nfr"][2, 0] == pytest.approx(0.4)  # every old error is a regression from it
+    assert result["churn"][0, 1] == pytest.approx(0.5)
+    assert result["churn"][1, 2] == pytest.approx(0.4)
+
+
+@st.composite
+def version_predictions(draw):
+    versions, n = draw(st.integers(1, 5)), draw(st.integers(1, 40))
+    classes = draw(st.integers(2, 4))
+    cells = st.lists(st.integers(0, classes - 1), min_size=versions * n, max_size=versions * n)
+    labels = st.lists(st.integers(0, classes - 1), min_size=n, max_size=n)
+    return np.array(draw(cells)).reshape(versions, n), np.array(draw(labels))
+
+
+@given(version_predictions())
+def test_matches_loop_and_has_the_required_structure(case):
+    predictions, labels = case
+    fast, slow = pairwise_matrices(predictions, labels), loop_over_pairs(predictions, labels)
+    for key in ("nfr", "pfr", "churn"):
+        np.testing.assert_allclose(fast[key], slow[key], rtol=0, atol=1e-12)
+        assert np.all(np.diag(fast[key]) == 0)
+    assert np.array_equal(fast["nfr"], fast["pfr"].T)
+    assert np.array_equal(fast["churn"], fast["churn"].T)
+
+
+def test_chunked_accumulation_gives_the_same_counts(monkeypatch):
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 5, 3000)
+    predictions = np.where(rng.random((6, 3000)) < 0.7, labels, rng.integers(0, 5, (6, 3000)))
+    whole = pairwise_matrices(predictions, labels)
+    monkeypatch.setattr(matrices_module, "CHUNK_SAMPLES", 64)
+    monkeypatch.setattr(matrices_module, "CHUNK_CELLS", 100)
+    chunked = pairwise_matrices(predictions, labels)
+    for key in whole:
+        np.testing.assert_allclose(chunked[key], whole[key], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(whole["churn"], loop_over_pairs(predictions, labels)["churn"])
+
+
+@pytest.mark.parametrize(
+    ("predictions", "labels", "message"),
+    [
+        (np.zeros(4, int), np.zeros(4, int), "must be a \\(V, N\\) integer array"),
+        (np.zeros((2, 4)), np.zeros(4, int), "must be a \\(V, N\\) integer array"),
+        (np.zeros((2, 4), int), np.zeros(3, int), "labels must be an integer array of shape"),
+        (np.zeros((2, 0), int), np.zeros(0, int), "at least one sample"),
+    ],
+)
+def test_bad_shapes_are_refused(predictions, labels, message):
+    with pytest.raises(ValueError, match=message):
+        pairwise_matrices(predictions, labels)
