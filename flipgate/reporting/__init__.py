@@ -1,0 +1,22 @@
+"""Human-readable reports of one old/new comparison: rich terminal output and an HTML page.
+
+`render_html` is imported lazily: it pulls in matplotlib (and selects the Agg backend), which
+a terminal-only caller should not pay for.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from flipgate.reporting.terminal import render_report, verdict_hints
+
+if TYPE_CHECKING:
+    from flipgate.reporting.html import render_html
+
+__all__ = ["render_html", "render_report", "verdict_hints"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "render_html":
+        from flipgate.reporting.html import render_html
+
+        return render_html
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
