@@ -1,0 +1,145 @@
+"""The `flipgate` command."""
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from flipgate.compare import analyse, score
+from flipgate.errors import InvalidInput
+from flipgate.formats import load_evalset
+from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES
+
+ProgressFactory = Callable[[str], Callable[[int, int], None]]
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr and exit code 2."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+@contextmanager
+def progress_bars(enabled: bool = True) -> Iterator[ProgressFactory]:
+    """Progress bars on stderr when it is a terminal; yields one callback factory."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn())
+    console = Console(stderr=True)
+    with Progress(*columns, console=console, transient=True,
+                  disable=not (enabled and console.is_terminal)) as progress:
+
+        def bar(description: str) -> Callable[[int, int], None]:
+            task = progress.add_task(description, total=None)
+            return lambda done, total: progress.update(task, completed=done, total=total)
+
+        yield bar
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("FLIPGATE_DATA_DIR", "flipgate-data"))
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Compare OLD and NEW on the eval set and print or write the report."""
+    compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
+                       batch_size=args.batch_size, device=args.device)
+    return 0
+
+
+def compare_and_report(
+    old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto",
+) -> None:
+    """Score both models, then print the terminal report or JSON and write the HTML page."""
+    from flipgate.reporting.html import render_html
+    from flipgate.reporting.terminal import render_report
+
+    evalset = load_evalset(evalset_path)
+    with progress_bars(enabled=not as_json) as bar:
+        scored = [score(source, evalset, batch_size=batch_size, device=device,
+                        progress=bar(f"scoring {source.name}")) for source in (old, new)]
+    analysis = analyse(*scored, evalset)
+    report = {**analysis.to_dict(), "old": scored[0].describe(), "new": scored[1].describe()}
+    names = {"old_name": str(old), "new_name": str(new)}
+    if html:
+        write_text(html, render_html(analysis, report, **names))
+    if as_json:
+        print(json.dumps(report, allow_nan=False))
+    else:
+        render_report(report, Console(), **names)
+
+
+def write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InvalidInput("cannot_write", f"cannot write {path}: {error.strerror}") from error
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Train an old and a new MNIST model, export them to ONNX and compare them."""
+    from flipgate.demo import prepare_demo
+
+    folder = args.data_dir / "demo"
+    with progress_bars() as bar:
+        files = prepare_demo(folder, bar)
+    compare_and_report(files.old_model, files.new_model, files.evalset,
+                       html=folder / "report.html")
+    print(f"\nRun it yourself: flipgate compare {files.old_model} {files.new_model} "
+          f"--evalset {files.evalset} [--json] [--html FILE]")
+    return 0
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    compare = commands.add_parser(
+        "compare", help="compare two models sample by sample on a labeled eval set",
+        description="OLD and NEW are ONNX classifiers (.onnx) or precomputed logits (.npy).")
+    compare.add_argument("old", type=Path, metavar="OLD")
+    compare.add_argument("new", type=Path, metavar="NEW")
+    compare.add_argument("--evalset", type=Path, required=True, metavar="E.npz",
+                         help="eval set: .npz with x (float32, N first) and y (int labels)")
+    compare.add_argument("--json", action="store_true", help="print one JSON object")
+    compare.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
+    compare.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
+    compare.add_argument("--device", choices=DEVICES, default="auto",
+                         help="where ONNX Runtime runs the models (default: CUDA if usable)")
+    compare.set_defaults(run=run_compare)
+
+    demo = commands.add_parser(
+        "demo", help="train two MNIST models and compare them end to end")
+    demo.add_argument("--data-dir", type=Path, default=data_dir(),
+                      help="where the demo writes its models, eval set and report "
+                           "(default: $FLIPGATE_DATA_DIR or ./flipgate-data)")
+    demo.set_defaults(run=run_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except InvalidInput as error:
+        print(f"flipgate {args.command}: error: {error.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

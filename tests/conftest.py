@@ -1,0 +1,85 @@
+"""Shared fixtures: small ONNX graphs built by hand, and real MNIST models trained once."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from flipgate.cli import main
+from flipgate.datasets import mnist_digits, save_evalset, split
+from flipgate.export import export_onnx
+from flipgate.formats import EvalSet
+from flipgate.train.loop import TrainConfig, train_new_model
+
+
+def linear_onnx(path: Path, weight: np.ndarray, bias: np.ndarray,
+                input_shape: tuple[int | str, ...]) -> Path:
+    """An ONNX classifier logits = flatten(x) @ weight + bias, written with onnx.helper."""
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["x"], ["flat"], axis=1),
+         helper.make_node("MatMul", ["flat", "w"], ["xw"]),
+         helper.make_node("Add", ["xw", "b"], ["logits"])],
+        "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(input_shape))],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", weight.shape[1]])],
+        [numpy_helper.from_array(weight.astype(np.float32), "w"),
+         numpy_helper.from_array(bias.astype(np.float32), "b")],
+    )
+    return save_graph(graph, path)
+
+
+def save_graph(graph: onnx.GraphProto, path: Path) -> Path:
+    """Save a graph as a model that the installed ONNX Runtime reads (opset 17, IR 10)."""
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=10), path)
+    return path
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run `flipgate ARGS` in this process; returns the exit code and what it printed."""
+
+    def run(*args: str | Path) -> CliResult:
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exit_:
+            code = exit_.code
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+@dataclass(frozen=True)
+class MnistPair:
+    """Two real MNIST classifiers (torch and ONNX) and the eval set they are compared on."""
+
+    old_torch: torch.nn.Module
+    new_torch: torch.nn.Module
+    old_onnx: Path
+    new_onnx: Path
+    evalset: EvalSet
+    evalset_path: Path
+
+
+@pytest.fixture(scope="session")
+def mnist_pair(tmp_path_factory) -> MnistPair:
+    folder = tmp_path_factory.mktemp("mnist")
+    train, evalset = split(mnist_digits(), 2500, seed=0)
+    old = train_new_model("mlp:hidden=32", EvalSet(train.x[:800], train.y[:800]), 10,
+                          TrainConfig(epochs=4, seed=0))
+    new = train_new_model("mlp:hidden=128", train, 10, TrainConfig(epochs=4, seed=1))
+    return MnistPair(old, new, export_onnx(old, (28, 28), folder / "old.onnx"),
+                     export_onnx(new, (28, 28), folder / "new.onnx"), evalset,
+                     save_evalset(evalset, folder / "eval.npz"))
