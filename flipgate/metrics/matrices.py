@@ -10,7 +10,6 @@ is only computed over samples at least two versions get wrong, usually a small f
 import numpy as np
 
 CHUNK_SAMPLES = 1 << 18  # float32 sums of 0/1 over a chunk stay exact (< 2**24)
-CHUNK_CELLS = 1 << 24  # bound on V*V*chunk booleans when comparing wrong predictions
 
 
 def pairwise_matrices(predictions: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
@@ -56,12 +55,12 @@ def _wrong_agreement_counts(predictions: np.ndarray, correct: np.ndarray) -> np.
     # A right answer never matches another version: replace it by a code unique to the version.
     codes = np.where(
         correct[:, shared_errors],
-        -1 - np.arange(versions, dtype=np.int64)[:, None],
-        predictions[:, shared_errors],
+        np.arange(-1, -versions - 1, -1, dtype=np.int32)[:, None],
+        predictions[:, shared_errors].astype(np.int32),
     )
-    counts = np.zeros((versions, versions), dtype=np.float64)
-    chunk = max(1, CHUNK_CELLS // (versions * versions))
-    for start in range(0, codes.shape[1], chunk):
-        block = codes[:, start : start + chunk]
-        counts += np.count_nonzero(block[:, None, :] == block[None, :, :], axis=-1)
-    return counts
+    upper = np.zeros((versions, versions), dtype=np.float64)
+    for start in range(0, codes.shape[1], CHUNK_SAMPLES):
+        block = codes[:, start : start + CHUNK_SAMPLES]
+        for i in range(versions - 1):  # one vectorised row of the upper triangle at a time
+            upper[i, i + 1 :] += np.count_nonzero(block[i + 1 :] == block[i], axis=1)
+    return upper + upper.T

@@ -58,7 +58,6 @@ def test_chunked_accumulation_gives_the_same_counts(monkeypatch):
     predictions = np.where(rng.random((6, 3000)) < 0.7, labels, rng.integers(0, 5, (6, 3000)))
     whole = pairwise_matrices(predictions, labels)
     monkeypatch.setattr(matrices_module, "CHUNK_SAMPLES", 64)
-    monkeypatch.setattr(matrices_module, "CHUNK_CELLS", 100)
     chunked = pairwise_matrices(predictions, labels)
     for key in whole:
         np.testing.assert_allclose(chunked[key], whole[key], rtol=0, atol=1e-12)
