@@ -1,21 +1,21 @@
-"""A plain supervised training loop (cross-entropy) with a config saved beside its result."""
+"""The training loop every recipe uses: Adam over a ModelStack, one loss per step."""
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-from torch import nn
+from torch import Tensor
 
 from flipgate.formats import EvalSet
-from flipgate.train.zoo import build_model
+from flipgate.train.stack import ModelStack
 
 Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Hyperparameters of one training run; stored with the model it produced."""
+    """Optimisation settings of one training run; stored with the model it produced."""
 
     epochs: int = 10
     batch_size: int = 64
@@ -24,8 +24,28 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.weight_decay < 0:
-            raise ValueError(f"invalid training config {self}")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError(f"epochs and batch size must be >= 1, got {self.epochs} and "
+                             f"{self.batch_size}")
+        if not (self.lr > 0 and self.weight_decay >= 0):
+            raise ValueError(f"lr must be > 0 and weight decay >= 0, got {self.lr} and "
+                             f"{self.weight_decay}")
+
+    def steps(self, samples: int) -> int:
+        return self.epochs * math.ceil(samples / self.batch_size)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One step's data for a stack of m members: x (m, B, ...), y and indices (m, B)."""
+
+    x: Tensor
+    y: Tensor
+    indices: Tensor
+    step: int
+
+
+StackLoss = Callable[[Tensor, Batch], Tensor]
 
 
 def default_device() -> torch.device:
@@ -33,38 +53,38 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def train_classifier(
-    model: nn.Module, x: np.ndarray, y: np.ndarray, config: TrainConfig,
-    progress: Progress | None = None,
-) -> nn.Module:
-    """Train `model` with Adam on cross-entropy; deterministic for a given config.seed."""
-    device = default_device()
-    generator = torch.Generator().manual_seed(config.seed)
-    model = model.to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr,
+def batch_orders(samples: int, config: TrainConfig, order_seeds: list[int],
+                 device: torch.device) -> Iterator[Tensor]:
+    """(m, B) sample indices per step: member i reshuffles every epoch with order_seeds[i]."""
+    generators = [torch.Generator().manual_seed(seed) for seed in order_seeds]
+    for _ in range(config.epochs):
+        orders = torch.stack([torch.randperm(samples, generator=g) for g in generators])
+        orders = orders.to(device)
+        for start in range(0, samples, config.batch_size):
+            yield orders[:, start : start + config.batch_size]
+
+
+def fit(stack: ModelStack, data: EvalSet, config: TrainConfig, loss: StackLoss, *,
+        order_seeds: list[int], progress: Progress | None = None) -> ModelStack:
+    """Train every member of `stack` on `data`; equal order seeds make members share batches."""
+    device = stack.parameters()[0].device
+    inputs, targets = torch.from_numpy(data.x).to(device), torch.from_numpy(data.y).to(device)
+    optimizer = torch.optim.Adam(stack.parameters(), lr=config.lr,
                                  weight_decay=config.weight_decay)
-    inputs, targets = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-    steps_per_epoch = -(-len(y) // config.batch_size)
-    total = config.epochs * steps_per_epoch
-    for step in range(total):
-        if step % steps_per_epoch == 0:
-            order = torch.randperm(len(y), generator=generator).to(device)
-        batch = order[(step % steps_per_epoch) * config.batch_size :][: config.batch_size]
-        loss = nn.functional.cross_entropy(model(inputs[batch]), targets[batch])
+    total = config.steps(data.n)
+    for step, indices in enumerate(batch_orders(data.n, config, order_seeds, device)):
+        batch = Batch(inputs[indices], targets[indices], indices, step)
+        value = loss(stack(batch.x), batch)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        value.backward()
         optimizer.step()
         if progress:
             progress(step + 1, total)
-    return model.eval()
+    return stack
 
 
-
-def train_new_model(
-    arch: str, data: EvalSet, num_classes: int, config: TrainConfig,
-    progress: Progress | None = None,
-) -> nn.Module:
-    """Initialise architecture `arch` from config.seed and train it on `data`."""
-    torch.manual_seed(config.seed)
-    model = build_model(arch, data.sample_shape, num_classes)
-    return train_classifier(model, data.x, data.y, config, progress)
+def stacked_cross_entropy(logits: Tensor, batch: Batch) -> Tensor:
+    """Sum over members of each member's mean cross-entropy on its own batch."""
+    flat = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.y.flatten(),
+                                             reduction="sum")
+    return flat / batch.y.shape[1]
