@@ -8,13 +8,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from flipgate.compare import analyse, score
 from flipgate.errors import InvalidInput
-from flipgate.formats import load_evalset
-from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES
+from flipgate.formats import EvalSet, check_labels, load_evalset
+from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
+from flipgate.train.options import add_method_flags
+from flipgate.train.recipes import RECIPES
 
 ProgressFactory = Callable[[str], Callable[[int, int], None]]
 
@@ -105,6 +108,46 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_train(args: argparse.Namespace) -> int:
+    """Train a model with a recipe and export it as ONNX with its record beside it."""
+    from flipgate.train import recipes
+    from flipgate.train.loop import TrainConfig
+    from flipgate.train.options import method_options
+
+    data = load_evalset(args.train)
+    old_logits, num_classes = old_model_logits(args, data)
+    check_labels(data.y, num_classes, source=str(args.train))
+    settings = {k: v for k in ("epochs", "batch_size", "lr", "weight_decay", "seed")
+                if (v := getattr(args, k)) is not None}
+    try:
+        options, config = method_options(args, args.method), TrainConfig(**settings)
+        with progress_bars() as bar:
+            trained = recipes.train(args.method, args.arch, data, num_classes, config, options,
+                                    old_logits, progress=bar)
+    except ValueError as error:
+        raise InvalidInput("invalid_option", str(error)) from error
+    path = trained.save(args.out, data.sample_shape)
+    record = trained.record
+    print(f"trained {record['method']} ({record['arch']}) on {record['samples']} samples in "
+          f"{record['seconds']:.1f} s on {record['device']}; wrote {path} and "
+          f"{path.with_suffix('.json')}")
+    return 0
+
+
+def old_model_logits(args: argparse.Namespace, data: EvalSet) -> tuple[np.ndarray | None, int]:
+    """The old model's logits on the training set and the class count it implies."""
+    num_classes = args.num_classes or int(data.y.max()) + 1
+    if args.old is None:
+        return None, num_classes
+    old = OnnxClassifier(args.old)
+    if args.num_classes and args.num_classes != old.num_classes:
+        raise InvalidInput("class_count_mismatch", f"--num-classes {args.num_classes} but "
+                           f"{args.old} has {old.num_classes} classes")
+    old.check_evalset(data)
+    with progress_bars() as bar:
+        return old.predict(data.x, progress=bar("old model on the training set")), old.num_classes
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -122,6 +165,27 @@ def build_parser() -> Parser:
     compare.add_argument("--device", choices=DEVICES, default="auto",
                          help="where ONNX Runtime runs the models (default: CUDA if usable)")
     compare.set_defaults(run=run_compare)
+
+    train = commands.add_parser(
+        "train", help="train a classifier with a flip-reducing recipe and export it as ONNX",
+        description="Trains on DATA.npz (same format as an eval set) and writes MODEL.onnx and "
+                    "MODEL.json (method, options, seeds, time).")
+    train.add_argument("--method", required=True, choices=list(RECIPES))
+    train.add_argument("--arch", required=True,
+                       help="mlp, cnn, resnet, options as mlp:hidden=256,256, or "
+                            "package.module:factory")
+    train.add_argument("--train", type=Path, required=True, metavar="DATA.npz")
+    train.add_argument("--out", type=Path, required=True, metavar="MODEL.onnx")
+    train.add_argument("--old", type=Path, metavar="OLD.onnx",
+                       help="the deployed model (kd and fd need it; elodi adds a legacy term)")
+    train.add_argument("--num-classes", type=positive_int)
+    train.add_argument("--epochs", type=positive_int)
+    train.add_argument("--batch-size", type=positive_int)
+    train.add_argument("--lr", type=float)
+    train.add_argument("--weight-decay", type=float)
+    train.add_argument("--seed", type=int)
+    add_method_flags(train)
+    train.set_defaults(run=run_train)
 
     demo = commands.add_parser(
         "demo", help="train two MNIST models and compare them end to end")

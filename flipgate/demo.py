@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flipgate.datasets import mnist_digits, save_evalset, split
-from flipgate.export import export_onnx
 from flipgate.formats import EvalSet
-from flipgate.train.loop import TrainConfig, train_new_model
+from flipgate.train import recipes
+from flipgate.train.loop import TrainConfig
 
 NUM_CLASSES = 10
 TRAIN_SIZE = 2500
@@ -49,6 +49,6 @@ def _train_and_export(
     progress: Callable[[str], Callable[[int, int], None]],
 ) -> Path:
     data = EvalSet(train.x[: spec.train_size], train.y[: spec.train_size])
-    model = train_new_model(spec.arch, data, NUM_CLASSES, TrainConfig(seed=spec.seed),
-                            progress(f"training {spec.name} model ({spec.arch})"))
-    return export_onnx(model, data.sample_shape, folder / f"{spec.name}.onnx")
+    trained = recipes.train("baseline", spec.arch, data, NUM_CLASSES, TrainConfig(seed=spec.seed),
+                            progress=progress)
+    return trained.save(folder / f"{spec.name}.onnx", data.sample_shape)

@@ -13,7 +13,8 @@ from flipgate.cli import main
 from flipgate.datasets import mnist_digits, save_evalset, split
 from flipgate.export import export_onnx
 from flipgate.formats import EvalSet
-from flipgate.train.loop import TrainConfig, train_new_model
+from flipgate.train.loop import TrainConfig
+from flipgate.train.recipes import train
 
 
 def linear_onnx(path: Path, weight: np.ndarray, bias: np.ndarray,
@@ -76,10 +77,10 @@ class MnistPair:
 @pytest.fixture(scope="session")
 def mnist_pair(tmp_path_factory) -> MnistPair:
     folder = tmp_path_factory.mktemp("mnist")
-    train, evalset = split(mnist_digits(), 2500, seed=0)
-    old = train_new_model("mlp:hidden=32", EvalSet(train.x[:800], train.y[:800]), 10,
-                          TrainConfig(epochs=4, seed=0))
-    new = train_new_model("mlp:hidden=128", train, 10, TrainConfig(epochs=4, seed=1))
+    train_set, evalset = split(mnist_digits(), 2500, seed=0)
+    old = train("baseline", "mlp:hidden=32", EvalSet(train_set.x[:800], train_set.y[:800]), 10,
+                TrainConfig(epochs=4, seed=0)).module
+    new = train("baseline", "mlp:hidden=128", train_set, 10, TrainConfig(epochs=4, seed=1)).module
     return MnistPair(old, new, export_onnx(old, (28, 28), folder / "old.onnx"),
                      export_onnx(new, (28, 28), folder / "new.onnx"), evalset,
                      save_evalset(evalset, folder / "eval.npz"))
