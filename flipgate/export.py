@@ -32,6 +32,7 @@ def export_onnx(model: nn.Module, sample_shape: tuple[int, ...], path: str | Pat
     example = torch.zeros((2, *sample_shape), dtype=torch.float32)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # GroupNorm's batch-size check
         # The TorchScript-based exporter: fast, and it needs no onnxscript.
         torch.onnx.export(
             model, (example,), str(path), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],

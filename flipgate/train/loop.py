@@ -27,7 +27,7 @@ class TrainConfig:
         if self.epochs < 1 or self.batch_size < 1:
             raise ValueError(f"epochs and batch size must be >= 1, got {self.epochs} and "
                              f"{self.batch_size}")
-        if not (self.lr > 0 and self.weight_decay >= 0):
+        if not (0 < self.lr < math.inf and 0 <= self.weight_decay < math.inf):
             raise ValueError(f"lr must be > 0 and weight decay >= 0, got {self.lr} and "
                              f"{self.weight_decay}")
 

@@ -8,7 +8,7 @@ applies no augmentation, so they equal the "online per batch" logits of DESIGN �
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,17 @@ class Elodi:
     select: str = "reference"
     legacy_weight: float | None = None
 
+    def __post_init__(self) -> None:
+        _check_members(self.members)
+
+    def for_old_model(self, has_old: bool) -> "Elodi":
+        """Resolve λ: the legacy term needs an old model and defaults to DEFAULT_LEGACY_WEIGHT."""
+        if not has_old and self.legacy_weight is not None:
+            raise ValueError("ELODI's legacy weight needs the old model (--old)")
+        if has_old and self.legacy_weight is None:
+            return replace(self, legacy_weight=DEFAULT_LEGACY_WEIGHT)
+        return self
+
 
 @dataclass(frozen=True)
 class Codistill:
@@ -99,12 +110,23 @@ class AntiDistill:
     lam: float = 1.0
     variant: str = "correlation"
 
+    def __post_init__(self) -> None:
+        _check_members(self.members)
+
 
 @dataclass(frozen=True)
 class Paragon:
     """Independently trained members deployed as one averaged graph."""
 
     members: int = 8
+
+    def __post_init__(self) -> None:
+        _check_members(self.members)
+
+
+def _check_members(members: int) -> None:
+    if members < 1:
+        raise ValueError(f"an ensemble needs members >= 1, got {members}")
 
 
 @dataclass(frozen=True)
@@ -143,6 +165,13 @@ class Context:
     def old_logits(self, batch: Batch) -> Tensor:
         return self.old[batch.indices[0]]
 
+    @torch.no_grad()
+    def mean_logits(self, stack: ModelStack, chunk: int = 1024) -> Tensor:
+        """The members' mean logits on every training sample, (N, C), in one pass."""
+        x = torch.from_numpy(self.data.x).to(self.device)
+        return torch.cat([stack.on_shared(x[i : i + chunk]).mean(dim=0)
+                          for i in range(0, len(x), chunk)])
+
 
 def _baseline(ctx: Context, options: Baseline) -> nn.Module:
     return ctx.single(lambda z, batch: F.cross_entropy(z, batch.y[0]), "training (baseline)")
@@ -169,27 +198,18 @@ def _paragon(ctx: Context, options: Paragon) -> nn.Module:
 
 
 def _elodi(ctx: Context, options: Elodi) -> nn.Module:
-    legacy = _legacy_weight(ctx, options)
-    teacher = ctx.ensemble(options.members, f"ELODI teacher ({options.members} members)")
+    """Teacher ensemble, then the student; the teacher's mean logits are computed once, which
+    equals computing them on each batch because the loop applies no augmentation."""
     loss = ELODILoss(alpha=options.alpha, k=options.k, p=options.p, select=options.select,
-                     legacy_weight=legacy)
+                     legacy_weight=options.legacy_weight)
+    teacher = ctx.ensemble(options.members, f"ELODI teacher ({options.members} members)")
+    reference = ctx.mean_logits(teacher)
 
     def student_loss(z: Tensor, batch: Batch) -> Tensor:
-        with torch.no_grad():
-            reference = teacher.on_shared(batch.x[0]).mean(dim=0)
-        old = ctx.old_logits(batch) if legacy is not None else None
-        return loss(z, batch.y[0], reference, old)
+        old = None if options.legacy_weight is None else ctx.old_logits(batch)
+        return loss(z, batch.y[0], reference[batch.indices[0]], old)
 
     return ctx.single(student_loss, "ELODI student")
-
-
-def _legacy_weight(ctx: Context, options: Elodi) -> float | None:
-    """λ of the legacy term: only with an old model, DEFAULT_LEGACY_WEIGHT unless given."""
-    if ctx.old is None and options.legacy_weight is not None:
-        raise ValueError("ELODI's legacy weight needs the old model (--old)")
-    if ctx.old is None:
-        return None
-    return DEFAULT_LEGACY_WEIGHT if options.legacy_weight is None else options.legacy_weight
 
 
 def _codistill(ctx: Context, options: Codistill) -> nn.Module:
@@ -215,13 +235,15 @@ class Recipe:
     options: type
     run: Callable[[Context, Any], nn.Module]
     old: str = "unused"  # "required", "optional" or "unused"
+    resolve: Callable[[Any, bool], Any] = lambda options, has_old: options
 
 
 RECIPES: dict[str, Recipe] = {
     "baseline": Recipe(Baseline, _baseline),
     "kd": Recipe(KD, _kd, old="required"),
     "fd": Recipe(FD, _fd, old="required"),
-    "elodi": Recipe(Elodi, _elodi, old="optional"),
+    "elodi": Recipe(Elodi, _elodi, old="optional",
+                    resolve=lambda options, has_old: options.for_old_model(has_old)),
     "codistill": Recipe(Codistill, _codistill),
     "entropy": Recipe(Entropy, _entropy),
     "anti_distill": Recipe(AntiDistill, _anti_distill),
@@ -237,7 +259,9 @@ class TrainedModel:
     record: dict = field(default_factory=dict)
 
     def save(self, path: str | Path, sample_shape: tuple[int, ...]) -> Path:
-        """Export ONNX to `path` and write the record as JSON beside it (same stem)."""
+        """Export ONNX to `path` (*.onnx) and write the record as JSON beside it (same stem)."""
+        if Path(path).suffix != ".onnx":
+            raise ValueError(f"the model file must end in .onnx, got {path}")
         path = export_onnx(self.module, sample_shape, path)
         path.with_suffix(".json").write_text(json.dumps(self.record, indent=2) + "\n")
         return path
@@ -250,7 +274,8 @@ def train(
 ) -> TrainedModel:
     """Train with `method`'s recipe; `options` defaults to the recipe's option defaults."""
     recipe = _recipe(method, old_logits)
-    options = recipe.options() if options is None else options
+    options = recipe.resolve(recipe.options() if options is None else options,
+                             old_logits is not None)
     device = default_device()
     old = None if old_logits is None else torch.from_numpy(old_logits).float().to(device)
     context = Context(arch, data, num_classes, config, device, old, progress)

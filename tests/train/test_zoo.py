@@ -139,7 +139,6 @@ def test_stacked_members_train_under_vmap(spec: str, sample_shape: tuple[int, ..
 
 
 # GroupNorm's batch-size check is traced as a constant; the exported graph does not use it.
-@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 @pytest.mark.parametrize("sample_shape", SHAPES)
 @pytest.mark.parametrize("spec", ZOO)
 def test_models_export_to_onnx(tmp_path, spec: str, sample_shape: tuple[int, ...]) -> None:

@@ -1,0 +1,54 @@
+"""The experiment's summary, target checks and report, on runs with known numbers."""
+
+import math
+
+import pytest
+
+from flipgate.reporting.experiment import write_reproduction
+from flipgate.train.experiment import Run, summarize, target_results
+
+
+def run(treatment: str, seed: int, nfr: float, churn: float, seconds: float,
+        er_new: float = 0.10) -> Run:
+    return Run(treatment, "same architecture", seed, er_old=0.12, er_new=er_new, nfr=nfr,
+               rel_nfr=None, churn=churn, seconds=seconds)
+
+
+RUNS = [
+    run("No treatment", 0, nfr=0.02, churn=0.05, seconds=2.0),
+    run("No treatment", 1, nfr=0.04, churn=0.07, seconds=4.0),
+    run("ELODI (K = all)", 0, nfr=0.01, churn=0.03, seconds=6.0),
+    run("ELODI (K = all)", 1, nfr=0.01, churn=0.03, seconds=12.0, er_new=0.104),
+    run("ELODI (K = 3)", 0, nfr=0.02, churn=0.03, seconds=6.0),
+    run("ELODI (K = 3)", 1, nfr=0.02, churn=0.03, seconds=6.0),
+    run("FD-KL", 0, nfr=0.02, churn=0.03, seconds=2.0),
+    run("FD-KL", 1, nfr=0.02, churn=0.03, seconds=4.0),
+    run("FD-LM", 0, nfr=0.03, churn=0.03, seconds=2.0),
+    run("FD-LM", 1, nfr=0.03, churn=0.03, seconds=4.0),
+    run("Co-distillation", 0, nfr=0.02, churn=0.04, seconds=2.0),
+    run("Co-distillation", 1, nfr=0.02, churn=0.05, seconds=4.0),
+]
+
+
+def test_summary_means_stds_and_relative_time():
+    table = summarize(RUNS)["same architecture"]
+    assert table["No treatment"]["nfr"] == pytest.approx((0.03, 0.0141421356))
+    assert table["ELODI (K = all)"]["time"] == pytest.approx((3.0, 0.0))  # 6/2 and 12/4
+    assert math.isnan(table["ELODI (K = all)"]["rel_nfr"][0])  # Rel-NFR undefined in every run
+
+
+def test_targets_compare_against_no_treatment():
+    met = {target.treatment: ok for _, target, _, _, ok in
+           target_results(summarize(RUNS))}
+    assert met["ELODI (K = all)"]  # NFR 1% ≤ 1.5%, ER 10.2% ≤ 10% + 0.3 pt
+    assert not met["ELODI (K = 3)"]  # NFR 2% > 1.5%
+    assert met["FD-KL"] and not met["FD-LM"]  # 2% ≤ 2.1%, 3% > 2.1%
+    assert met["Co-distillation"]  # churn 4.5% ≤ 4.8%
+
+
+def test_reproduction_page_has_table_targets_and_plot(tmp_path):
+    page = write_reproduction(summarize(RUNS), tmp_path / "reproduction.md", header="# R")
+    text = page.read_text()
+    assert "| No treatment | 12.00 ± 0.00 | 10.00 ± 0.00 | 3.00 ± 1.41 |" in text
+    assert "| same architecture | ELODI (K = 3) |" in text and "**no**" in text
+    assert (tmp_path / "reproduction.svg").read_text().lstrip().startswith("<?xml")
