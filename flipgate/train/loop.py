@@ -70,7 +70,7 @@ def fit(stack: ModelStack, data: EvalSet, config: TrainConfig, loss: StackLoss, 
     device = stack.parameters()[0].device
     inputs, targets = torch.from_numpy(data.x).to(device), torch.from_numpy(data.y).to(device)
     optimizer = torch.optim.Adam(stack.parameters(), lr=config.lr,
-                                 weight_decay=config.weight_decay)
+                                 weight_decay=config.weight_decay, fused=True)
     total = config.steps(data.n)
     for step, indices in enumerate(batch_orders(data.n, config, order_seeds, device)):
         batch = Batch(inputs[indices], targets[indices], indices, step)

@@ -61,12 +61,16 @@ class FD:
 
 @dataclass(frozen=True)
 class Elodi:
-    """Distil a homogeneous ensemble of `members` replicas with the top-K LDI loss."""
+    """Distil a homogeneous ensemble of `members` replicas with the top-K LDI loss.
+
+    α = 0.5 and p = 1 (the paper: 0.8 and 2) halve NFR at no more than +0.3 points of error
+    on small data sets such as 2,500 MNIST digits (docs/reproduction.md).
+    """
 
     members: int = 8
     k: int | None = 10
-    p: float = 2.0
-    alpha: float = 0.8
+    p: float = 1.0
+    alpha: float = 0.5
     select: str = "reference"
     legacy_weight: float | None = None
 
@@ -86,7 +90,7 @@ class Elodi:
 class Codistill:
     """Two models trained jointly with symmetric KL (member 0 is deployed)."""
 
-    beta: float = 1.0
+    beta: float = 5.0
     ramp_steps: int = 200
     top_k: int | None = None
     entropy_weight: float = 0.0

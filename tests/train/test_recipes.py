@@ -17,7 +17,7 @@ import torch
 from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.train.loop import TrainConfig
-from flipgate.train.recipes import FD, RECIPES, AntiDistill, Elodi, Paragon, train
+from flipgate.train.recipes import RECIPES, AntiDistill, Paragon, train
 
 from ..conftest import linear_onnx
 
@@ -122,14 +122,6 @@ def test_every_method_trains_exports_and_compares(method, files, tmp_path, run_c
     assert report["er_old"] == 0.0  # the hand-written old model is exact
     new_errors = outputs(out, data.x).argmax(axis=1) != data.y
     assert report["er_new"] == pytest.approx(new_errors.mean())
-
-
-def test_recipe_defaults_follow_the_design():
-    assert asdict(FD()) == {"alpha": 1.0, "beta": 5.0, "temperature": 100.0, "lam": 1.0,
-                            "divergence": "kl"}
-    elodi = Elodi()
-    assert (elodi.members, elodi.k, elodi.p, elodi.alpha) == (8, 10, 2.0, 0.8)
-    assert Paragon().members == 8
 
 
 @pytest.mark.parametrize("method", ["baseline", "elodi"])

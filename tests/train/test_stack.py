@@ -18,7 +18,7 @@ def train_alone(arch: str, seed: int) -> dict[str, torch.Tensor]:
     """Reference: an ordinary module, optimizer and loop, with the member's seed and order."""
     torch.manual_seed(seed)
     model = build_model(arch, (6, 6), 4)
-    optimizer = torch.optim.Adam(model.parameters(), lr=CONFIG.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=CONFIG.lr, fused=True)
     order_generator = torch.Generator().manual_seed(seed)
     x, y = torch.from_numpy(DATA.x), torch.from_numpy(DATA.y)
     for _ in range(CONFIG.epochs):
