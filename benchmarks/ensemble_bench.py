@@ -3,7 +3,7 @@
     python benchmarks/ensemble_bench.py [--arch mlp,cnn] [--members 8] [--steps N]
                                         [--device auto] [--threads N] [--repeats 2]
 
-Data: 2,500 real MNIST digits (`flipgate.datasets.mnist_digits()`), batch 64, Adam lr 1e-3.
+Data: 2,500 real MNIST digits (`flipgate.datasets.mnist_digits()`), batch 64, fused Adam lr 1e-3.
 For each architecture of the zoo, m members are trained for a fixed number of steps:
 
   (a) vectorized: one ModelStack of m members trained by `flipgate.train.loop.fit`;
@@ -79,7 +79,7 @@ def one_after_another(arch: str, data: EvalSet, seeds: list[int], steps: int, ba
     for seed in seeds:
         torch.manual_seed(seed)
         model = build_model(arch, data.sample_shape, CLASSES).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=True)  # as fit does
         order_generator = torch.Generator().manual_seed(seed)
         done = 0
         while done < steps:
@@ -156,7 +156,7 @@ def main() -> None:
                         help=f"training steps per member (default per arch: {DEFAULT_STEPS})")
     parser.add_argument("--samples", type=int, default=2500)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--elodi-epochs", type=int, default=1)
+    parser.add_argument("--elodi-epochs", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--threads", type=int, default=None,

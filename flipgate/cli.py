@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -155,7 +156,7 @@ def old_model_logits(args: argparse.Namespace, data: EvalSet) -> tuple[np.ndarra
 def run_experiment(args: argparse.Namespace) -> int:
     """Train every treatment on MNIST over several seeds and write docs/reproduction.md."""
     from flipgate.reporting.experiment import write_reproduction
-    from flipgate.train.experiment import mnist_experiment, summarize
+    from flipgate.train.experiment import SETTINGS, mnist_experiment, summarize
     from flipgate.train.loop import TrainConfig
 
     config = TrainConfig(epochs=args.epochs)
@@ -168,8 +169,16 @@ def run_experiment(args: argparse.Namespace) -> int:
               f"Seeds {seeds}; {config.epochs} epochs, Adam lr {config.lr}, batch "
               f"{config.batch_size}. Written by `flipgate experiment --seeds {args.seeds} "
               f"--epochs {args.epochs}`. Numbers are percentages, mean ± std over seeds; "
-              f"training time is relative to the untreated new model's.")
+              f"training time is relative to the untreated new model's.\n\nUpdates: "
+              + "; ".join(f"{s.name}: `{s.old_arch}` → `{s.new_arch}`" for s in SETTINGS)
+              + ". Old and new models come from different seeds on the same training set. "
+              "KD, FD and ELODI with the legacy term train the old model with plain "
+              "cross-entropy and the new one towards it; the other methods train both "
+              "versions the same way (ELODI: each version distils its own 8-member ensemble; "
+              "ensembles are deployed as one averaged model). Raw runs: "
+              f"`{args.out.with_suffix('.json').name}`.")
     path = write_reproduction(summarize(runs), args.out, header=header)
+    args.out.with_suffix(".json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
     print(path.read_text(encoding="utf-8"))
     return 0
 

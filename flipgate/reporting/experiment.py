@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 
 from flipgate.train.experiment import COLUMNS, target_results
 
+MARKERS = "osD^vP*Xph<>"
 HEADERS = {"er_old": "ER old", "er_new": "ER new", "nfr": "NFR", "rel_nfr": "Rel-NFR",
            "churn": "Churn", "time": "Train time ×"}
 
@@ -42,15 +43,16 @@ def targets_section(table: dict) -> str:
 
 def scatter_plot(table: dict, path: Path) -> Path:
     """ER of the new model against NFR, one point per method and one panel per setting."""
-    fig, axes = plt.subplots(1, len(table), figsize=(6 * len(table), 5), squeeze=False)
+    fig, axes = plt.subplots(1, len(table), figsize=(5 * len(table) + 3, 5), squeeze=False)
     for ax, (setting, rows) in zip(axes[0], table.items(), strict=True):
-        for treatment, values in rows.items():
+        for index, (treatment, values) in enumerate(rows.items()):
             (er, er_std), (nfr, nfr_std) = values["er_new"], values["nfr"]
-            ax.errorbar(100 * er, 100 * nfr, xerr=100 * er_std, yerr=100 * nfr_std, fmt="o",
+            ax.errorbar(100 * er, 100 * nfr, xerr=100 * er_std, yerr=100 * nfr_std,
+                        fmt=MARKERS[index % len(MARKERS)], color=plt.cm.tab20(index % 20),
                         capsize=3, label=treatment)
         ax.set(title=setting, xlabel="ER of the new model (%)", ylabel="NFR (%)")
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=8, loc="best")
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.tight_layout()
     fig.savefig(path, format="svg")
     plt.close(fig)

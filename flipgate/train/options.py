@@ -29,20 +29,23 @@ def _converter(annotation: Any):
 
 
 def _option_fields() -> dict[str, tuple[Any, list[str]]]:
-    """field name -> (annotation, methods that take it), over every recipe."""
+    """field name -> (annotation, ["method (default)", ...]), over every recipe."""
     found: dict[str, tuple[Any, list[str]]] = {}
     for method, recipe in RECIPES.items():
         for field in fields(recipe.options):
-            found.setdefault(field.name, (field.type, []))[1].append(method)
+            shown = "unset" if field.default is None else field.default
+            found.setdefault(field.name, (field.type, []))[1].append(f"{method} ({shown})")
     return found
 
 
 def add_method_flags(parser: argparse.ArgumentParser) -> None:
     """Add --NAME for every recipe option; the help says which methods take it."""
-    group = parser.add_argument_group("method options (defaults: see docs; 'all'/'none' unset)")
+    group = parser.add_argument_group(
+        "method options (default per method in brackets; 'all' or 'none' unsets)")
     for name, (annotation, methods) in _option_fields().items():
         group.add_argument(f"--{name.replace('_', '-')}", dest=f"option_{name}", default=None,
-                           type=_converter(annotation), help=f"for {', '.join(methods)}")
+                           type=_converter(annotation), metavar=name.upper(),
+                           help=f"for {', '.join(methods)}")
 
 
 def method_options(args: argparse.Namespace, method: str) -> Any:
