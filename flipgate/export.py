@@ -41,9 +41,3 @@ def export_onnx(model: nn.Module, sample_shape: tuple[int, ...], path: str | Pat
         )
     return path
 
-
-def export_ensemble(
-    members: list[nn.Module], sample_shape: tuple[int, ...], path: str | Path
-) -> Path:
-    """Write the members as one ONNX graph that outputs the mean of their logits."""
-    return export_onnx(AveragedEnsemble(members), sample_shape, path)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from flipgate.errors import InvalidInput
-from flipgate.export import export_ensemble, export_onnx
+from flipgate.export import AveragedEnsemble, export_onnx
 from flipgate.inference import CUDA, OnnxClassifier
 
 from .conftest import linear_onnx
@@ -60,7 +60,8 @@ def test_exported_ensemble_averages_its_members(tmp_path):
     with torch.no_grad():
         expected = torch.stack([m(torch.from_numpy(x)) for m in members]).mean(0).numpy()
         single = members[0](torch.from_numpy(x)).numpy()
-    ensemble = OnnxClassifier(export_ensemble(members, (3, 4), tmp_path / "ensemble.onnx"))
+    ensemble = OnnxClassifier(export_onnx(AveragedEnsemble(members), (3, 4),
+                                          tmp_path / "ensemble.onnx"))
     assert ensemble.spec.input_shape == (None, 3, 4) and ensemble.num_classes == 4
     np.testing.assert_allclose(ensemble.predict(x), expected, rtol=1e-5, atol=1e-5)
     one = OnnxClassifier(export_onnx(members[0], (3, 4), tmp_path / "one.onnx"))

@@ -1,4 +1,4 @@
-"""Turning logits into class probabilities and predicted labels."""
+"""Turning logits into class probabilities."""
 
 import numpy as np
 
@@ -9,7 +9,3 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     exp = np.exp(shifted)
     return exp / exp.sum(axis=-1, keepdims=True)
 
-
-def predicted_labels(logits: np.ndarray) -> np.ndarray:
-    """Argmax over the class axis (ties go to the lowest class index)."""
-    return np.asarray(logits).argmax(axis=-1)

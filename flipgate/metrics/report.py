@@ -6,11 +6,11 @@ from functools import cached_property
 import numpy as np
 
 from flipgate.metrics.calibration import confidence_gap, expected_calibration_error
-from flipgate.metrics.churn import schurn
 from flipgate.metrics.displacement import describe, logit_displacement, rank_in_old
 from flipgate.metrics.diversity import prediction_difference
 from flipgate.metrics.flips import FlipCounts, count_flips, flipped_indices, per_class
 from flipgate.metrics.probs import softmax
+from flipgate.metrics.schurn import schurn
 from flipgate.metrics.stats import mcnemar_one_sided_p, wilson_interval
 
 

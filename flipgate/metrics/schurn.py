@@ -1,13 +1,8 @@
-"""Churn and the smooth surrogate churn SChurn of Bhojanapalli et al. (DESIGN §4)."""
+"""The smooth surrogate churn SChurn of Bhojanapalli et al. (DESIGN §4)."""
 
 import numpy as np
 
 from flipgate.metrics.probs import softmax
-
-
-def churn(pred_a: np.ndarray, pred_b: np.ndarray) -> float:
-    """Fraction of samples whose predicted labels differ; needs no ground truth."""
-    return float(np.mean(pred_a != pred_b))
 
 
 def schurn(logits_a: np.ndarray, logits_b: np.ndarray, alpha: float = 1.0) -> float:
