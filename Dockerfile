@@ -11,6 +11,9 @@ RUN pip install "${TORCH_SPEC}"
 
 COPY pyproject.toml README.md ./
 COPY flipgate ./flipgate
+COPY service ./service
+COPY migrations ./migrations
+COPY alembic.ini ./
 RUN pip install .
 
 RUN useradd --create-home flipgate && mkdir -p /data && chown flipgate /data

@@ -183,6 +183,17 @@ def run_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_migrate(args: argparse.Namespace) -> int:
+    """Create or upgrade the server's database to the newest schema and print its revision."""
+    from service.config import get_settings
+    from service.migrate import upgrade
+
+    settings = get_settings()
+    revision = upgrade(settings)
+    print(f"{settings.safe_database_url}: at revision {revision}")
+    return 0
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -235,6 +246,12 @@ def build_parser() -> Parser:
                       help="where the demo writes its models, eval set and report "
                            "(default: $FLIPGATE_DATA_DIR or ./flipgate-data)")
     demo.set_defaults(run=run_demo)
+
+    migrate = commands.add_parser(
+        "migrate", help="create or upgrade the server's database to the newest schema",
+        description="Applies the Alembic migrations to $FLIPGATE_DATABASE_URL (default: the "
+                    "SQLite file flipgate.db in $FLIPGATE_DATA_DIR or ./flipgate-data).")
+    migrate.set_defaults(run=run_migrate)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""The flipgate server: SQL store, artifact store and (later) the HTTP API."""

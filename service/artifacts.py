@@ -1,0 +1,92 @@
+"""A content-addressed file store: each artifact lives at sha256/ab/cdef… and never changes."""
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from service.config import Settings
+from service.errors import InvalidInput, NotFound, PayloadTooLarge
+
+SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class StoredArtifact:
+    """The address and size of an artifact in the store."""
+
+    sha256: str
+    size: int
+
+
+class ArtifactStore:
+    """Immutable files named by the sha256 of their bytes, written via a temporary file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root) / "sha256"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "ArtifactStore":
+        return cls(settings.artifacts_dir)
+
+    def path(self, sha256: str) -> Path:
+        """Where the artifact lives; refuses anything but 64 lowercase hex digits."""
+        if not isinstance(sha256, str) or not SHA256_PATTERN.fullmatch(sha256):
+            raise InvalidInput("invalid_sha256", f"{sha256!r} is not a sha256 digest "
+                               "(64 lowercase hexadecimal characters)")
+        return self.root / sha256[:2] / sha256[2:]
+
+    def exists(self, sha256: str) -> bool:
+        return self.path(sha256).is_file()
+
+    def open(self, sha256: str) -> BinaryIO:
+        """The artifact opened for reading in binary mode."""
+        try:
+            return self.path(sha256).open("rb")
+        except FileNotFoundError as error:
+            raise NotFound("artifact_not_found", f"no artifact {sha256}") from error
+
+    def put_file(self, path: Path) -> StoredArtifact:
+        """Copy a local file into the store."""
+        with Path(path).open("rb") as readable:
+            return self.put_stream(readable)
+
+    def put_stream(self, readable: BinaryIO, max_bytes: int | None = None) -> StoredArtifact:
+        """Stream into the store while hashing; more than `max_bytes` is PayloadTooLarge."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        descriptor, name = tempfile.mkstemp(dir=self.root, prefix=".upload-")
+        temporary = Path(name)
+        try:
+            with open(descriptor, "wb") as handle:
+                artifact = _copy_hashing(readable, handle, max_bytes)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self._place(temporary, artifact.sha256)
+        finally:
+            temporary.unlink(missing_ok=True)
+        return artifact
+
+    def _place(self, temporary: Path, sha256: str) -> None:
+        """Rename a finished upload to its address unless an artifact is already there."""
+        target = self.path(sha256)
+        if target.exists():
+            return
+        target.parent.mkdir(exist_ok=True)
+        temporary.chmod(0o444)
+        os.replace(temporary, target)
+
+
+def _copy_hashing(source: BinaryIO, target: BinaryIO, max_bytes: int | None) -> StoredArtifact:
+    digest, size = hashlib.sha256(), 0
+    while chunk := source.read(CHUNK_BYTES):
+        size += len(chunk)
+        if max_bytes is not None and size > max_bytes:
+            raise PayloadTooLarge("payload_too_large", f"the upload is larger than the limit "
+                                  f"of {max_bytes} bytes")
+        digest.update(chunk)
+        target.write(chunk)
+    return StoredArtifact(digest.hexdigest(), size)

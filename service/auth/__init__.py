@@ -1,0 +1,1 @@
+"""API tokens: stored as hashes, each with a set of scopes."""

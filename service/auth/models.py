@@ -1,0 +1,20 @@
+"""ORM model of an API token (its sha256 hash, never the token)."""
+
+from datetime import datetime
+
+from sqlalchemy import String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from service.db import Base, Json, Record
+from service.names import NAME_LENGTH
+
+
+class ApiToken(Record, Base):
+    """A named bearer token; `revoked_at` set means it no longer authenticates."""
+
+    __tablename__ = "api_tokens"
+
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[str]] = mapped_column(Json)
+    revoked_at: Mapped[datetime | None]

@@ -1,0 +1,60 @@
+"""Creating, checking and revoking API tokens."""
+
+import hashlib
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.auth.models import ApiToken
+from service.db import insert_or_conflict, one_or_not_found, utcnow
+from service.errors import Forbidden, InvalidInput, Unauthorized
+from service.names import check_name
+
+SCOPES = ("read", "write", "gate", "admin")
+TOKEN_PREFIX = "fg_"
+
+
+def hash_token(token: str) -> str:
+    """The sha256 hex digest under which a token is stored."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(*, session: Session, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
+    """A new token row and its plaintext, which is shown this once and never stored."""
+    check_name(name, "token_name")
+    if not scopes or not set(scopes) <= set(SCOPES):
+        raise InvalidInput("invalid_scopes", f"scopes must be a non-empty subset of {SCOPES}, "
+                           f"not {scopes}")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(name=name, token_hash=hash_token(token), scopes=sorted(set(scopes)))
+    return insert_or_conflict(session, row, code="token_exists",
+                              message=f"a token named {name!r} exists"), token
+
+
+def authenticate(*, session: Session, token: str) -> ApiToken:
+    """The live token row for a presented token.
+
+    The lookup compares sha256 digests, not the secret itself, so its timing tells an
+    attacker nothing about a valid token.
+    """
+    statement = select(ApiToken).where(ApiToken.token_hash == hash_token(token))
+    found = session.scalars(statement).one_or_none()
+    if found is None or found.revoked_at is not None:
+        raise Unauthorized("invalid_token", "the token is unknown or revoked")
+    return found
+
+
+def require_scope(token: ApiToken, scope: str) -> None:
+    """Refuse a token that has neither `scope` nor `admin`."""
+    if scope not in token.scopes and "admin" not in token.scopes:
+        raise Forbidden("missing_scope", f"token {token.name!r} lacks the {scope!r} scope")
+
+
+def revoke_token(*, session: Session, name: str) -> ApiToken:
+    """Stop a token from authenticating; the row stays for the audit trail."""
+    token = one_or_not_found(session, select(ApiToken).where(ApiToken.name == name),
+                             code="token_not_found", message=f"no token named {name!r}")
+    token.revoked_at = token.revoked_at or utcnow()
+    session.flush()
+    return token

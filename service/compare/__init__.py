@@ -1,0 +1,1 @@
+"""Pair metrics of (old, new, data set) triples and the pairwise matrices of a line."""

@@ -1,0 +1,51 @@
+"""ORM model of the compare report of one (old, new, data set) triple."""
+
+from typing import Any
+
+from sqlalchemy import CheckConstraint, ForeignKey, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base, Record
+from service.evalsets.models import Dataset
+from service.models.models import ModelVersion
+
+
+class PairMetrics(Record, Base):
+    """Every scalar of `flipgate compare --json` as a column, and the whole report as JSON."""
+
+    __tablename__ = "pair_metrics"
+    __table_args__ = (UniqueConstraint("old_version_id", "new_version_id", "dataset_id"),
+                      CheckConstraint("old_version_id <> new_version_id", name="distinct"))
+
+    old_version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
+    new_version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
+    n: Mapped[int]
+    er_old: Mapped[float]
+    er_new: Mapped[float]
+    nfr: Mapped[float]
+    pfr: Mapped[float]
+    rel_nfr: Mapped[float | None]
+    nfi: Mapped[float | None]
+    btc: Mapped[float | None]
+    bec: Mapped[float | None]
+    churn: Mapped[float]
+    churn_old_correct: Mapped[float | None]
+    churn_old_incorrect: Mapped[float | None]
+    schurn: Mapped[float]
+    negative_flips: Mapped[int]
+    positive_flips: Mapped[int]
+    both_wrong: Mapped[int]
+    nfr_ci_low: Mapped[float]
+    nfr_ci_high: Mapped[float]
+    mcnemar_p: Mapped[float]
+    report: Mapped[dict[str, Any]]
+
+    old_version: Mapped[ModelVersion] = relationship(foreign_keys=old_version_id, lazy="raise")
+    new_version: Mapped[ModelVersion] = relationship(foreign_keys=new_version_id, lazy="raise")
+    dataset: Mapped[Dataset] = relationship(lazy="raise")
+
+
+REPORT_SCALARS = ("n", "er_old", "er_new", "nfr", "pfr", "rel_nfr", "nfi", "btc", "bec", "churn",
+                  "churn_old_correct", "churn_old_incorrect", "schurn", "negative_flips",
+                  "positive_flips", "both_wrong", "mcnemar_p")

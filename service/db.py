@@ -1,0 +1,124 @@
+"""Engine, sessions and the declarative base shared by every domain's ORM models."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from sqlalchemy import JSON, DateTime, Double, Engine, Enum, MetaData, Select, create_engine, event
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+from service.config import Settings
+from service.errors import Conflict, NotFound
+
+Row = TypeVar("Row")
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend (SQLite stores it without a zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None or value.tzinfo is not None:
+            return value
+        return value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base whose constraints get predictable names (Alembic can drop them)."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UtcDateTime(), float: Double(), dict[str, Any]: Json,
+    }
+
+
+class Record:
+    """Columns every table has: an integer id and the creation time."""
+
+    id: Mapped[int] = mapped_column(primary_key=True, sort_order=-1)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+def str_enum(enum_type: type[StrEnum], name: str) -> Enum:
+    """A VARCHAR column that a CHECK constraint limits to the values of `enum_type`."""
+    return Enum(enum_type, name=name, native_enum=False, create_constraint=True, length=32,
+                values_callable=lambda members: [member.value for member in members])
+
+
+def create_db_engine(settings: Settings) -> Engine:
+    """An engine for settings.database_url; SQLite gets foreign keys, WAL and real savepoints."""
+    url = make_url(settings.database_url)
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    event.listen(engine, "connect", _configure_sqlite_connection)
+    event.listen(engine, "begin", lambda connection: connection.exec_driver_sql("BEGIN"))
+    return engine
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    """Let SQLAlchemy emit BEGIN (so SAVEPOINT works), enforce foreign keys, use WAL."""
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.close()
+
+
+def create_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Sessions whose objects stay readable after commit (responses are built afterwards)."""
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session in a transaction that commits when the block ends and rolls back on error."""
+    with factory() as session, session.begin():
+        yield session
+
+
+def one_or_not_found(session: Session, statement: Select[tuple[Row]], *, code: str,
+                     message: str) -> Row:
+    """The single row `statement` selects, or NotFound."""
+    row = session.scalars(statement).one_or_none()
+    if row is None:
+        raise NotFound(code, message)
+    return row
+
+
+def insert_or_conflict(session: Session, row: Row, *, code: str, message: str) -> Row:
+    """Add and flush `row` in a savepoint; a clash with a unique constraint becomes Conflict."""
+    try:
+        with session.begin_nested():
+            session.add(row)
+    except IntegrityError as error:
+        raise Conflict(code, message) from error
+    return row

@@ -1,0 +1,55 @@
+"""Typed errors of the service layer; the API renders each as JSON with its status and code."""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import ClassVar
+
+import flipgate.errors
+
+
+class ServiceError(Exception):
+    """A refusal with an HTTP status, a machine-readable `code` and a message for people."""
+
+    status_code: ClassVar[int] = 500
+
+    def __init_subclass__(cls, status_code: int) -> None:
+        super().__init_subclass__()
+        cls.status_code = status_code
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class InvalidInput(ServiceError, status_code=422):
+    """The request is well-formed but its content is refused."""
+
+
+class Unauthorized(ServiceError, status_code=401):
+    """No valid credentials were presented."""
+
+
+class Forbidden(ServiceError, status_code=403):
+    """The credentials lack the permission the action needs."""
+
+
+class NotFound(ServiceError, status_code=404):
+    """The named thing does not exist."""
+
+
+class Conflict(ServiceError, status_code=409):
+    """The action clashes with what is already stored."""
+
+
+class PayloadTooLarge(ServiceError, status_code=413):
+    """An upload exceeds the size limit."""
+
+
+@contextmanager
+def library_input() -> Iterator[None]:
+    """Re-raise the library's InvalidInput (flipgate.errors) as the service's InvalidInput."""
+    try:
+        yield
+    except flipgate.errors.InvalidInput as error:
+        raise InvalidInput(error.code, error.message) from error

@@ -1,0 +1,1 @@
+"""Labeled data sets: eval sets that versions are compared on and training sets."""

@@ -1,0 +1,35 @@
+"""Registering and finding labeled data sets."""
+
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from flipgate.formats import check_labels, load_evalset
+from service.artifacts import ArtifactStore
+from service.db import insert_or_conflict, one_or_not_found
+from service.errors import library_input
+from service.evalsets.models import Dataset, DatasetRole
+from service.names import check_name
+
+
+def register_dataset(
+    *, session: Session, store: ArtifactStore, name: str, role: DatasetRole, npz_path: Path,
+    num_classes: int | None = None,
+) -> Dataset:
+    """Store a labeled .npz under a new name; classes default to the largest label + 1."""
+    check_name(name, "dataset_name")
+    with library_input():
+        data = load_evalset(npz_path)
+        check_labels(data.y, num_classes, source=name)
+    row = Dataset(name=name, role=role, sha256=store.put_file(npz_path).sha256, n=data.n,
+                  num_classes=num_classes or int(data.y.max()) + 1,
+                  sample_shape=list(data.sample_shape))
+    return insert_or_conflict(session, row, code="dataset_exists",
+                              message=f"data set {name!r} already exists")
+
+
+def get_dataset(*, session: Session, name: str) -> Dataset:
+    """The data set called `name`."""
+    return one_or_not_found(session, select(Dataset).where(Dataset.name == name),
+                            code="dataset_not_found", message=f"no data set {name!r}")

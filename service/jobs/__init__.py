@@ -1,0 +1,1 @@
+"""Background jobs (inference, metrics, training) and their progress."""

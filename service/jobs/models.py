@@ -1,0 +1,44 @@
+"""ORM model of a background job."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import CheckConstraint, ForeignKey, Text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base, Record, str_enum
+
+
+class JobKind(StrEnum):
+    INFERENCE = "inference"
+    METRICS = "metrics"
+    TRAIN = "train"
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Job(Record, Base):
+    """A unit of work for a worker; shards of a large job point at it as their parent."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (CheckConstraint("progress >= 0 AND progress <= 1", name="progress"),)
+
+    kind: Mapped[JobKind] = mapped_column(str_enum(JobKind, "job_kind"))
+    state: Mapped[JobState] = mapped_column(str_enum(JobState, "job_state"),
+                                            default=JobState.QUEUED)
+    progress: Mapped[float] = mapped_column(default=0.0)
+    params: Mapped[dict[str, Any]]
+    result: Mapped[dict[str, Any] | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    parent: Mapped["Job | None"] = relationship(remote_side="Job.id", lazy="raise")

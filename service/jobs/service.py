@@ -1,0 +1,70 @@
+"""Creating jobs and moving them through their states."""
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.db import one_or_not_found, utcnow
+from service.errors import Conflict, InvalidInput
+from service.jobs.models import Job, JobKind, JobState
+
+NEXT_STATES = {
+    JobState.QUEUED: {JobState.RUNNING, JobState.CANCELLED},
+    JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED},
+}
+FINAL_STATES = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+
+
+def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
+               parent: Job | None = None) -> Job:
+    """Queue a job (a shard when `parent` is given)."""
+    job = Job(kind=kind, params=params, parent=parent)
+    session.add(job)
+    session.flush()
+    return job
+
+
+def get_job(*, session: Session, job_id: int) -> Job:
+    """The job with this id."""
+    return one_or_not_found(session, select(Job).where(Job.id == job_id),
+                            code="job_not_found", message=f"no job {job_id}")
+
+
+def start_job(*, session: Session, job: Job) -> Job:
+    """Mark a queued job as running."""
+    _move(job, JobState.RUNNING)
+    job.started_at = utcnow()
+    session.flush()
+    return job
+
+
+def set_progress(*, session: Session, job: Job, progress: float) -> Job:
+    """Record how far a running job has come, between 0 and 1."""
+    if not 0.0 <= progress <= 1.0:
+        raise InvalidInput("invalid_progress", f"progress must lie in [0, 1], not {progress}")
+    if job.state != JobState.RUNNING:
+        raise Conflict("job_not_running", f"job {job.id} is {job.state}, not running")
+    job.progress = progress
+    session.flush()
+    return job
+
+
+def finish_job(*, session: Session, job: Job, state: JobState,
+               result: dict[str, Any] | None = None, error: str | None = None) -> Job:
+    """End a job as succeeded (with its result), failed (with an error) or cancelled."""
+    if state not in FINAL_STATES:
+        raise InvalidInput("invalid_state", f"{state} is not a final job state")
+    _move(job, state)
+    job.result, job.error, job.finished_at = result, error, utcnow()
+    if state == JobState.SUCCEEDED:
+        job.progress = 1.0
+    session.flush()
+    return job
+
+
+def _move(job: Job, state: JobState) -> None:
+    if state not in NEXT_STATES.get(job.state, set()):
+        raise Conflict("invalid_transition", f"job {job.id} cannot go from {job.state} "
+                       f"to {state}")
+    job.state = state

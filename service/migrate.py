@@ -1,0 +1,61 @@
+"""Applying and checking the Alembic revisions kept in migrations/.
+
+migrations/ sits beside this package, both in a checkout and in an installed wheel (it is
+packaged as a top-level package of the distribution), so its path is computed from here.
+"""
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine
+
+from service.config import Settings
+from service.db import create_db_engine
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+class DatabaseNotCurrent(RuntimeError):
+    """The database schema is not the one this code expects."""
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic configuration for migrations/, running on `connection` when given."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest revision in migrations/."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision the database is at, None when it was never migrated."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(settings: Settings) -> str:
+    """Bring the database of `settings` to the newest revision and return that revision."""
+    engine = create_db_engine(settings)
+    try:
+        with engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "head")
+            return current_revision(connection)
+    finally:
+        engine.dispose()
+
+
+def check_current(engine: Engine) -> None:
+    """Refuse a database that is not at the newest revision (checked at start-up)."""
+    with engine.connect() as connection:
+        current = current_revision(connection)
+    head = head_revision()
+    if current != head:
+        raise DatabaseNotCurrent(f"the database is at revision {current or 'none (empty)'} "
+                                 f"but this flipgate needs {head}; run `flipgate migrate`")

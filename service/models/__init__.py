@@ -1,0 +1,1 @@
+"""Model lines, their versions (ONNX classifiers) and aliases such as `production`."""

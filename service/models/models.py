@@ -1,0 +1,57 @@
+"""ORM models of model lines, versions and aliases."""
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base, Json, Record, utcnow
+from service.names import NAME_LENGTH
+
+
+class ModelLine(Record, Base):
+    """A sequence of classifier versions that solve one task with one set of classes."""
+
+    __tablename__ = "model_lines"
+    __table_args__ = (CheckConstraint("num_classes >= 2", name="num_classes"),)
+
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    num_classes: Mapped[int]
+    class_names: Mapped[list[str] | None] = mapped_column(Json)
+
+
+class ModelVersion(Record, Base):
+    """One ONNX classifier of a line, with the interface read from the file."""
+
+    __tablename__ = "model_versions"
+    __table_args__ = (UniqueConstraint("line_id", "version"),
+                      CheckConstraint("num_classes >= 2", name="num_classes"))
+
+    line_id: Mapped[int] = mapped_column(ForeignKey("model_lines.id"))
+    version: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    artifact_sha256: Mapped[str] = mapped_column(String(64))
+    input_name: Mapped[str] = mapped_column(String(256))
+    input_shape: Mapped[list[int | None]] = mapped_column(Json)
+    num_classes: Mapped[int]
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    produced_by: Mapped[dict[str, Any] | None]
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+
+    line: Mapped[ModelLine] = relationship(lazy="raise")
+    parent: Mapped["ModelVersion | None"] = relationship(remote_side="ModelVersion.id",
+                                                         lazy="raise")
+
+
+class Alias(Record, Base):
+    """A movable name (e.g. `production`) for one version of a line."""
+
+    __tablename__ = "model_aliases"
+    __table_args__ = (UniqueConstraint("line_id", "name"),)
+
+    line_id: Mapped[int] = mapped_column(ForeignKey("model_lines.id"))
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    version: Mapped[ModelVersion] = relationship(lazy="raise")

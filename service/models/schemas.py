@@ -1,0 +1,33 @@
+"""Read schemas of model lines, versions and aliases."""
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field
+
+from service.schemas import RecordRead
+
+
+class ModelLineRead(RecordRead):
+    name: str
+    num_classes: int
+    class_names: list[str] | None
+
+
+class ModelVersionRead(RecordRead):
+    line_id: int
+    version: str
+    artifact_sha256: str
+    input_name: str
+    input_shape: list[int | None]
+    num_classes: int
+    parent_id: int | None
+    produced_by: dict[str, Any] | None
+    metadata: dict[str, Any] = Field(validation_alias="meta")
+
+
+class AliasRead(RecordRead):
+    line_id: int
+    name: str
+    version_id: int
+    updated_at: datetime

@@ -1,0 +1,122 @@
+"""Registering model lines and versions, moving aliases and resolving references."""
+
+import re
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from flipgate.formats import inspect_onnx
+from service.artifacts import ArtifactStore
+from service.db import insert_or_conflict, one_or_not_found
+from service.errors import InvalidInput, library_input
+from service.models.models import Alias, ModelLine, ModelVersion
+from service.names import VERSION, check_name
+
+REFERENCE = re.compile(r"(?P<line>[^:@]+)(?P<separator>[:@])(?P<name>[^:@]+)")
+
+
+def create_line(*, session: Session, name: str, num_classes: int,
+                class_names: list[str] | None = None) -> ModelLine:
+    """Create a model line under a new name."""
+    check_name(name, "line_name")
+    if num_classes < 2 or (class_names is not None and len(class_names) != num_classes):
+        raise InvalidInput("invalid_classes", f"a line needs at least 2 classes and one name "
+                           f"per class, got {num_classes} classes and names {class_names}")
+    line = ModelLine(name=name, num_classes=num_classes, class_names=class_names)
+    return insert_or_conflict(session, line, code="line_exists",
+                              message=f"model line {name!r} already exists")
+
+
+def get_line(*, session: Session, name: str) -> ModelLine:
+    """The model line called `name`."""
+    return one_or_not_found(session, select(ModelLine).where(ModelLine.name == name),
+                            code="line_not_found", message=f"no model line {name!r}")
+
+
+def register_version(
+    *, session: Session, store: ArtifactStore, line_name: str, version: str, onnx_path: Path,
+    parent: str | None = None, produced_by: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> ModelVersion:
+    """Store an ONNX classifier as a new version of a line, creating the line on first use."""
+    check_name(version, "version", VERSION)
+    with library_input():
+        spec = inspect_onnx(onnx_path)
+    row = ModelVersion(
+        line=_line_with_classes(session=session, name=line_name, num_classes=spec.num_classes),
+        version=version, artifact_sha256=store.put_file(onnx_path).sha256,
+        input_name=spec.input_name, input_shape=list(spec.input_shape),
+        num_classes=spec.num_classes, produced_by=produced_by, meta=metadata or {},
+        parent=None if parent is None else resolve_reference(session=session, reference=parent),
+    )
+    return insert_or_conflict(session, row, code="version_exists",
+                              message=f"version {line_name}:{version} already exists")
+
+
+def _line_with_classes(*, session: Session, name: str, num_classes: int) -> ModelLine:
+    """The named line, created on first use; it must have `num_classes` classes."""
+    line = session.scalars(select(ModelLine).where(ModelLine.name == name)).one_or_none()
+    if line is None:
+        return create_line(session=session, name=name, num_classes=num_classes)
+    if line.num_classes != num_classes:
+        raise InvalidInput("class_count_mismatch", f"model line {name!r} has "
+                           f"{line.num_classes} classes but the model outputs {num_classes}")
+    return line
+
+
+def get_version(*, session: Session, version_id: int) -> ModelVersion:
+    """The version with this id."""
+    return one_or_not_found(session, select(ModelVersion).where(ModelVersion.id == version_id),
+                            code="version_not_found", message=f"no model version {version_id}")
+
+
+def find_version(*, session: Session, line_name: str, version: str) -> ModelVersion:
+    """The version `line_name:version`."""
+    statement = (select(ModelVersion).join(ModelVersion.line)
+                 .where(ModelLine.name == line_name, ModelVersion.version == version))
+    return one_or_not_found(session, statement, code="version_not_found",
+                            message=f"no model version {line_name}:{version}")
+
+
+def list_versions(*, session: Session, line_name: str) -> list[ModelVersion]:
+    """The versions of a line, oldest first."""
+    line = get_line(session=session, name=line_name)
+    statement = select(ModelVersion).where(ModelVersion.line_id == line.id)
+    return list(session.scalars(statement.order_by(ModelVersion.id)))
+
+
+def set_alias(*, session: Session, line_name: str, alias: str, version: str) -> Alias:
+    """Point `line_name@alias` at one of the line's versions, creating the alias if new."""
+    check_name(alias, "alias")
+    target = find_version(session=session, line_name=line_name, version=version)
+    row = session.scalars(select(Alias).where(Alias.line_id == target.line_id,
+                                              Alias.name == alias)).one_or_none()
+    if row is None:
+        return insert_or_conflict(session, Alias(line_id=target.line_id, name=alias,
+                                                 version=target),
+                                  code="alias_exists", message=f"{line_name}@{alias} exists")
+    row.version = target
+    session.flush()
+    return row
+
+
+def find_alias_target(*, session: Session, line_name: str, alias: str) -> ModelVersion:
+    """The version that `line_name@alias` points at."""
+    statement = (select(ModelVersion).join(Alias, Alias.version_id == ModelVersion.id)
+                 .join(ModelVersion.line).where(ModelLine.name == line_name, Alias.name == alias))
+    return one_or_not_found(session, statement, code="alias_not_found",
+                            message=f"no alias {line_name}@{alias}")
+
+
+def resolve_reference(*, session: Session, reference: str) -> ModelVersion:
+    """The version named by "line:version" or by "line@alias"."""
+    match = REFERENCE.fullmatch(reference)
+    if match is None:
+        raise InvalidInput("invalid_reference", f"{reference!r} is neither 'line:version' "
+                           "nor 'line@alias'")
+    line_name, name = match["line"], match["name"]
+    if match["separator"] == ":":
+        return find_version(session=session, line_name=line_name, version=name)
+    return find_alias_target(session=session, line_name=line_name, alias=name)

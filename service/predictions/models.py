@@ -1,0 +1,32 @@
+"""ORM model of stored predictions."""
+
+from enum import StrEnum
+
+from sqlalchemy import ForeignKey, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base, Record, str_enum
+from service.evalsets.models import Dataset
+from service.models.models import ModelVersion
+
+
+class PredictionSource(StrEnum):
+    COMPUTED = "computed"
+    UPLOADED = "uploaded"
+
+
+class Prediction(Record, Base):
+    """The (N, C) logits of one version on one data set, kept as a .npy artifact."""
+
+    __tablename__ = "predictions"
+    __table_args__ = (UniqueConstraint("version_id", "dataset_id"),)
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
+    logits_sha256: Mapped[str] = mapped_column(String(64))
+    source: Mapped[PredictionSource] = mapped_column(str_enum(PredictionSource,
+                                                              "prediction_source"))
+    provider: Mapped[str | None] = mapped_column(String(64))
+
+    version: Mapped[ModelVersion] = relationship(lazy="raise")
+    dataset: Mapped[Dataset] = relationship(lazy="raise")

@@ -1,0 +1,12 @@
+"""Read schema of stored predictions."""
+
+from service.predictions.models import PredictionSource
+from service.schemas import RecordRead
+
+
+class PredictionRead(RecordRead):
+    version_id: int
+    dataset_id: int
+    logits_sha256: str
+    source: PredictionSource
+    provider: str | None

@@ -1,0 +1,68 @@
+"""Storing and reading the logits of a version on a data set."""
+
+import io
+
+import numpy as np
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from flipgate.formats import validate_logits
+from service.artifacts import ArtifactStore
+from service.db import insert_or_conflict, one_or_not_found
+from service.errors import Conflict, InvalidInput, library_input
+from service.evalsets.models import Dataset
+from service.models.models import ModelVersion
+from service.predictions.models import Prediction, PredictionSource
+
+
+def store_predictions(
+    *, session: Session, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
+    logits: np.ndarray, source: PredictionSource, provider: str | None = None,
+) -> Prediction:
+    """Keep a version's logits on a data set; the same logits again change nothing."""
+    _check_logits(logits, version, dataset)
+    sha256 = store.put_stream(io.BytesIO(_npy_bytes(logits))).sha256
+    existing = session.scalars(_prediction_of(version, dataset)).one_or_none()
+    clash = f"version {version.id} already has other logits on data set {dataset.name!r}"
+    if existing is None:
+        row = Prediction(version=version, dataset=dataset, logits_sha256=sha256,
+                         source=source, provider=provider)
+        return insert_or_conflict(session, row, code="predictions_exist", message=clash)
+    if existing.logits_sha256 != sha256:
+        raise Conflict("predictions_exist", clash)
+    return existing
+
+
+def _check_logits(logits: np.ndarray, version: ModelVersion, dataset: Dataset) -> None:
+    """Finite float logits with one row per sample and one column per class of the version."""
+    with library_input():
+        validate_logits(logits, source=f"logits of version {version.id}")
+    expected = (dataset.n, version.num_classes)
+    if logits.shape != expected or dataset.num_classes > version.num_classes:
+        raise InvalidInput("logits_shape", f"logits of shape {logits.shape} do not fit data "
+                           f"set {dataset.name!r} ({dataset.n} samples, labels < "
+                           f"{dataset.num_classes}) and a model of {version.num_classes} classes")
+
+
+def _npy_bytes(logits: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(logits), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _prediction_of(version: ModelVersion, dataset: Dataset) -> Select[tuple[Prediction]]:
+    return select(Prediction).where(Prediction.version_id == version.id,
+                                    Prediction.dataset_id == dataset.id)
+
+
+def get_predictions(*, session: Session, version: ModelVersion, dataset: Dataset) -> Prediction:
+    """The stored predictions of `version` on `dataset`."""
+    return one_or_not_found(session, _prediction_of(version, dataset),
+                            code="predictions_not_found", message=f"version {version.id} "
+                            f"has no logits on data set {dataset.name!r}")
+
+
+def read_logits(*, store: ArtifactStore, prediction: Prediction) -> np.ndarray:
+    """The (N, C) logits array a prediction points at."""
+    with store.open(prediction.logits_sha256) as readable:
+        return np.load(readable, allow_pickle=False)

@@ -1,0 +1,124 @@
+"""Real databases for the store tests: a SQLite file and a PostgreSQL schema, each migrated
+once per test session; every test runs in a transaction that is rolled back afterwards."""
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from service.artifacts import ArtifactStore
+from service.config import Settings
+from service.db import create_db_engine
+from service.migrate import upgrade
+from tests.conftest import linear_onnx
+
+POSTGRES_URL = os.environ.get("FLIPGATE_TEST_DATABASE_URL",
+                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+FEATURES = 4
+
+
+@contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A new, uniquely named schema in the test database, dropped afterwards; yields a URL
+    whose connections use it. Unreachable PostgreSQL fails the tests in CI, else skips them."""
+    server = create_engine(POSTGRES_URL, connect_args={"connect_timeout": 5})
+    schema = f"flipgate_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with server.begin() as connection:
+            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    except OperationalError as error:
+        server.dispose()
+        message = f"PostgreSQL at {POSTGRES_URL} is unreachable: {error.orig}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} (CI must test PostgreSQL)", pytrace=False)
+        pytest.skip(message)
+    try:
+        yield make_url(POSTGRES_URL).update_query_dict(
+            {"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    finally:
+        with server.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        server.dispose()
+
+
+@pytest.fixture(autouse=True)
+def no_flipgate_environment(monkeypatch) -> None:
+    """Settings in these tests come from their arguments, not from FLIPGATE_* variables."""
+    for name in [name for name in os.environ if name.startswith("FLIPGATE_")]:
+        monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def database_url(request, tmp_path_factory) -> Iterator[str]:
+    """The URL of an empty database of each backend, kept for the whole test session."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'store.db'}"
+        return
+    with postgres_schema() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def engine(database_url) -> Iterator[Engine]:
+    """An engine on the database, migrated to the newest revision."""
+    settings = Settings(database_url=database_url)
+    upgrade(settings)
+    engine = create_db_engine(settings)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session(engine) -> Iterator[Session]:
+    """A session whose work, commits included, is rolled back when the test ends."""
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        session = Session(bind=connection, join_transaction_mode="create_savepoint")
+        yield session
+        session.close()
+        transaction.rollback()
+
+
+@pytest.fixture
+def store(tmp_path) -> ArtifactStore:
+    return ArtifactStore(tmp_path / "artifacts")
+
+
+def linear_weights(num_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Weights and bias of a linear classifier on FEATURES inputs."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(FEATURES, num_classes)), rng.normal(size=num_classes)
+
+
+@pytest.fixture
+def onnx_file(tmp_path) -> Callable[..., Path]:
+    """Writes a linear ONNX classifier with FEATURES inputs and returns its path."""
+
+    def write(num_classes: int = 3, seed: int = 0) -> Path:
+        weight, bias = linear_weights(num_classes, seed)
+        return linear_onnx(tmp_path / f"linear-{num_classes}-{seed}.onnx", weight, bias,
+                           ("N", FEATURES))
+
+    return write
+
+
+@pytest.fixture
+def npz_file(tmp_path) -> Callable[..., Path]:
+    """Writes an eval set .npz with `n` samples of FEATURES floats and labels < num_classes."""
+
+    def write(n: int = 30, num_classes: int = 3, seed: int = 0) -> Path:
+        rng = np.random.default_rng(seed)
+        path = tmp_path / f"set-{n}-{num_classes}-{seed}.npz"
+        np.savez(path, x=rng.normal(size=(n, FEATURES)).astype(np.float32),
+                 y=np.arange(n) % num_classes)
+        return path
+
+    return write

@@ -1,0 +1,35 @@
+"""Engines and session scopes as the server will use them."""
+
+import pytest
+from sqlalchemy import select
+
+from service.config import Settings
+from service.db import create_db_engine, create_session_factory, session_scope
+from service.errors import Conflict
+from service.migrate import upgrade
+from service.models.models import ModelLine
+from service.models.service import create_line
+
+
+def test_sqlite_connections_enforce_foreign_keys_and_use_wal(tmp_path):
+    engine = create_db_engine(Settings(data_dir=tmp_path / "data"))
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    engine.dispose()
+    assert (tmp_path / "data" / "flipgate.db").is_file()
+
+
+def test_session_scope_commits_on_success_and_rolls_back_on_error(tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    upgrade(settings)
+    engine = create_db_engine(settings)
+    factory = create_session_factory(engine)
+    with session_scope(factory) as session:
+        create_line(session=session, name="kept", num_classes=2)
+    with pytest.raises(Conflict), session_scope(factory) as session:
+        create_line(session=session, name="dropped", num_classes=2)
+        create_line(session=session, name="kept", num_classes=2)
+    with session_scope(factory) as session:
+        assert session.scalars(select(ModelLine.name)).all() == ["kept"]
+    engine.dispose()

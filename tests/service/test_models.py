@@ -1,0 +1,101 @@
+"""Model lines, versions, aliases and references."""
+
+import pytest
+
+from service.errors import Conflict, InvalidInput, NotFound
+from service.models.schemas import ModelVersionRead
+from service.models.service import (
+    create_line,
+    get_line,
+    list_versions,
+    register_version,
+    resolve_reference,
+    set_alias,
+)
+
+
+@pytest.fixture
+def register(session, store, onnx_file):
+    """Registers a linear classifier as `line:version`."""
+
+    def register_as(line: str, version: str, *, num_classes: int = 3, seed: int = 0, **extra):
+        return register_version(session=session, store=store, line_name=line, version=version,
+                                onnx_path=onnx_file(num_classes, seed), **extra)
+
+    return register_as
+
+
+def test_first_version_creates_the_line_and_stores_the_input_spec(session, store, register):
+    version = register("digits", "1.0", metadata={"owner": "vision"},
+                       produced_by={"method": "elodi", "seed": 3})
+    line = get_line(session=session, name="digits")
+    assert (line.num_classes, version.line_id) == (3, line.id)
+    assert (version.input_name, version.input_shape, version.num_classes) == ("x", [None, 4], 3)
+    assert store.exists(version.artifact_sha256)
+    read = ModelVersionRead.model_validate(version)
+    assert read.metadata == {"owner": "vision"} and read.produced_by["seed"] == 3
+    assert read.created_at.tzinfo is not None
+
+
+def test_version_strings_are_unique_per_line(session, register):
+    register("digits", "1.0")
+    with pytest.raises(Conflict) as refused:
+        register("digits", "1.0", seed=1)
+    assert refused.value.code == "version_exists" and refused.value.status_code == 409
+    register("letters", "1.0")
+    assert [v.version for v in list_versions(session=session, line_name="digits")] == ["1.0"]
+
+
+def test_a_version_must_have_the_line_s_class_count(register):
+    register("digits", "1.0", num_classes=3)
+    with pytest.raises(InvalidInput) as refused:
+        register("digits", "2.0", num_classes=5)
+    assert refused.value.code == "class_count_mismatch"
+
+
+def test_library_refusals_become_service_errors(session, store, tmp_path):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a protobuf")
+    with pytest.raises(InvalidInput) as refused:
+        register_version(session=session, store=store, line_name="digits", version="1",
+                         onnx_path=broken)
+    assert (refused.value.code, refused.value.status_code) == ("onnx_corrupt", 422)
+
+
+@pytest.mark.parametrize("name", ["", "a:b", "a@b", "../x", "-lead", "x" * 101])
+def test_names_that_would_break_references_are_refused(register, name):
+    with pytest.raises(InvalidInput):
+        register(name, "1.0")
+
+
+def test_lines_need_one_name_per_class(session):
+    with pytest.raises(InvalidInput):
+        create_line(session=session, name="pets", num_classes=3, class_names=["cat", "dog"])
+    line = create_line(session=session, name="pets", num_classes=2, class_names=["cat", "dog"])
+    assert line.class_names == ["cat", "dog"]
+
+
+def test_aliases_move_and_references_resolve(session, register):
+    first, second = register("digits", "1.0"), register("digits", "1.1", seed=1)
+    set_alias(session=session, line_name="digits", alias="production", version="1.0")
+    assert resolve_reference(session=session, reference="digits@production") is first
+    alias = set_alias(session=session, line_name="digits", alias="production", version="1.1")
+    assert alias.version_id == second.id
+    assert resolve_reference(session=session, reference="digits@production") is second
+    assert resolve_reference(session=session, reference="digits:1.0") is first
+
+
+def test_a_parent_is_named_by_reference(register):
+    parent = register("digits", "1.0")
+    child = register("digits", "2.0", seed=1, parent="digits:1.0")
+    assert child.parent_id == parent.id
+
+
+@pytest.mark.parametrize(("reference", "error"), [
+    ("digits@staging", NotFound), ("digits:9", NotFound), ("nope:1.0", NotFound),
+    ("digits", InvalidInput), ("digits:1:0", InvalidInput),
+])
+def test_bad_references_are_refused(session, register, reference, error):
+    register("digits", "1.0")
+    with pytest.raises(error):
+        resolve_reference(session=session, reference=reference)

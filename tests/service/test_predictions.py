@@ -1,0 +1,66 @@
+"""Storing the logits of a version on a data set."""
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+
+from service.errors import Conflict, InvalidInput
+from service.evalsets.models import DatasetRole
+from service.evalsets.service import register_dataset
+from service.models.service import register_version
+from service.predictions.models import Prediction, PredictionSource
+from service.predictions.service import get_predictions, read_logits, store_predictions
+
+
+@pytest.fixture
+def version_and_dataset(session, store, onnx_file, npz_file):
+    version = register_version(session=session, store=store, line_name="digits",
+                               version="1.0", onnx_path=onnx_file(num_classes=3))
+    dataset = register_dataset(session=session, store=store, name="eval",
+                               role=DatasetRole.EVAL, npz_path=npz_file(n=30, num_classes=3))
+    return version, dataset
+
+
+@pytest.fixture
+def save(session, store, version_and_dataset):
+    """Stores logits for the registered version on the registered data set."""
+    version, dataset = version_and_dataset
+
+    def save_logits(logits: np.ndarray):
+        return store_predictions(session=session, store=store, version=version, dataset=dataset,
+                                 logits=logits, source=PredictionSource.COMPUTED,
+                                 provider="CPUExecutionProvider")
+
+    return save_logits
+
+
+def logits(seed: int = 0, shape: tuple[int, int] = (30, 3)) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
+
+
+def test_logits_round_trip_through_the_store(session, store, save, version_and_dataset):
+    stored = save(logits())
+    found = get_predictions(session=session, version=version_and_dataset[0],
+                            dataset=version_and_dataset[1])
+    assert found is stored and found.provider == "CPUExecutionProvider"
+    np.testing.assert_array_equal(read_logits(store=store, prediction=found), logits())
+
+
+def test_one_prediction_per_version_and_data_set(session, save):
+    first = save(logits())
+    assert save(logits()) is first
+    with pytest.raises(Conflict):
+        save(logits(seed=1))
+    assert session.scalar(select(func.count()).select_from(Prediction)) == 1
+
+
+@pytest.mark.parametrize(("bad", "code"), [
+    (logits(shape=(29, 3)), "logits_shape"),
+    (logits(shape=(30, 4)), "logits_shape"),
+    (np.full((30, 3), np.nan, np.float32), "non_finite"),
+    (np.zeros((30, 3), np.int64), "logits_dtype"),
+])
+def test_logits_that_do_not_fit_are_refused(save, bad, code):
+    with pytest.raises(InvalidInput) as refused:
+        save(bad)
+    assert refused.value.code == code
