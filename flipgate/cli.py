@@ -17,8 +17,8 @@ from flipgate.compare import analyse, score
 from flipgate.errors import InvalidInput
 from flipgate.formats import EvalSet, check_labels, load_evalset
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
+from flipgate.train.methods import METHODS
 from flipgate.train.options import add_method_flags
-from flipgate.train.recipes import RECIPES
 
 ProgressFactory = Callable[[str], Callable[[int, int], None]]
 
@@ -216,7 +216,7 @@ def build_parser() -> Parser:
         "train", help="train a classifier with a flip-reducing recipe and export it as ONNX",
         description="Trains on DATA.npz (same format as an eval set) and writes MODEL.onnx and "
                     "MODEL.json (method, options, seeds, time).")
-    train.add_argument("--method", required=True, choices=list(RECIPES))
+    train.add_argument("--method", required=True, choices=list(METHODS))
     train.add_argument("--arch", required=True,
                        help="mlp, cnn, resnet, options as mlp:hidden=256,256, or "
                             "package.module:factory")

@@ -2,14 +2,14 @@
 
 import math
 
-from scipy.stats import binom, norm
+from scipy.special import bdtrc, ndtri
 
 
 def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion; (0, 1) when there are no trials."""
     if trials == 0:
         return (0.0, 1.0)
-    z = float(norm.ppf(0.5 + confidence / 2))
+    z = float(ndtri(0.5 + confidence / 2))
     p = successes / trials
     denominator = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denominator
@@ -26,4 +26,6 @@ def mcnemar_one_sided_p(negative_flips: int, positive_flips: int) -> float:
     discordant = negative_flips + positive_flips
     if discordant == 0:
         return 1.0
-    return float(binom.sf(negative_flips - 1, discordant, 0.5))
+    if negative_flips == 0:
+        return 1.0
+    return float(bdtrc(negative_flips - 1, discordant, 0.5))  # P(X > nf - 1) = P(X >= nf)

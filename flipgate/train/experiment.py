@@ -17,7 +17,7 @@ import torch
 from flipgate.datasets import mnist_digits, split
 from flipgate.formats import EvalSet
 from flipgate.metrics import count_flips
-from flipgate.train import recipes
+from flipgate.train import methods, recipes
 from flipgate.train.loop import TrainConfig
 
 NUM_CLASSES = 10
@@ -36,16 +36,16 @@ class Treatment:
 
 TREATMENTS = (
     Treatment("No treatment", "baseline"),
-    Treatment("KD", "kd", recipes.KD(), targets_old=True),
-    Treatment("FD-KL", "fd", recipes.FD(divergence="kl"), targets_old=True),
-    Treatment("FD-LM", "fd", recipes.FD(divergence="lm"), targets_old=True),
-    Treatment("ELODI (K = all)", "elodi", recipes.Elodi(k=None)),
-    Treatment("ELODI (K = 3)", "elodi", recipes.Elodi(k=3)),
-    Treatment("ELODI, legacy old model", "elodi", recipes.Elodi(), targets_old=True),
-    Treatment("Co-distillation", "codistill", recipes.Codistill()),
-    Treatment("Co-distillation + entropy", "codistill", recipes.Codistill(entropy_weight=0.5)),
-    Treatment("Anti-distillation ensemble", "anti_distill", recipes.AntiDistill()),
-    Treatment("Ensemble paragon", "paragon", recipes.Paragon()),
+    Treatment("KD", "kd", methods.KD(), targets_old=True),
+    Treatment("FD-KL", "fd", methods.FD(divergence="kl"), targets_old=True),
+    Treatment("FD-LM", "fd", methods.FD(divergence="lm"), targets_old=True),
+    Treatment("ELODI (K = all)", "elodi", methods.Elodi(k=None)),
+    Treatment("ELODI (K = 3)", "elodi", methods.Elodi(k=3)),
+    Treatment("ELODI, legacy old model", "elodi", methods.Elodi(), targets_old=True),
+    Treatment("Co-distillation", "codistill", methods.Codistill()),
+    Treatment("Co-distillation + entropy", "codistill", methods.Codistill(entropy_weight=0.5)),
+    Treatment("Anti-distillation ensemble", "anti_distill", methods.AntiDistill()),
+    Treatment("Ensemble paragon", "paragon", methods.Paragon()),
 )
 
 

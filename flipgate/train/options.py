@@ -6,7 +6,7 @@ from dataclasses import fields
 from typing import Any, Union, get_args, get_origin
 
 from flipgate.errors import InvalidInput
-from flipgate.train.recipes import RECIPES
+from flipgate.train.methods import METHODS
 
 NONE_WORDS = ("none", "all")
 
@@ -31,7 +31,7 @@ def _converter(annotation: Any):
 def _option_fields() -> dict[str, tuple[Any, list[str]]]:
     """field name -> (annotation, ["method (default)", ...]), over every recipe."""
     found: dict[str, tuple[Any, list[str]]] = {}
-    for method, recipe in RECIPES.items():
+    for method, recipe in METHODS.items():
         for field in fields(recipe.options):
             shown = "unset" if field.default is None else field.default
             found.setdefault(field.name, (field.type, []))[1].append(f"{method} ({shown})")
@@ -50,7 +50,7 @@ def add_method_flags(parser: argparse.ArgumentParser) -> None:
 
 def method_options(args: argparse.Namespace, method: str) -> Any:
     """The chosen recipe's options from the flags that were given; others are refused."""
-    options_type = RECIPES[method].options
+    options_type = METHODS[method].options
     accepted = {field.name for field in fields(options_type)}
     given = {name: getattr(args, f"option_{name}") for name in _option_fields()
              if getattr(args, f"option_{name}") is not None}

@@ -1,14 +1,15 @@
 """Training recipes: baseline, KD, FD, ELODI, co-distillation, entropy, anti-distillation, paragon.
 
-Each recipe has a dataclass of options (saved beside the model) and trains through the same
-loop. Old-model logits for the training set are computed once before training: the loop
-applies no augmentation, so they equal the "online per batch" logits of DESIGN §5.
+Each recipe takes its options dataclass from flipgate.train.methods (saved beside the model)
+and trains through the same loop. Old-model logits for the training set are computed once
+before training: the loop applies no augmentation, so they equal the "online per batch"
+logits of DESIGN §5.
 """
 
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,108 +30,20 @@ from flipgate.train.losses import (
     MinimumEntropy,
     SymmetricKLCodistillation,
 )
+from flipgate.train.methods import (
+    FD,
+    KD,
+    AntiDistill,
+    Baseline,
+    Codistill,
+    Elodi,
+    Entropy,
+    Paragon,
+    resolve_options,
+)
 from flipgate.train.stack import ModelStack, member_seeds
 
 ProgressFactory = Callable[[str], Callable[[int, int], None]]
-DEFAULT_LEGACY_WEIGHT = 0.5  # ELODI's λ towards an old model not trained with ELODI
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """Plain cross-entropy."""
-
-
-@dataclass(frozen=True)
-class KD:
-    """Knowledge distillation from the old model."""
-
-    lam: float = 1.0
-    temperature: float = 4.0
-
-
-@dataclass(frozen=True)
-class FD:
-    """Focal Distillation towards the old model, weighted α + β·1[old correct]."""
-
-    alpha: float = 1.0
-    beta: float = 5.0
-    temperature: float = 100.0
-    lam: float = 1.0
-    divergence: str = "kl"
-
-
-@dataclass(frozen=True)
-class Elodi:
-    """Distil a homogeneous ensemble of `members` replicas with the top-K LDI loss.
-
-    α = 0.5 and p = 1 (the paper: 0.8 and 2) halve NFR at no more than +0.3 points of error
-    on small data sets such as 2,500 MNIST digits (docs/reproduction.md).
-    """
-
-    members: int = 8
-    k: int | None = 10
-    p: float = 1.0
-    alpha: float = 0.5
-    select: str = "reference"
-    legacy_weight: float | None = None
-
-    def __post_init__(self) -> None:
-        _check_members(self.members)
-
-    def for_old_model(self, has_old: bool) -> "Elodi":
-        """Resolve λ: the legacy term needs an old model and defaults to DEFAULT_LEGACY_WEIGHT."""
-        if not has_old and self.legacy_weight is not None:
-            raise ValueError("ELODI's legacy weight needs the old model (--old)")
-        if has_old and self.legacy_weight is None:
-            return replace(self, legacy_weight=DEFAULT_LEGACY_WEIGHT)
-        return self
-
-
-@dataclass(frozen=True)
-class Codistill:
-    """Two models trained jointly with symmetric KL (member 0 is deployed)."""
-
-    beta: float = 5.0
-    ramp_steps: int = 200
-    top_k: int | None = None
-    entropy_weight: float = 0.0
-    entropy_kind: str = "entropy"
-
-
-@dataclass(frozen=True)
-class Entropy:
-    """Cross-entropy with a minimum-entropy regulariser."""
-
-    alpha: float = 0.1
-    top_k: int | None = None
-    kind: str = "entropy"
-
-
-@dataclass(frozen=True)
-class AntiDistill:
-    """An ensemble whose members' logits are decorrelated; deployed as one averaged graph."""
-
-    members: int = 4
-    lam: float = 1.0
-    variant: str = "correlation"
-
-    def __post_init__(self) -> None:
-        _check_members(self.members)
-
-
-@dataclass(frozen=True)
-class Paragon:
-    """Independently trained members deployed as one averaged graph."""
-
-    members: int = 8
-
-    def __post_init__(self) -> None:
-        _check_members(self.members)
-
-
-def _check_members(members: int) -> None:
-    if members < 1:
-        raise ValueError(f"an ensemble needs members >= 1, got {members}")
 
 
 @dataclass(frozen=True)
@@ -234,24 +147,15 @@ def _anti_distill(ctx: Context, options: AntiDistill) -> nn.Module:
     return AveragedEnsemble(stack.members())
 
 
-@dataclass(frozen=True)
-class Recipe:
-    options: type
-    run: Callable[[Context, Any], nn.Module]
-    old: str = "unused"  # "required", "optional" or "unused"
-    resolve: Callable[[Any, bool], Any] = lambda options, has_old: options
-
-
-RECIPES: dict[str, Recipe] = {
-    "baseline": Recipe(Baseline, _baseline),
-    "kd": Recipe(KD, _kd, old="required"),
-    "fd": Recipe(FD, _fd, old="required"),
-    "elodi": Recipe(Elodi, _elodi, old="optional",
-                    resolve=lambda options, has_old: options.for_old_model(has_old)),
-    "codistill": Recipe(Codistill, _codistill),
-    "entropy": Recipe(Entropy, _entropy),
-    "anti_distill": Recipe(AntiDistill, _anti_distill),
-    "paragon": Recipe(Paragon, _paragon),
+RUNNERS: dict[str, Callable[[Context, Any], nn.Module]] = {
+    "baseline": _baseline,
+    "kd": _kd,
+    "fd": _fd,
+    "elodi": _elodi,
+    "codistill": _codistill,
+    "entropy": _entropy,
+    "anti_distill": _anti_distill,
+    "paragon": _paragon,
 }
 
 
@@ -277,14 +181,12 @@ def train(
     progress: ProgressFactory | None = None,
 ) -> TrainedModel:
     """Train with `method`'s recipe; `options` defaults to the recipe's option defaults."""
-    recipe = _recipe(method, old_logits)
-    options = recipe.resolve(recipe.options() if options is None else options,
-                             old_logits is not None)
+    options = resolve_options(method, options, has_old=old_logits is not None)
     device = default_device()
     old = None if old_logits is None else torch.from_numpy(old_logits).float().to(device)
     context = Context(arch, data, num_classes, config, device, old, progress)
     started = time.perf_counter()
-    module = recipe.run(context, options).cpu().eval()
+    module = RUNNERS[method](context, options).cpu().eval()
     record = {
         "method": method, "arch": arch, "num_classes": num_classes, "samples": data.n,
         "train": asdict(config), "options": asdict(options), "targets_old_model": old is not None,
@@ -292,14 +194,3 @@ def train(
         "flipgate": __version__,
     }
     return TrainedModel(module, record)
-
-
-def _recipe(method: str, old_logits: np.ndarray | None) -> Recipe:
-    if method not in RECIPES:
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(RECIPES)}")
-    recipe = RECIPES[method]
-    if recipe.old == "required" and old_logits is None:
-        raise ValueError(f"method {method!r} needs the old model (--old OLD.onnx)")
-    if recipe.old == "unused" and old_logits is not None:
-        raise ValueError(f"method {method!r} does not use an old model; drop --old")
-    return recipe

@@ -17,7 +17,8 @@ import torch
 from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.train.loop import TrainConfig
-from flipgate.train.recipes import RECIPES, AntiDistill, Paragon, train
+from flipgate.train.methods import METHODS, AntiDistill, Paragon, resolve_options
+from flipgate.train.recipes import train
 
 from ..conftest import linear_onnx
 
@@ -81,7 +82,7 @@ def train_cli(run_cli, files, out: Path, method: str, *extra: str, old: bool | N
               arch: str = ARCH, old_model: str = "old"):
     """Run `flipgate train`; the old model is passed where the recipe uses one (or if asked)."""
     if old is None:
-        old = RECIPES[method].old != "unused"
+        old = METHODS[method].old != "unused"
     args = ["train", "--method", method, "--arch", arch, "--train", files["data"], "--out", out,
             "--epochs", "1", *extra]
     return run_cli(*args, *(["--old", files[old_model]] if old else []))
@@ -95,7 +96,7 @@ def record_of(path: Path) -> dict:
     return json.loads(path.with_suffix(".json").read_text())
 
 
-@pytest.mark.parametrize("method", list(RECIPES))
+@pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_trains_exports_and_compares(method, files, tmp_path, run_cli):
     out = tmp_path / f"{method}.onnx"
     result = train_cli(run_cli, files, out, method, "--batch-size", "50",
@@ -105,14 +106,13 @@ def test_every_method_trains_exports_and_compares(method, files, tmp_path, run_c
     assert f"trained {method} ({ARCH}) on {SAMPLES} samples" in result.out
 
     record = record_of(out)
-    recipe = RECIPES[method]
-    defaults = asdict(recipe.resolve(recipe.options(), recipe.old != "unused"))
+    defaults = asdict(resolve_options(method, None, has_old=METHODS[method].old != "unused"))
     assert record["method"] == method and record["arch"] == ARCH
     assert record["options"] == {**defaults, **OVERRIDES[method]}
     assert record["train"] == {"epochs": 1, "batch_size": 50, "lr": 0.001, "weight_decay": 0.0,
                                "seed": 0}
     assert record["samples"] == SAMPLES and record["num_classes"] == CLASSES
-    assert record["targets_old_model"] is (RECIPES[method].old != "unused")
+    assert record["targets_old_model"] is (METHODS[method].old != "unused")
 
     compared = run_cli("compare", files["old"], out, "--evalset", files["data"], "--json")
     assert compared.code == 0, compared.err
