@@ -194,6 +194,28 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_token_create(args: argparse.Namespace) -> int:
+    """Mint an API token in the server's database and print its plaintext, shown only once."""
+    from service.auth.service import create_token
+    from service.config import get_settings
+    from service.db import settings_session
+    from service.errors import ServiceError
+
+    try:
+        with settings_session(get_settings()) as session:
+            row, token = create_token(session=session, name=args.name, scopes=args.scopes)
+    except ServiceError as error:
+        raise InvalidInput(error.code, error.message) from error
+    print(token)
+    print(f"token {row.name!r} with scopes {','.join(row.scopes)}; it is not shown again",
+          file=sys.stderr)
+    return 0
+
+
+def comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -252,6 +274,18 @@ def build_parser() -> Parser:
         description="Applies the Alembic migrations to $FLIPGATE_DATABASE_URL (default: the "
                     "SQLite file flipgate.db in $FLIPGATE_DATA_DIR or ./flipgate-data).")
     migrate.set_defaults(run=run_migrate)
+
+    token = commands.add_parser("token", help="manage the server's API tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True,
+                                          parser_class=Parser)
+    create = token_commands.add_parser(
+        "create", help="mint a bearer token and print it (only this once)",
+        description="Stores the token's hash in the server's database ($FLIPGATE_DATABASE_URL "
+                    "or flipgate.db in $FLIPGATE_DATA_DIR).")
+    create.add_argument("--name", required=True, help="a unique name, e.g. ci")
+    create.add_argument("--scopes", required=True, type=comma_list, metavar="read,write",
+                        help="comma-separated scopes: read, write, gate, admin")
+    create.set_defaults(run=run_token_create)
     return parser
 
 

@@ -1,1 +1,1 @@
-"""The flipgate server: SQL store, artifact store and (later) the HTTP API."""
+"""The flipgate server: SQL store, artifact store and the HTTP API (service.main)."""

@@ -4,6 +4,8 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -69,6 +71,18 @@ class ArtifactStore:
         finally:
             temporary.unlink(missing_ok=True)
         return artifact
+
+    @contextmanager
+    def stage(self, readable: BinaryIO, *, filename: str, max_bytes: int) -> Iterator[Path]:
+        """An upload streamed (at most `max_bytes`) into a fresh folder of its own, so that
+        nothing it names relative to itself can reach other files; removed afterwards."""
+        staging = self.root.parent / "staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=staging) as folder:
+            path = Path(folder) / filename
+            with path.open("wb") as handle:
+                _copy_hashing(readable, handle, max_bytes)
+            yield path
 
     def _place(self, temporary: Path, sha256: str) -> None:
         """Rename a finished upload to its address unless an artifact is already there."""

@@ -105,6 +105,17 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
+@contextmanager
+def settings_session(settings: Settings) -> Iterator[Session]:
+    """A session_scope on the database of `settings`, for one-off commands."""
+    engine = create_db_engine(settings)
+    try:
+        with session_scope(create_session_factory(engine)) as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
 def one_or_not_found(session: Session, statement: Select[tuple[Row]], *, code: str,
                      message: str) -> Row:
     """The single row `statement` selects, or NotFound."""

@@ -23,3 +23,15 @@ class PairMatrix(BaseModel):
     nfr: list[list[float | None]]
     pfr: list[list[float | None]]
     churn: list[list[float | None]]
+
+
+class PredictionsPending(BaseModel):
+    """Answer to a compare whose predictions are missing: the inference jobs to wait for."""
+
+    job_id: int
+    status_url: str
+    job_ids: list[int]
+
+    @classmethod
+    def for_jobs(cls, job_ids: list[int]) -> "PredictionsPending":
+        return cls(job_id=job_ids[0], status_url=f"/jobs/{job_ids[0]}", job_ids=job_ids)

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -33,3 +34,15 @@ def get_dataset(*, session: Session, name: str) -> Dataset:
     """The data set called `name`."""
     return one_or_not_found(session, select(Dataset).where(Dataset.name == name),
                             code="dataset_not_found", message=f"no data set {name!r}")
+
+
+def list_datasets(*, session: Session, role: DatasetRole) -> list[Dataset]:
+    """The data sets of one role, by name."""
+    statement = select(Dataset).where(Dataset.role == role).order_by(Dataset.name)
+    return list(session.scalars(statement))
+
+
+def read_labels(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray:
+    """The labels y of a stored data set (x is not read)."""
+    with np.load(store.path(dataset.sha256), allow_pickle=False) as archive:
+        return archive["y"].astype(np.int64)

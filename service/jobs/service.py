@@ -14,6 +14,7 @@ NEXT_STATES = {
     JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED},
 }
 FINAL_STATES = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+OPEN_STATES = {JobState.QUEUED, JobState.RUNNING}
 
 
 def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
@@ -23,6 +24,13 @@ def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
     session.add(job)
     session.flush()
     return job
+
+
+def queue_job(*, session: Session, kind: JobKind, params: dict[str, Any]) -> Job:
+    """The open (queued or running) job of this kind with these params, else a new one."""
+    statement = select(Job).where(Job.kind == kind, Job.state.in_(OPEN_STATES)).order_by(Job.id)
+    existing = next((job for job in session.scalars(statement) if job.params == params), None)
+    return existing or create_job(session=session, kind=kind, params=params)
 
 
 def get_job(*, session: Session, job_id: int) -> Job:
@@ -61,6 +69,12 @@ def finish_job(*, session: Session, job: Job, state: JobState,
         job.progress = 1.0
     session.flush()
     return job
+
+
+def cancel_job(*, session: Session, job_id: int) -> Job:
+    """Cancel a queued or running job; a finished job cannot be cancelled."""
+    return finish_job(session=session, job=get_job(session=session, job_id=job_id),
+                      state=JobState.CANCELLED)
 
 
 def _move(job: Job, state: JobState) -> None:

@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from service.schemas import RecordRead
 
@@ -31,3 +31,11 @@ class AliasRead(RecordRead):
     name: str
     version_id: int
     updated_at: datetime
+
+
+class ModelLineDetail(BaseModel):
+    """A line with its versions (oldest first) and its aliases."""
+
+    line: ModelLineRead
+    versions: list[ModelVersionRead]
+    aliases: list[AliasRead]

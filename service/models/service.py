@@ -29,6 +29,11 @@ def create_line(*, session: Session, name: str, num_classes: int,
                               message=f"model line {name!r} already exists")
 
 
+def list_lines(*, session: Session) -> list[ModelLine]:
+    """Every model line, by name."""
+    return list(session.scalars(select(ModelLine).order_by(ModelLine.name)))
+
+
 def get_line(*, session: Session, name: str) -> ModelLine:
     """The model line called `name`."""
     return one_or_not_found(session, select(ModelLine).where(ModelLine.name == name),
@@ -100,6 +105,17 @@ def set_alias(*, session: Session, line_name: str, alias: str, version: str) -> 
     row.version = target
     session.flush()
     return row
+
+
+def list_aliases(*, session: Session, line_name: str) -> list[Alias]:
+    """The aliases of a line, by name."""
+    line = get_line(session=session, name=line_name)
+    return list(session.scalars(select(Alias).where(Alias.line_id == line.id).order_by(Alias.name)))
+
+
+def qualified_name(*, session: Session, version: ModelVersion) -> str:
+    """The "line:version" that names a version."""
+    return f"{session.get_one(ModelLine, version.line_id).name}:{version.version}"
 
 
 def find_alias_target(*, session: Session, line_name: str, alias: str) -> ModelVersion:

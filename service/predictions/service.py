@@ -1,17 +1,21 @@
 """Storing and reading the logits of a version on a data set."""
 
 import io
+from pathlib import Path
 
 import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import validate_logits
+from flipgate.formats import load_logits, validate_logits
 from service.artifacts import ArtifactStore
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, library_input
 from service.evalsets.models import Dataset
+from service.jobs.models import Job, JobKind
+from service.jobs.service import queue_job
 from service.models.models import ModelVersion
+from service.models.service import qualified_name
 from service.predictions.models import Prediction, PredictionSource
 
 
@@ -31,6 +35,15 @@ def store_predictions(
     if existing.logits_sha256 != sha256:
         raise Conflict("predictions_exist", clash)
     return existing
+
+
+def store_uploaded_logits(*, session: Session, store: ArtifactStore, version: ModelVersion,
+                          dataset: Dataset, npy_path: Path) -> Prediction:
+    """Keep logits that a team computed itself, read from an uploaded .npy file."""
+    with library_input():
+        logits = load_logits(npy_path)
+    return store_predictions(session=session, store=store, version=version, dataset=dataset,
+                             logits=logits, source=PredictionSource.UPLOADED)
 
 
 def _check_logits(logits: np.ndarray, version: ModelVersion, dataset: Dataset) -> None:
@@ -66,3 +79,24 @@ def read_logits(*, store: ArtifactStore, prediction: Prediction) -> np.ndarray:
     """The (N, C) logits array a prediction points at."""
     with store.open(prediction.logits_sha256) as readable:
         return np.load(readable, allow_pickle=False)
+
+
+def versions_with_predictions(*, session: Session, versions: list[ModelVersion],
+                              dataset: Dataset) -> list[ModelVersion]:
+    """Those of `versions`, in their order, that have logits on `dataset`."""
+    statement = select(Prediction.version_id).where(
+        Prediction.dataset_id == dataset.id,
+        Prediction.version_id.in_([version.id for version in versions]))
+    present = set(session.scalars(statement))
+    return [version for version in versions if version.id in present]
+
+
+def queue_missing_inference(*, session: Session, versions: list[ModelVersion],
+                            dataset: Dataset) -> list[Job]:
+    """An inference job (the open one, or a new one) for each version without logits on
+    `dataset`; none when all have them."""
+    present = versions_with_predictions(session=session, versions=versions, dataset=dataset)
+    return [queue_job(session=session, kind=JobKind.INFERENCE, params={
+                "version_id": version.id, "dataset_id": dataset.id, "evalset": dataset.name,
+                "version": qualified_name(session=session, version=version)})
+            for version in versions if version not in present]

@@ -1,0 +1,65 @@
+"""Liveness and readiness probes (no token needed)."""
+
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+BROKER_TIMEOUT_SECONDS = 1.0
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(request: Request) -> JSONResponse:
+    """The database, the broker and the artifact store answer; 503 with details if not."""
+    checks = {name: _outcome(check, request.app.state) for name, check in CHECKS.items()}
+    failed = [name for name, outcome in checks.items() if outcome["status"] == "failed"]
+    if not failed:
+        return JSONResponse({"status": "ready", "checks": checks})
+    error = {"code": "not_ready", "message": f"failing: {', '.join(failed)}"}
+    return JSONResponse({"error": error, "checks": checks}, status_code=503)
+
+
+def _outcome(check: Callable[[Any], str], state: Any) -> dict[str, str]:
+    """{"status": "ok" | "failed", "detail": ...} of one check."""
+    try:
+        return {"status": "ok", "detail": check(state)}
+    except Exception as error:  # a probe reports every failure instead of raising it
+        return {"status": "failed", "detail": f"{type(error).__name__}: {error}"}
+
+
+def _database(state: Any) -> str:
+    with state.engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+    return state.settings.safe_database_url
+
+
+def _artifacts(state: Any) -> str:
+    folder = state.settings.artifacts_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+        return f"{folder} is writable"
+
+
+def _broker(state: Any) -> str:
+    url = state.settings.redis_url
+    if url is None:
+        return "embedded"
+    with redis.Redis.from_url(url, socket_timeout=BROKER_TIMEOUT_SECONDS,
+                              socket_connect_timeout=BROKER_TIMEOUT_SECONDS) as client:
+        client.ping()
+    return "redis answers"
+
+
+CHECKS = {"database": _database, "broker": _broker, "artifacts": _artifacts}

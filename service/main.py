@@ -1,0 +1,90 @@
+"""The FastAPI application: routers, error rendering and the database check at start-up."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+import flipgate
+from service import health
+from service.artifacts import ArtifactStore
+from service.compare.router import router as compare_router
+from service.config import Settings, get_settings
+from service.db import create_db_engine, create_session_factory
+from service.errors import ServiceError, Unauthorized
+from service.evalsets.router import router as evalsets_router
+from service.jobs.router import router as jobs_router
+from service.limits import RequestBodyLimit
+from service.migrate import check_current
+from service.models.router import router as models_router
+from service.predictions.router import router as predictions_router
+
+FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
+ROUTERS = (models_router, evalsets_router, predictions_router, compare_router, jobs_router,
+           health.router)
+TAGS = [
+    {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
+    {"name": "evalsets", "description": "labeled eval sets (.npz)"},
+    {"name": "predictions", "description": "logits of a version on an eval set"},
+    {"name": "compare", "description": "pair reports and a line's pairwise matrices"},
+    {"name": "jobs", "description": "background work and its progress"},
+    {"name": "health", "description": "liveness and readiness probes"},
+]
+HTTP_ERROR_CODES = {413: "payload_too_large"}
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Refuse to serve a database that is not migrated; release connections at exit."""
+    check_current(app.state.engine)
+    yield
+    app.state.engine.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The flipgate API on the database and artifact store of `settings` (default: env)."""
+    settings = settings or get_settings()
+    app = FastAPI(title="flipgate", version=flipgate.__version__, openapi_tags=TAGS,
+                  lifespan=lifespan, description="A regression gate for classifier updates.")
+    app.add_middleware(RequestBodyLimit,
+                       max_bytes=settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
+    app.state.settings, app.state.engine = settings, create_db_engine(settings)
+    app.state.sessions = create_session_factory(app.state.engine)
+    app.state.store = ArtifactStore.from_settings(settings)
+    app.add_exception_handler(ServiceError, service_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(HTTPException, http_error)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app
+
+
+def error_response(status: int, code: str, message: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """The body of every refusal: {"error": {"code": ..., "message": ...}}."""
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status,
+                        headers=headers)
+
+
+def service_error(_request: Request, error: ServiceError) -> JSONResponse:
+    """A typed service error with its own status and code."""
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
+    return error_response(error.status_code, error.code, error.message, headers)
+
+
+def validation_error(_request: Request, error: RequestValidationError) -> JSONResponse:
+    """A request whose parameters or form fields do not parse."""
+    problems = [f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}"
+                for problem in error.errors()]
+    return error_response(422, "invalid_request", "; ".join(problems))
+
+
+def http_error(_request: Request, error: HTTPException) -> JSONResponse:
+    """Framework refusals: unknown routes, wrong methods, bodies over the size limit."""
+    status = error.status_code
+    code = HTTP_ERROR_CODES.get(status) or HTTPStatus(status).phrase.lower().replace(" ", "_")
+    return error_response(status, code, str(error.detail), error.headers)

@@ -1,0 +1,62 @@
+"""Endpoints of model lines and versions."""
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, UploadFile
+
+from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
+from service.errors import InvalidInput
+from service.models import service
+from service.models.models import ModelLine, ModelVersion
+from service.models.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+
+@router.post("", status_code=201, response_model=ModelVersionRead, dependencies=[WRITE])
+def register_version(
+    session: SessionDep, store: StoreDep, settings: SettingsDep,
+    name: Annotated[str, Form()], version: Annotated[str, Form()], artifact: UploadFile,
+    parent: Annotated[str | None, Form(description="line:version or line@alias")] = None,
+    metadata: Annotated[str | None, Form(description="a JSON object")] = None,
+) -> ModelVersion:
+    """Register an ONNX classifier as `name:version`; the line is created on first use."""
+    with store.stage(artifact.file, filename="model.onnx",
+                     max_bytes=settings.max_upload_bytes) as path:
+        return service.register_version(session=session, store=store, line_name=name,
+                                        version=version, onnx_path=path, parent=parent,
+                                        metadata=parse_metadata(metadata))
+
+
+def parse_metadata(text: str | None) -> dict[str, Any] | None:
+    """The `metadata` form field, which must hold a JSON object."""
+    try:
+        value = None if text is None else json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidInput("invalid_metadata", f"metadata is not JSON: {error}") from error
+    if value is not None and not isinstance(value, dict):
+        raise InvalidInput("invalid_metadata", "metadata must be a JSON object")
+    return value
+
+
+@router.get("", response_model=list[ModelLineRead], dependencies=[READ])
+def list_lines(session: SessionDep) -> list[ModelLine]:
+    """Every model line."""
+    return service.list_lines(session=session)
+
+
+@router.get("/{name}", response_model=ModelLineDetail, dependencies=[READ])
+def read_line(name: str, session: SessionDep) -> ModelLineDetail:
+    """A model line with its versions and aliases."""
+    return ModelLineDetail.model_validate({
+        "line": service.get_line(session=session, name=name),
+        "versions": service.list_versions(session=session, line_name=name),
+        "aliases": service.list_aliases(session=session, line_name=name),
+    }, from_attributes=True)
+
+
+@router.get("/{name}/versions/{version}", response_model=ModelVersionRead, dependencies=[READ])
+def read_version(name: str, version: str, session: SessionDep) -> ModelVersion:
+    """One version of a line."""
+    return service.find_version(session=session, line_name=name, version=version)

@@ -1,0 +1,28 @@
+"""Endpoint for logits that a team computed itself."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, UploadFile
+
+from service.deps import WRITE, SessionDep, SettingsDep, StoreDep
+from service.evalsets.service import get_dataset
+from service.models.service import find_version
+from service.predictions import service
+from service.predictions.models import Prediction
+from service.predictions.schemas import PredictionRead
+
+router = APIRouter(tags=["predictions"])
+
+
+@router.post("/models/{name}/versions/{version}/predictions", status_code=201,
+             response_model=PredictionRead, dependencies=[WRITE])
+def upload_predictions(name: str, version: str, session: SessionDep, store: StoreDep,
+                       settings: SettingsDep, evalset: Annotated[str, Form()],
+                       logits: UploadFile) -> Prediction:
+    """Store the (N, C) float logits (.npy) of `name:version` on an eval set."""
+    with store.stage(logits.file, filename="logits.npy",
+                     max_bytes=settings.max_upload_bytes) as path:
+        return service.store_uploaded_logits(
+            session=session, store=store, npy_path=path,
+            version=find_version(session=session, line_name=name, version=version),
+            dataset=get_dataset(session=session, name=evalset))

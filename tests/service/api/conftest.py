@@ -1,0 +1,114 @@
+"""An API client per test on the migrated SQLite and PostgreSQL databases of
+tests/service/conftest.py.
+
+create_app(settings) builds the real app; only its session factory is rebound to one
+connection whose outer transaction the test's end rolls back. The request dependency still
+opens, commits and rolls back its own session (each commit releases a savepoint), so every
+test sees an empty store without migrating a database per module.
+"""
+
+import io
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from httpx import Response
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.auth.service import create_token
+from service.config import Settings
+from service.db import session_scope
+from service.main import create_app
+
+ADMIN_TOKEN = "test-admin-token-0123456789"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    """The .npy file of an array (pickling allowed here only to build refused uploads)."""
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=True)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def settings(engine, tmp_path) -> Settings:
+    return Settings(database_url=engine.url.render_as_string(hide_password=False),
+                    data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN)
+
+
+@pytest.fixture
+def client(engine, settings) -> Iterator[TestClient]:
+    """A client that sends the admin token, on an app whose work is rolled back afterwards."""
+    app = create_app(settings)
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        app.state.sessions = sessionmaker(bind=connection, expire_on_commit=False,
+                                          join_transaction_mode="create_savepoint")
+        with TestClient(app, headers=bearer(ADMIN_TOKEN)) as client:
+            yield client
+        transaction.rollback()
+
+
+@pytest.fixture
+def db(client) -> Callable[[], AbstractContextManager[Session]]:
+    """Opens a committing session inside the client's transaction, for arranging data."""
+    return lambda: session_scope(client.app.state.sessions)
+
+
+@pytest.fixture
+def mint(db) -> Callable[..., str]:
+    """Creates a stored token with the given scopes and returns its plaintext."""
+
+    def create(*scopes: str) -> str:
+        with db() as session:
+            return create_token(session=session, name="-".join(scopes), scopes=list(scopes))[1]
+
+    return create
+
+
+@pytest.fixture
+def upload_model(client, onnx_file) -> Callable[..., Response]:
+    """POSTs a linear ONNX classifier as `name:version`."""
+
+    def post(name: str, version: str, *, num_classes: int = 3, seed: int = 0,
+             content: bytes | None = None, **fields: str) -> Response:
+        data = content if content is not None else onnx_file(num_classes, seed).read_bytes()
+        return client.post("/models", data={"name": name, "version": version, **fields},
+                           files={"artifact": ("model.onnx", data)})
+
+    return post
+
+
+@pytest.fixture
+def upload_evalset(client) -> Callable[[str, Path], Response]:
+    def post(name: str, path: Path) -> Response:
+        return client.post("/evalsets", data={"name": name},
+                           files={"data": ("data.npz", path.read_bytes())})
+
+    return post
+
+
+@pytest.fixture
+def upload_logits(client) -> Callable[..., Response]:
+    def post(ref: str, evalset: str, logits: np.ndarray) -> Response:
+        name, version = ref.split(":")
+        return client.post(f"/models/{name}/versions/{version}/predictions",
+                           data={"evalset": evalset},
+                           files={"logits": ("logits.npy", npy_bytes(logits))})
+
+    return post
+
+
+def error_code(response: Response, status: int) -> str:
+    """The code of an error response, after checking its status and shape."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    return body["error"]["code"]

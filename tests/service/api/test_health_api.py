@@ -1,0 +1,35 @@
+"""Liveness and readiness probes."""
+
+from fastapi.testclient import TestClient
+
+from service.main import create_app
+from tests.service.api.conftest import error_code
+
+
+def test_healthz_and_readyz_need_no_token(client):
+    anonymous = TestClient(client.app)
+    assert anonymous.get("/healthz").json() == {"status": "ok"}
+    ready = anonymous.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    checks = ready.json()["checks"]
+    assert {name: check["status"] for name, check in checks.items()} == {
+        "database": "ok", "broker": "ok", "artifacts": "ok"}
+    assert checks["broker"]["detail"] == "embedded"
+
+
+def test_readyz_is_503_when_the_broker_does_not_answer(settings):
+    app = create_app(settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"}))
+    with TestClient(app) as client:
+        response = client.get("/readyz")
+    body = response.json()
+    assert (response.status_code, body["error"]["code"]) == (503, "not_ready")
+    assert body["checks"]["broker"]["status"] == "failed"
+    assert body["checks"]["database"]["status"] == "ok"
+
+
+def test_openapi_is_served_with_a_tag_per_domain(client):
+    spec = client.get("/openapi.json").json()
+    assert {tag["name"] for tag in spec["tags"]} >= {"models", "evalsets", "predictions",
+                                                     "compare", "jobs", "health"}
+    assert client.get("/docs").status_code == 200
+    assert error_code(client.get("/nowhere"), 404) == "not_found"
