@@ -5,7 +5,7 @@ import numpy as np
 
 def logit_displacement(old_logits: np.ndarray, new_logits: np.ndarray) -> np.ndarray:
     """‖z_new − z_old‖₂ per sample."""
-    return np.linalg.norm(new_logits.astype(np.float64) - old_logits, axis=-1)
+    return np.linalg.norm(new_logits - old_logits, axis=-1)
 
 
 def rank_in_old(old_logits: np.ndarray, classes: np.ndarray, indices: np.ndarray) -> np.ndarray:
