@@ -3,6 +3,8 @@
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -212,6 +214,48 @@ def run_token_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_worker(args: argparse.Namespace) -> int:
+    """Run a Celery worker that takes the server's jobs from the broker."""
+    from worker.app import app
+
+    app.worker_main(["worker", f"--queues={args.queues}", f"--concurrency={args.concurrency}",
+                     "--loglevel=INFO"])
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve the API with uvicorn, with a worker subprocess unless --api-only."""
+    import uvicorn
+
+    from service.config import get_settings
+    from service.main import create_app
+    from service.migrate import upgrade
+
+    settings = get_settings()
+    if not os.environ.get("FLIPGATE_DATABASE_URL"):  # embedded mode: its own SQLite file
+        upgrade(settings)
+    worker = None if args.api_only else subprocess.Popen(
+        [sys.executable, "-m", "flipgate.cli", "worker", "--queues", "gpu,default"])
+    # uvicorn re-raises SIGTERM after its graceful shutdown: exit normally so `finally` runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        uvicorn.run(create_app(settings), host=args.host, port=args.port)
+    finally:
+        if worker is not None:
+            stop_process(worker)
+    return 0
+
+
+def stop_process(process: subprocess.Popen[bytes], grace_seconds: float = 20) -> None:
+    """Terminate a child process, killing it when it outlives `grace_seconds`."""
+    process.terminate()
+    try:
+        process.wait(grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -274,6 +318,26 @@ def build_parser() -> Parser:
         description="Applies the Alembic migrations to $FLIPGATE_DATABASE_URL (default: the "
                     "SQLite file flipgate.db in $FLIPGATE_DATA_DIR or ./flipgate-data).")
     migrate.set_defaults(run=run_migrate)
+
+    serve = commands.add_parser(
+        "serve", help="serve the HTTP API, with a worker unless --api-only",
+        description="With no FLIPGATE_DATABASE_URL the database is the SQLite file in "
+                    "$FLIPGATE_DATA_DIR (migrated here) and the broker a folder beside it; "
+                    "otherwise run `flipgate migrate` first.")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=positive_int, default=8000)
+    serve.add_argument("--api-only", action="store_true",
+                       help="start no worker (run `flipgate worker` elsewhere)")
+    serve.set_defaults(run=run_serve)
+
+    worker = commands.add_parser(
+        "worker", help="run a worker for inference and metrics jobs",
+        description="Takes jobs from $FLIPGATE_REDIS_URL, or from the folder broker in "
+                    "$FLIPGATE_DATA_DIR when it is unset.")
+    worker.add_argument("--queues", default="gpu,default",
+                        help="comma-separated queues: gpu (inference), default (metrics)")
+    worker.add_argument("--concurrency", type=positive_int, default=1)
+    worker.set_defaults(run=run_worker)
 
     token = commands.add_parser("token", help="manage the server's API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True,

@@ -7,7 +7,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import JSON, DateTime, Double, Engine, Enum, MetaData, Select, create_engine, event
+from sqlalchemy import (
+    JSON,
+    Connection,
+    DateTime,
+    Double,
+    Engine,
+    Enum,
+    MetaData,
+    Select,
+    create_engine,
+    event,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import IntegrityError
@@ -18,6 +29,7 @@ from service.config import Settings
 from service.errors import Conflict, NotFound
 
 Row = TypeVar("Row")
+WRITE_LOCK_AT_BEGIN = "flipgate_write_lock_at_begin"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -80,8 +92,17 @@ def create_db_engine(settings: Settings) -> Engine:
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url)
     event.listen(engine, "connect", _configure_sqlite_connection)
-    event.listen(engine, "begin", lambda connection: connection.exec_driver_sql("BEGIN"))
+    event.listen(engine, "begin", _begin_sqlite)
     return engine
+
+
+def _begin_sqlite(connection: Connection) -> None:
+    """Emit BEGIN, or BEGIN IMMEDIATE on connections of session factories: the API and the
+    workers are separate processes, and a SQLite transaction that has read cannot write
+    after another process has committed ("database is locked"); taking the write lock at
+    the start makes it wait for the other writer instead."""
+    immediate = connection.get_execution_options().get(WRITE_LOCK_AT_BEGIN, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
@@ -94,8 +115,10 @@ def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
 
 
 def create_session_factory(engine: Engine) -> sessionmaker[Session]:
-    """Sessions whose objects stay readable after commit (responses are built afterwards)."""
-    return sessionmaker(engine, expire_on_commit=False)
+    """Sessions whose objects stay readable after commit (responses are built afterwards);
+    on SQLite their transactions take the write lock when they begin."""
+    return sessionmaker(engine.execution_options(**{WRITE_LOCK_AT_BEGIN: True}),
+                        expire_on_commit=False)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from service.auth.service import authenticate, require_scope
 from service.config import Settings
 from service.db import session_scope
 from service.errors import Unauthorized
+from service.jobs.enqueue import enqueue_after_commit
 
 bearer = HTTPBearer(auto_error=False, description="an API token, or FLIPGATE_ADMIN_TOKEN")
 
@@ -29,8 +30,10 @@ def get_store(request: Request) -> ArtifactStore:
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    """One session per request: committed when the endpoint returns, rolled back if it raises."""
+    """One session per request: committed when the endpoint returns, rolled back if it raises;
+    the jobs it created are sent to the workers after the commit."""
     with session_scope(request.app.state.sessions) as session:
+        enqueue_after_commit(session=session, celery=request.app.state.celery)
         yield session
 
 

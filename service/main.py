@@ -22,6 +22,7 @@ from service.limits import RequestBodyLimit
 from service.migrate import check_current
 from service.models.router import router as models_router
 from service.predictions.router import router as predictions_router
+from worker.app import create_celery_app
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (models_router, evalsets_router, predictions_router, compare_router, jobs_router,
@@ -55,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings, app.state.engine = settings, create_db_engine(settings)
     app.state.sessions = create_session_factory(app.state.engine)
     app.state.store = ArtifactStore.from_settings(settings)
+    app.state.celery = create_celery_app(settings)
     app.add_exception_handler(ServiceError, service_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)

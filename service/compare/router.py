@@ -30,8 +30,8 @@ def compare(
 
     With the logits of both versions stored, the report is computed once, stored and
     returned. Otherwise an inference job is queued per missing version (asking again returns
-    the same open jobs) and the answer is 202 with the job to poll. The worker that runs
-    these jobs comes with `flipgate worker`; until it runs, they stay queued.
+    the same open jobs) and the answer is 202 with the job to poll. The jobs are sent to the
+    workers (`flipgate worker`, or the one `flipgate serve` starts) once this request commits.
     """
     pair = service.resolve_pair(session=session, old=old, new=new, evalset=evalset)
     jobs = queue_missing_inference(session=session, versions=[pair.old, pair.new],

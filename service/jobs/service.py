@@ -15,6 +15,7 @@ NEXT_STATES = {
 }
 FINAL_STATES = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
 OPEN_STATES = {JobState.QUEUED, JobState.RUNNING}
+CREATED_JOBS = "flipgate.created_jobs"  # session.info key: (kind, id) of the jobs created
 
 
 def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
@@ -23,6 +24,7 @@ def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
     job = Job(kind=kind, params=params, parent=parent)
     session.add(job)
     session.flush()
+    session.info.setdefault(CREATED_JOBS, []).append((job.kind, job.id))
     return job
 
 
@@ -37,6 +39,27 @@ def get_job(*, session: Session, job_id: int) -> Job:
     """The job with this id."""
     return one_or_not_found(session, select(Job).where(Job.id == job_id),
                             code="job_not_found", message=f"no job {job_id}")
+
+
+def claim_job(*, session: Session, job_id: int) -> Job | None:
+    """Lock a job and start it when queued (a running one is resumed after a lost worker);
+    None when it is unknown or already finished or cancelled."""
+    job = _locked(session, job_id)
+    if job is None or job.state in FINAL_STATES:
+        return None
+    if job.state == JobState.QUEUED:
+        start_job(session=session, job=job)
+    return job
+
+
+def lock_running_job(*, session: Session, job_id: int) -> Job | None:
+    """The job, locked until the transaction ends, while it is running; else None."""
+    job = _locked(session, job_id)
+    return job if job is not None and job.state == JobState.RUNNING else None
+
+
+def _locked(session: Session, job_id: int) -> Job | None:
+    return session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
 
 
 def start_job(*, session: Session, job: Job) -> Job:

@@ -7,7 +7,8 @@ import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import load_logits, validate_logits
+from flipgate.formats import load_evalset, load_logits, validate_logits
+from flipgate.inference import OnnxClassifier, Progress
 from service.artifacts import ArtifactStore
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, library_input
@@ -35,6 +36,16 @@ def store_predictions(
     if existing.logits_sha256 != sha256:
         raise Conflict("predictions_exist", clash)
     return existing
+
+
+def score_version(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
+                  progress: Progress | None = None) -> tuple[np.ndarray, str]:
+    """A version's logits on a data set, computed with ONNX Runtime, and the provider used."""
+    with library_input():
+        classifier = OnnxClassifier(store.path(version.artifact_sha256))
+        evalset = load_evalset(store.path(dataset.sha256))
+        classifier.check_evalset(evalset)
+        return classifier.predict(evalset.x, progress=progress), classifier.provider
 
 
 def store_uploaded_logits(*, session: Session, store: ArtifactStore, version: ModelVersion,

@@ -1,0 +1,103 @@
+"""Whole-system helpers: flipgate processes started as subprocesses (always terminated),
+free ports, and bounded polling of jobs over HTTP."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import linear_onnx
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_SECONDS = 90
+POLL_SECONDS = 0.2
+FEATURES, CLASSES = 4, 3
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def flipgate_env(**variables: str) -> dict[str, str]:
+    """This environment without FLIPGATE_* variables, plus `variables` and the checkout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLIPGATE_")}
+    return {**env, **variables, "PYTHONPATH": str(ROOT)}
+
+
+@contextmanager
+def flipgate_process(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[
+        subprocess.Popen[bytes]]:
+    """`flipgate ARGS` as a subprocess, logging to cwd/<command>.log; terminated at the end."""
+    with (cwd / f"{args[0]}.log").open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "flipgate.cli", *args], env=env,
+                                   cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_for(check: Callable[[], object], what: str, timeout: float = WAIT_SECONDS) -> object:
+    """The first truthy value of `check()`, polled until `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(POLL_SECONDS)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def wait_for_jobs(client: httpx.Client, job_ids: list[int]) -> list[dict]:
+    """The jobs once each has ended; every one must have succeeded."""
+
+    def ended() -> list[dict] | None:
+        jobs = [client.get(f"/jobs/{job_id}").json() for job_id in job_ids]
+        return jobs if all(job["state"] not in ("queued", "running") for job in jobs) else None
+
+    jobs = wait_for(ended, f"jobs {job_ids}")
+    assert [job["state"] for job in jobs] == ["succeeded"] * len(jobs), jobs
+    return jobs
+
+
+@pytest.fixture
+def models(tmp_path) -> list[Path]:
+    """Three linear ONNX classifiers of CLASSES classes."""
+    rng = np.random.default_rng(0)
+    return [linear_onnx(tmp_path / f"v{index}.onnx", rng.normal(size=(FEATURES, CLASSES)),
+                        rng.normal(size=CLASSES), ("N", FEATURES)) for index in range(3)]
+
+
+@pytest.fixture
+def evalset(tmp_path) -> Path:
+    """An eval set of 300 samples."""
+    rng = np.random.default_rng(1)
+    path = tmp_path / "eval.npz"
+    np.savez(path, x=rng.normal(size=(300, FEATURES)).astype(np.float32),
+             y=rng.integers(0, CLASSES, 300))
+    return path
+
+
+def register(client: httpx.Client, models: list[Path], evalset: Path) -> None:
+    """Register the models as digits:1.0, 1.1, … and the eval set as "eval"."""
+    for index, path in enumerate(models):
+        response = client.post("/models", data={"name": "digits", "version": f"1.{index}"},
+                               files={"artifact": ("model.onnx", path.read_bytes())})
+        assert response.status_code == 201, response.text
+    response = client.post("/evalsets", data={"name": "eval"},
+                           files={"data": ("eval.npz", evalset.read_bytes())})
+    assert response.status_code == 201, response.text

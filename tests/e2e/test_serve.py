@@ -1,0 +1,78 @@
+"""`flipgate serve` in embedded mode (SQLite, folder broker, its own worker) over HTTP."""
+
+import httpx
+import numpy as np
+import pytest
+
+from flipgate.formats import load_evalset
+from flipgate.inference import OnnxClassifier
+from flipgate.metrics import compare_logits, pairwise_matrices
+from tests.e2e.conftest import (
+    flipgate_env,
+    flipgate_process,
+    free_port,
+    register,
+    wait_for,
+    wait_for_jobs,
+)
+
+TOKEN = "e2e-admin-token-0123456789"
+pytestmark = pytest.mark.slow
+
+
+def ready(client: httpx.Client) -> bool:
+    try:
+        return client.get("/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def queue_compare(client: httpx.Client, old: str, new: str) -> list[int]:
+    response = client.get(f"/compare/{old}/{new}", params={"evalset": "eval"})
+    assert response.status_code == 202, response.text
+    return response.json()["job_ids"]
+
+
+def test_serve_runs_inference_and_answers_compare_and_matrix(tmp_path, models, evalset):
+    port = free_port()
+    env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=TOKEN)
+    with (flipgate_process(["serve", "--port", str(port)], env, tmp_path) as server,
+          httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                       headers={"Authorization": f"Bearer {TOKEN}"}) as client):
+        wait_for(lambda: ready(client), "/readyz")
+        register(client, models, evalset)
+        jobs = queue_compare(client, "digits:1.0", "digits:1.1")
+        jobs += queue_compare(client, "digits:1.1", "digits:1.2")[1:]
+        assert len(jobs) == 3
+        wait_for_jobs(client, jobs)
+        report = client.get("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
+        matrix = client.get("/models/digits/matrix", params={"evalset": "eval"}).json()
+        worker = child_pids(server.pid)
+        assert worker, "serve started no worker"
+    assert server.returncode == 0
+    assert not any(alive(pid) for pid in worker)
+    data = load_evalset(evalset)
+    logits = [OnnxClassifier(path).predict(data.x) for path in models]
+    expected = compare_logits(logits[0], logits[1], data.y)
+    assert report.status_code == 200
+    assert {key: report.json()[key] for key in ("nfr", "pfr", "churn", "er_old", "er_new")} == \
+        pytest.approx({key: expected[key] for key in ("nfr", "pfr", "churn", "er_old", "er_new")})
+    expected_matrices = pairwise_matrices(np.stack([z.argmax(1) for z in logits]), data.y)
+    assert matrix["versions"] == ["1.0", "1.1", "1.2"]
+    for name in ("nfr", "pfr", "churn"):
+        np.testing.assert_allclose(np.array(matrix[name], dtype=float), expected_matrices[name])
+
+
+def child_pids(pid: int) -> list[int]:
+    """The ids of a process's children (from /proc)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        return [int(child) for child in children.read().split()]
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this id exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,167 @@
+"""The worker's tasks called directly (no broker) on the migrated SQLite and PostgreSQL
+databases; their data is committed, so every name is unique to its test."""
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+
+from flipgate.formats import load_evalset
+from flipgate.inference import OnnxClassifier
+from flipgate.metrics import compare_logits
+from service.config import get_settings
+from service.db import create_session_factory, session_scope
+from service.evalsets.models import DatasetRole
+from service.evalsets.service import get_dataset, register_dataset
+from service.jobs.models import JobKind, JobState
+from service.jobs.service import cancel_job, create_job, get_job
+from service.models.service import get_version, register_version
+from service.predictions.service import get_predictions, read_logits
+from worker import tasks
+
+
+@pytest.fixture
+def ctx(engine, store, monkeypatch, tmp_path) -> Iterator[tasks.Context]:
+    """The tasks' context, on the test database and artifact store (and the Celery app's
+    folder broker, configured on first use, in a temporary folder)."""
+    monkeypatch.setenv("FLIPGATE_DATA_DIR", str(tmp_path / "data"))
+    get_settings.cache_clear()
+    context = tasks.Context(create_session_factory(engine), store)
+    monkeypatch.setattr(tasks, "context", lambda: context)
+    yield context
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def arrange(ctx, onnx_file, npz_file) -> Callable[..., dict]:
+    """Commits `versions` linear models of one line and an eval set; returns their ids."""
+
+    def create(versions: int = 1, n: int = 500) -> dict:
+        line, evalset = f"line-{uuid.uuid4().hex[:8]}", f"set-{uuid.uuid4().hex[:8]}"
+        with session_scope(ctx.sessions) as session:
+            ids = [register_version(session=session, store=ctx.store, line_name=line,
+                                    version=f"1.{seed}", onnx_path=onnx_file(3, seed)).id
+                   for seed in range(versions)]
+            register_dataset(session=session, store=ctx.store, name=evalset,
+                             role=DatasetRole.EVAL, npz_path=npz_file(n))
+        return {"version_ids": ids, "evalset": evalset, "npz": npz_file(n),
+                "onnx": [onnx_file(3, seed) for seed in range(versions)]}
+
+    return create
+
+
+def queue(ctx: tasks.Context, kind: JobKind, **params) -> int:
+    with session_scope(ctx.sessions) as session:
+        return create_job(session=session, kind=kind, params=params).id
+
+
+def queue_inference(ctx: tasks.Context, data: dict) -> int:
+    """An inference job for the first arranged version on the arranged eval set."""
+    return queue(ctx, JobKind.INFERENCE, version_id=data["version_ids"][0],
+                 evalset=data["evalset"])
+
+
+def job_row(ctx: tasks.Context, job_id: int):
+    with session_scope(ctx.sessions) as session:
+        return get_job(session=session, job_id=job_id)
+
+
+def stored_logits(ctx: tasks.Context, version_id: int, evalset: str) -> np.ndarray:
+    with session_scope(ctx.sessions) as session:
+        prediction = get_predictions(session=session, dataset=get_dataset(
+            session=session, name=evalset), version=get_version(session=session,
+                                                                version_id=version_id))
+        return read_logits(store=ctx.store, prediction=prediction)
+
+
+def test_inference_stores_the_logits_of_the_classifier(ctx, arrange):
+    data = arrange()
+    job_id = queue_inference(ctx, data)
+    tasks.inference(job_id)
+    job = job_row(ctx, job_id)
+    assert (job.state, job.progress, job.error) == (JobState.SUCCEEDED, 1.0, None)
+    assert job.result["provider"] in ("CPUExecutionProvider", "CUDAExecutionProvider")
+    expected = OnnxClassifier(data["onnx"][0]).predict(load_evalset(data["npz"]).x)
+    np.testing.assert_array_equal(stored_logits(ctx, data["version_ids"][0], data["evalset"]),
+                                  expected)
+
+
+def test_a_finished_job_is_not_run_again(ctx, arrange):
+    data = arrange()
+    job_id = queue_inference(ctx, data)
+    tasks.inference(job_id)
+    first = job_row(ctx, job_id)
+    tasks.inference(job_id)
+    again = job_row(ctx, job_id)
+    assert (again.state, again.finished_at, again.result) == (first.state, first.finished_at,
+                                                              first.result)
+
+
+def test_a_cancelled_job_is_not_run(ctx, arrange):
+    data = arrange()
+    job_id = queue_inference(ctx, data)
+    with session_scope(ctx.sessions) as session:
+        cancel_job(session=session, job_id=job_id)
+    tasks.inference(job_id)
+    job = job_row(ctx, job_id)
+    assert (job.state, job.started_at, job.result) == (JobState.CANCELLED, None, None)
+
+
+def test_a_job_cancelled_while_it_runs_keeps_nothing(ctx, arrange, monkeypatch):
+    data = arrange()
+    job_id = queue_inference(ctx, data)
+    write = tasks.JobProgress.__call__
+
+    def cancel_midway(progress: tasks.JobProgress, done: int, total: int) -> None:
+        with session_scope(ctx.sessions) as session:
+            cancel_job(session=session, job_id=job_id)
+        write(progress, done, total)
+
+    monkeypatch.setattr(tasks.JobProgress, "__call__", cancel_midway)
+    tasks.inference(job_id)
+    assert job_row(ctx, job_id).state == JobState.CANCELLED
+    with pytest.raises(Exception, match="has no logits"):
+        stored_logits(ctx, data["version_ids"][0], data["evalset"])
+
+
+def test_progress_is_written_in_steps(ctx, arrange, monkeypatch):
+    data = arrange(n=2000)  # four batches of 512
+    job_id = queue_inference(ctx, data)
+    seen: list[float] = []
+    write = tasks.JobProgress.__call__
+
+    def record(progress: tasks.JobProgress, done: int, total: int) -> None:
+        write(progress, done, total)
+        seen.append(job_row(ctx, job_id).progress)
+
+    monkeypatch.setattr(tasks.JobProgress, "__call__", record)
+    tasks.inference(job_id)
+    assert seen[-1] == 1.0 and seen == sorted(seen) and 0.0 < seen[0] < 1.0
+
+
+def test_a_failing_job_records_its_error(ctx, arrange):
+    data = arrange()
+    job_id = queue(ctx, JobKind.INFERENCE, version_id=data["version_ids"][0],
+                   evalset="no-such-set")
+    tasks.inference(job_id)
+    job = job_row(ctx, job_id)
+    assert job.state == JobState.FAILED and job.error.startswith("dataset_not_found:")
+
+
+def test_metrics_store_the_compare_report_of_the_pair(ctx, arrange):
+    data = arrange(versions=2)
+    old_id, new_id = data["version_ids"]
+    for version_id in data["version_ids"]:
+        tasks.inference(queue(ctx, JobKind.INFERENCE, version_id=version_id,
+                              evalset=data["evalset"]))
+    job_id = queue(ctx, JobKind.METRICS, old_version_id=old_id, new_version_id=new_id,
+                   evalset=data["evalset"])
+    tasks.metrics(job_id)
+    job = job_row(ctx, job_id)
+    labels = load_evalset(data["npz"]).y
+    expected = compare_logits(stored_logits(ctx, old_id, data["evalset"]),
+                              stored_logits(ctx, new_id, data["evalset"]), labels)
+    assert job.state == JobState.SUCCEEDED
+    assert job.result["nfr"] == pytest.approx(expected["nfr"])
+    assert job.result["churn"] == pytest.approx(expected["churn"])

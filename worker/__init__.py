@@ -1,0 +1,1 @@
+"""Celery app and thin tasks: job ids in, service and flipgate code run, results persisted."""
