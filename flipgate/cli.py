@@ -260,10 +260,8 @@ def comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def build_parser() -> Parser:
-    parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-
+def add_compare_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate compare` subcommand."""
     compare = commands.add_parser(
         "compare", help="compare two models sample by sample on a labeled eval set",
         description="OLD and NEW are ONNX classifiers (.onnx) or precomputed logits (.npy).")
@@ -278,6 +276,9 @@ def build_parser() -> Parser:
                          help="where ONNX Runtime runs the models (default: CUDA if usable)")
     compare.set_defaults(run=run_compare)
 
+
+def add_train_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate train` subcommand."""
     train = commands.add_parser(
         "train", help="train a classifier with a flip-reducing recipe and export it as ONNX",
         description="Trains on DATA.npz (same format as an eval set) and writes MODEL.onnx and "
@@ -299,6 +300,9 @@ def build_parser() -> Parser:
     add_method_flags(train)
     train.set_defaults(run=run_train)
 
+
+def add_experiment_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate experiment` subcommand."""
     experiment = commands.add_parser(
         "experiment", help="reproduce the papers' comparison of treatments on MNIST")
     experiment.add_argument("--seeds", type=positive_int, default=3)
@@ -306,6 +310,9 @@ def build_parser() -> Parser:
     experiment.add_argument("--out", type=Path, default=Path("docs/reproduction.md"))
     experiment.set_defaults(run=run_experiment)
 
+
+def add_demo_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate demo` subcommand."""
     demo = commands.add_parser(
         "demo", help="train two MNIST models and compare them end to end")
     demo.add_argument("--data-dir", type=Path, default=data_dir(),
@@ -313,12 +320,18 @@ def build_parser() -> Parser:
                            "(default: $FLIPGATE_DATA_DIR or ./flipgate-data)")
     demo.set_defaults(run=run_demo)
 
+
+def add_migrate_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate migrate` subcommand."""
     migrate = commands.add_parser(
         "migrate", help="create or upgrade the server's database to the newest schema",
         description="Applies the Alembic migrations to $FLIPGATE_DATABASE_URL (default: the "
                     "SQLite file flipgate.db in $FLIPGATE_DATA_DIR or ./flipgate-data).")
     migrate.set_defaults(run=run_migrate)
 
+
+def add_serve_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate serve` subcommand."""
     serve = commands.add_parser(
         "serve", help="serve the HTTP API, with a worker unless --api-only",
         description="With no FLIPGATE_DATABASE_URL the database is the SQLite file in "
@@ -330,6 +343,9 @@ def build_parser() -> Parser:
                        help="start no worker (run `flipgate worker` elsewhere)")
     serve.set_defaults(run=run_serve)
 
+
+def add_worker_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate worker` subcommand."""
     worker = commands.add_parser(
         "worker", help="run a worker for inference and metrics jobs",
         description="Takes jobs from $FLIPGATE_REDIS_URL, or from the folder broker in "
@@ -339,6 +355,9 @@ def build_parser() -> Parser:
     worker.add_argument("--concurrency", type=positive_int, default=1)
     worker.set_defaults(run=run_worker)
 
+
+def add_token_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate token` subcommand."""
     token = commands.add_parser("token", help="manage the server's API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True,
                                           parser_class=Parser)
@@ -350,6 +369,15 @@ def build_parser() -> Parser:
     create.add_argument("--scopes", required=True, type=comma_list, metavar="read,write",
                         help="comma-separated scopes: read, write, gate, admin")
     create.set_defaults(run=run_token_create)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for add_command in (add_compare_command, add_train_command, add_experiment_command,
+                        add_demo_command, add_migrate_command, add_serve_command,
+                        add_worker_command, add_token_command):
+        add_command(commands)
     return parser
 
 
