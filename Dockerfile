@@ -13,6 +13,7 @@ COPY pyproject.toml README.md ./
 COPY flipgate ./flipgate
 COPY service ./service
 COPY migrations ./migrations
+COPY worker ./worker
 COPY alembic.ini ./
 RUN pip install .
 

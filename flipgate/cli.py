@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
@@ -19,8 +20,12 @@ from flipgate.compare import analyse, score
 from flipgate.errors import InvalidInput
 from flipgate.formats import EvalSet, check_labels, load_evalset
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
+from flipgate.processes import stop_process
 from flipgate.train.methods import METHODS
 from flipgate.train.options import add_method_flags
+
+if TYPE_CHECKING:
+    from flipgate.demo import DemoFiles
 
 ProgressFactory = Callable[[str], Callable[[int, int], None]]
 
@@ -98,7 +103,8 @@ def write_text(path: Path, text: str) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Train an old and a new MNIST model, export them to ONNX and compare them."""
+    """Train an old and a new MNIST model, export them to ONNX, compare them here and then
+    through a real server (registration, queued inference on a worker, compare, matrix)."""
     from flipgate.demo import prepare_demo
 
     folder = args.data_dir / "demo"
@@ -108,6 +114,23 @@ def run_demo(args: argparse.Namespace) -> int:
                        html=folder / "report.html")
     print(f"\nRun it yourself: flipgate compare {files.old_model} {files.new_model} "
           f"--evalset {files.evalset} [--json] [--html FILE]")
+    return 0 if args.local_only else demo_through_server(files, folder / "server")
+
+
+def demo_through_server(files: "DemoFiles", folder: Path) -> int:
+    """The demo's models through `flipgate serve`: print its report and the line's matrix."""
+    from flipgate.demo_server import LINE, ServerDemoError, run_through_server
+    from flipgate.reporting.terminal import render_matrix, render_report
+
+    console = Console()
+    console.rule(f"The same update through flipgate serve (data in {folder})")
+    try:
+        report, matrix = run_through_server(files, folder)
+    except ServerDemoError as error:
+        print(f"flipgate demo: error: {error}", file=sys.stderr)
+        return 1
+    render_report(report, console, old_name=f"{LINE}:1", new_name=f"{LINE}:2")
+    render_matrix(matrix, console, title=f"{LINE}: NFR (churn) for every pair of versions")
     return 0
 
 
@@ -246,16 +269,6 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def stop_process(process: subprocess.Popen[bytes], grace_seconds: float = 20) -> None:
-    """Terminate a child process, killing it when it outlives `grace_seconds`."""
-    process.terminate()
-    try:
-        process.wait(grace_seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 def comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -314,10 +327,13 @@ def add_experiment_command(commands: argparse._SubParsersAction) -> None:
 def add_demo_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate demo` subcommand."""
     demo = commands.add_parser(
-        "demo", help="train two MNIST models and compare them end to end")
+        "demo", help="train two MNIST models and compare them, locally and through a server")
     demo.add_argument("--data-dir", type=Path, default=data_dir(),
                       help="where the demo writes its models, eval set and report "
                            "(default: $FLIPGATE_DATA_DIR or ./flipgate-data)")
+    demo.add_argument("--local-only", action="store_true",
+                      help="skip the second half, which runs the same update through a "
+                           "flipgate serve started for the demo")
     demo.set_defaults(run=run_demo)
 
 

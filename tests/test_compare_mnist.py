@@ -1,6 +1,7 @@
 """`flipgate compare` on real MNIST models, checked against an independent computation."""
 
 import json
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -105,7 +106,12 @@ def test_demo_command_runs_end_to_end(tmp_path):
     done = subprocess.run([flipgate, "demo", "--data-dir", tmp_path], capture_output=True,
                           text=True, check=False, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert "Verdict hints" in done.stdout and "NFR" in done.stdout
+    local, _, served = done.stdout.partition("The same update through flipgate serve")
+    assert "Verdict hints" in local and served, done.stdout
     folder = tmp_path / "demo"
     assert {p.name for p in folder.iterdir()} >= {"old.onnx", "new.onnx", "mnist-eval.npz",
-                                                  "report.html"}
+                                                  "report.html", "server"}
+    # The server computed the logits itself and reports the same flips as the local compare.
+    negative_flips = re.findall(r"Negative flips\s*│\s*(\d+)", done.stdout)
+    assert len(negative_flips) == 2 and negative_flips[0] == negative_flips[1]
+    assert "mnist: NFR (churn) for every pair of versions" in served

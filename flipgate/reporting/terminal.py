@@ -216,3 +216,16 @@ def render_report(
     hints = verdict_hints(report, old_name=old_name, new_name=new_name, class_names=class_names)
     for hint in hints:
         console.print(Text(f"• {hint}"))
+
+
+def render_matrix(matrix: dict, console: Console, *, title: str) -> None:
+    """A line's pairwise NFR matrix (row: old version, column: new version), with churn."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("old ↓ / new →")
+    for version in matrix["versions"]:
+        table.add_column(str(version), justify="right")
+    for i, version in enumerate(matrix["versions"]):
+        cells = [f"{fmt_pct(nfr)} ({fmt_pct(churn)})"
+                 for nfr, churn in zip(matrix["nfr"][i], matrix["churn"][i], strict=True)]
+        table.add_row(str(version), *cells)
+    console.print(table)
