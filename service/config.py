@@ -4,7 +4,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     admin_token: SecretStr | None = None
     max_upload_mb: int = 512
+    shard_size: int = Field(default=50_000, ge=1)  # eval sets with more samples are sharded
 
     @model_validator(mode="after")
     def _default_database(self) -> Self:

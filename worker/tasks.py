@@ -7,12 +7,15 @@ finished in one commit, and only while the job is still running.
 """
 
 import logging
+import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.artifacts import ArtifactStore
@@ -20,14 +23,28 @@ from service.compare.service import Pair, pair_report
 from service.config import get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import ServiceError
+from service.evalsets.models import Dataset
 from service.evalsets.service import get_dataset
-from service.jobs.enqueue import TASK_NAMES
-from service.jobs.models import JobKind, JobState
-from service.jobs.service import claim_job, finish_job, lock_running_job, set_progress
+from service.jobs.enqueue import TASK_NAMES, enqueue_after_commit
+from service.jobs.models import Job, JobKind, JobState
+from service.jobs.service import (
+    claim_job,
+    create_shards,
+    finish_job,
+    get_job,
+    list_shards,
+    lock_running_job,
+    set_progress,
+)
 from service.models.models import ModelVersion
 from service.models.service import get_version, qualified_name
 from service.predictions.models import PredictionSource
-from service.predictions.service import score_version, store_predictions
+from service.predictions.service import (
+    read_logits_artifact,
+    score_version,
+    store_logits,
+    store_predictions,
+)
 from worker.app import app
 
 PROGRESS_STEP = 0.05
@@ -88,21 +105,75 @@ def run_job(job_id: int, work: Work) -> None:
 
 
 def infer(ctx: Context, job_id: int, params: dict[str, Any]) -> None:
-    """Score the version on the eval set (unless its logits exist) and store the logits."""
+    """Score the version on the eval set and store the logits; an eval set of more than
+    shard_size samples is split into shards instead, and a shard scores its range only."""
     with session_scope(ctx.sessions) as session:
         version = get_version(session=session, version_id=params["version_id"])
         dataset = get_dataset(session=session, name=params["evalset"])
+    if "parent_id" in params:
+        return infer_shard(ctx, job_id, params, version, dataset)
+    if dataset.n > get_settings().shard_size:
+        return split(ctx, job_id, dataset)
     logits, provider = score_version(store=ctx.store, version=version, dataset=dataset,
                                      progress=JobProgress(ctx.sessions, job_id))
     with finishing(ctx, job_id) as (session, result):
-        version = get_version(session=session, version_id=params["version_id"])
-        prediction = store_predictions(
-            session=session, store=ctx.store, version=version, logits=logits,
-            dataset=get_dataset(session=session, name=params["evalset"]),
-            source=PredictionSource.COMPUTED, provider=provider)
-        result.update(prediction_id=prediction.id, provider=prediction.provider,
-                      logits_sha256=prediction.logits_sha256,
-                      version_url=_version_url(session, version))
+        result["provider"] = provider
+        keep_logits(ctx, session, params, logits, result)
+
+
+def keep_logits(ctx: Context, session: Session, params: dict[str, Any], logits: np.ndarray,
+                result: dict[str, Any]) -> None:
+    """Store the logits of the job's version on its eval set and describe them in `result`."""
+    version = get_version(session=session, version_id=params["version_id"])
+    prediction = store_predictions(
+        session=session, store=ctx.store, version=version, logits=logits,
+        dataset=get_dataset(session=session, name=params["evalset"]),
+        source=PredictionSource.COMPUTED, provider=result["provider"])
+    result.update(prediction_id=prediction.id, logits_sha256=prediction.logits_sha256,
+                  version_url=_version_url(session, version))
+
+
+def split(ctx: Context, job_id: int, dataset: Dataset) -> None:
+    """Queue the shards of a running job (once: a job delivered again keeps its shards)."""
+    size = get_settings().shard_size
+    with session_scope(ctx.sessions) as session:
+        enqueue_after_commit(session=session, celery=app)
+        job = lock_running_job(session=session, job_id=job_id)
+        if job is None:
+            raise JobStopped
+        if not list_shards(session=session, job=job):
+            create_shards(session=session, job=job, ranges=[
+                (start, min(start + size, dataset.n)) for start in range(0, dataset.n, size)])
+
+
+def infer_shard(ctx: Context, job_id: int, params: dict[str, Any], version: ModelVersion,
+                dataset: Dataset) -> None:
+    """Score the shard's sample range and keep its logits as an artifact; the shard that
+    ends last merges them all into the parent's predictions in the same commit."""
+    logits, provider = score_version(store=ctx.store, version=version, dataset=dataset,
+                                     rows=slice(params["start"], params["stop"]),
+                                     progress=JobProgress(ctx.sessions, job_id))
+    with finishing(ctx, job_id) as (session, result):
+        result.update(logits_sha256=store_logits(store=ctx.store, logits=logits),
+                      provider=provider, worker=f"{socket.gethostname()}:{os.getpid()}")
+        parent = get_job(session=session, job_id=params["parent_id"])
+        shards = list_shards(session=session, job=parent)
+        if all(shard.id == job_id or shard.state == JobState.SUCCEEDED for shard in shards):
+            merge(ctx, session, parent, [logits if shard.id == job_id else _shard_logits(
+                ctx, shard) for shard in shards], provider)
+
+
+def _shard_logits(ctx: Context, shard: Job) -> np.ndarray:
+    """The logits a finished shard kept."""
+    return read_logits_artifact(store=ctx.store, sha256=shard.result["logits_sha256"])
+
+
+def merge(ctx: Context, session: Session, parent: Job, parts: list[np.ndarray],
+          provider: str) -> None:
+    """Store the shards' logits, in order, as the parent's predictions; the parent succeeds."""
+    result: dict[str, Any] = {"provider": provider, "shards": len(parts)}
+    keep_logits(ctx, session, parent.params, np.concatenate(parts), result)
+    finish_job(session=session, job=parent, state=JobState.SUCCEEDED, result=result)
 
 
 def compare_pair(ctx: Context, job_id: int, params: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db import one_or_not_found, utcnow
@@ -26,6 +26,18 @@ def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
     session.flush()
     session.info.setdefault(CREATED_JOBS, []).append((job.kind, job.id))
     return job
+
+
+def create_shards(*, session: Session, job: Job, ranges: list[tuple[int, int]]) -> list[Job]:
+    """Queue one shard of `job` per sample range [start, stop), with the job's params."""
+    return [create_job(session=session, kind=job.kind, parent=job,
+                       params={**job.params, "parent_id": job.id, "start": start, "stop": stop})
+            for start, stop in ranges]
+
+
+def list_shards(*, session: Session, job: Job) -> list[Job]:
+    """The shards of a job in the order they were created (their sample ranges' order)."""
+    return list(session.scalars(select(Job).where(Job.parent_id == job.id).order_by(Job.id)))
 
 
 def queue_job(*, session: Session, kind: JobKind, params: dict[str, Any]) -> Job:
@@ -59,7 +71,16 @@ def lock_running_job(*, session: Session, job_id: int) -> Job | None:
 
 
 def _locked(session: Session, job_id: int) -> Job | None:
-    return session.scalars(select(Job).where(Job.id == job_id).with_for_update()).one_or_none()
+    """The job locked for update, its parent locked first (one lock order: no deadlocks)."""
+    parent_id = session.scalar(select(Job.parent_id).where(Job.id == job_id))
+    if parent_id is not None:
+        _lock(session, parent_id)
+    return _lock(session, job_id)
+
+
+def _lock(session: Session, job_id: int) -> Job | None:
+    statement = select(Job).where(Job.id == job_id).with_for_update()
+    return session.scalars(statement.execution_options(populate_existing=True)).one_or_none()
 
 
 def start_job(*, session: Session, job: Job) -> Job:
@@ -78,6 +99,11 @@ def set_progress(*, session: Session, job: Job, progress: float) -> Job:
         raise Conflict("job_not_running", f"job {job.id} is {job.state}, not running")
     job.progress = progress
     session.flush()
+    if job.parent_id is not None:
+        parent = session.get_one(Job, job.parent_id)
+        parent.progress = session.scalar(select(func.avg(Job.progress))
+                                         .where(Job.parent_id == parent.id))
+        session.flush()
     return job
 
 
@@ -91,13 +117,27 @@ def finish_job(*, session: Session, job: Job, state: JobState,
     if state == JobState.SUCCEEDED:
         job.progress = 1.0
     session.flush()
+    if state != JobState.SUCCEEDED:
+        _end_family(session, job)
     return job
 
 
+def _end_family(session: Session, job: Job) -> None:
+    """After a job failed or was cancelled: its open shards are cancelled, and the open
+    parent of a shard fails."""
+    open_shards = select(Job).where(Job.parent_id == job.id, Job.state.in_(OPEN_STATES))
+    for shard in session.scalars(open_shards.order_by(Job.id)).all():
+        finish_job(session=session, job=shard, state=JobState.CANCELLED)
+    parent = None if job.parent_id is None else session.get_one(Job, job.parent_id)
+    if parent is not None and parent.state in OPEN_STATES:
+        finish_job(session=session, job=parent, state=JobState.FAILED,
+                   error=f"shard {job.id} {job.state}: {job.error or 'no error recorded'}")
+
+
 def cancel_job(*, session: Session, job_id: int) -> Job:
-    """Cancel a queued or running job; a finished job cannot be cancelled."""
-    return finish_job(session=session, job=get_job(session=session, job_id=job_id),
-                      state=JobState.CANCELLED)
+    """Cancel a queued or running job and its shards; a finished job cannot be cancelled."""
+    job = _locked(session, job_id) or get_job(session=session, job_id=job_id)  # or NotFound
+    return finish_job(session=session, job=job, state=JobState.CANCELLED)
 
 
 def _move(job: Job, state: JobState) -> None:

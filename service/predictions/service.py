@@ -26,7 +26,7 @@ def store_predictions(
 ) -> Prediction:
     """Keep a version's logits on a data set; the same logits again change nothing."""
     _check_logits(logits, version, dataset)
-    sha256 = store.put_stream(io.BytesIO(_npy_bytes(logits))).sha256
+    sha256 = store_logits(store=store, logits=logits)
     existing = session.scalars(_prediction_of(version, dataset)).one_or_none()
     clash = f"version {version.id} already has other logits on data set {dataset.name!r}"
     if existing is None:
@@ -38,14 +38,21 @@ def store_predictions(
     return existing
 
 
+def store_logits(*, store: ArtifactStore, logits: np.ndarray) -> str:
+    """Keep a logits array as an .npy artifact; its sha256."""
+    return store.put_stream(io.BytesIO(_npy_bytes(logits))).sha256
+
+
 def score_version(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
-                  progress: Progress | None = None) -> tuple[np.ndarray, str]:
-    """A version's logits on a data set, computed with ONNX Runtime, and the provider used."""
+                  progress: Progress | None = None,
+                  rows: slice = slice(None)) -> tuple[np.ndarray, str]:
+    """A version's logits on a data set (on its samples `rows` only, when given), computed
+    with ONNX Runtime, and the provider used."""
     with library_input():
         classifier = OnnxClassifier(store.path(version.artifact_sha256))
         evalset = load_evalset(store.path(dataset.sha256))
         classifier.check_evalset(evalset)
-        return classifier.predict(evalset.x, progress=progress), classifier.provider
+        return classifier.predict(evalset.x[rows], progress=progress), classifier.provider
 
 
 def store_uploaded_logits(*, session: Session, store: ArtifactStore, version: ModelVersion,
@@ -88,7 +95,12 @@ def get_predictions(*, session: Session, version: ModelVersion, dataset: Dataset
 
 def read_logits(*, store: ArtifactStore, prediction: Prediction) -> np.ndarray:
     """The (N, C) logits array a prediction points at."""
-    with store.open(prediction.logits_sha256) as readable:
+    return read_logits_artifact(store=store, sha256=prediction.logits_sha256)
+
+
+def read_logits_artifact(*, store: ArtifactStore, sha256: str) -> np.ndarray:
+    """The logits array stored as the artifact `sha256`."""
+    with store.open(sha256) as readable:
         return np.load(readable, allow_pickle=False)
 
 

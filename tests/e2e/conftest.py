@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import redis
 
 from tests.conftest import linear_onnx
 
@@ -20,6 +21,22 @@ ROOT = Path(__file__).resolve().parents[2]
 WAIT_SECONDS = 90
 POLL_SECONDS = 0.2
 FEATURES, CLASSES = 4, 3
+
+
+def empty_redis(url: str) -> str:
+    """`url` after emptying its Redis database; unreachable Redis fails the test in CI and
+    skips it elsewhere."""
+    server = redis.Redis.from_url(url, socket_connect_timeout=3)
+    try:
+        server.flushdb()
+    except redis.ConnectionError as error:
+        message = f"Redis at {url} is unreachable: {error}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message} (CI must test Redis)", pytrace=False)
+        pytest.skip(message)
+    finally:
+        server.close()
+    return url
 
 
 def free_port() -> int:

@@ -15,7 +15,7 @@ from service.db import create_session_factory, session_scope
 from service.evalsets.models import DatasetRole
 from service.evalsets.service import get_dataset, register_dataset
 from service.jobs.models import JobKind, JobState
-from service.jobs.service import cancel_job, create_job, get_job
+from service.jobs.service import cancel_job, create_job, get_job, list_shards
 from service.models.service import get_version, register_version
 from service.predictions.service import get_predictions, read_logits
 from worker import tasks
@@ -165,3 +165,63 @@ def test_metrics_store_the_compare_report_of_the_pair(ctx, arrange):
     assert job.state == JobState.SUCCEEDED
     assert job.result["nfr"] == pytest.approx(expected["nfr"])
     assert job.result["churn"] == pytest.approx(expected["churn"])
+
+
+@pytest.fixture
+def shard_size(ctx, monkeypatch) -> int:
+    """Eval sets of more than 7 samples are sharded."""
+    monkeypatch.setenv("FLIPGATE_SHARD_SIZE", "7")
+    get_settings.cache_clear()
+    return 7
+
+
+def split_inference(ctx: tasks.Context, data: dict) -> tuple[int, list[int]]:
+    """A sharded inference job, run once to split it; its id and its shards' ids."""
+    job_id = queue_inference(ctx, data)
+    tasks.inference(job_id)
+    with session_scope(ctx.sessions) as session:
+        shards = list_shards(session=session, job=get_job(session=session, job_id=job_id))
+        return job_id, [shard.id for shard in shards]
+
+
+def test_shards_merge_into_the_logits_of_the_whole_set(ctx, arrange, shard_size):
+    data = arrange(n=30)
+    job_id, shard_ids = split_inference(ctx, data)
+    assert [job_row(ctx, shard).params["start"] for shard in shard_ids] == [0, 7, 14, 21, 28]
+    for shard in reversed(shard_ids):
+        tasks.inference(shard)
+    job = job_row(ctx, job_id)
+    assert (job.state, job.progress, job.result["shards"]) == (JobState.SUCCEEDED, 1.0, 5)
+    expected = OnnxClassifier(data["onnx"][0]).predict(load_evalset(data["npz"]).x)
+    np.testing.assert_array_equal(stored_logits(ctx, data["version_ids"][0], data["evalset"]),
+                                  expected)
+    tasks.inference(shard_ids[0])  # delivered again: nothing changes
+    assert job_row(ctx, job_id).finished_at == job.finished_at
+
+
+def test_the_parent_progress_is_the_mean_of_its_shards(ctx, arrange, shard_size):
+    job_id, shard_ids = split_inference(ctx, arrange(n=30))
+    for shard in shard_ids[:2]:
+        tasks.inference(shard)
+    job = job_row(ctx, job_id)
+    assert (job.state, job.progress) == (JobState.RUNNING, pytest.approx(0.4))
+
+
+def test_cancelling_the_parent_cancels_its_shards(ctx, arrange, shard_size):
+    job_id, shard_ids = split_inference(ctx, arrange(n=30))
+    tasks.inference(shard_ids[0])
+    with session_scope(ctx.sessions) as session:
+        cancel_job(session=session, job_id=job_id)
+    for shard in shard_ids[1:]:
+        tasks.inference(shard)
+    states = [job_row(ctx, shard).state for shard in shard_ids]
+    assert states == [JobState.SUCCEEDED] + [JobState.CANCELLED] * 4
+
+
+def test_a_shard_that_ends_without_logits_fails_the_parent(ctx, arrange, shard_size):
+    job_id, shard_ids = split_inference(ctx, arrange(n=30))
+    with session_scope(ctx.sessions) as session:
+        cancel_job(session=session, job_id=shard_ids[2])
+    job = job_row(ctx, job_id)
+    assert job.state == JobState.FAILED and job.error.startswith(f"shard {shard_ids[2]} ")
+    assert {job_row(ctx, shard).state for shard in shard_ids} == {JobState.CANCELLED}
