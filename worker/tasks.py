@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 
 import numpy as np
+from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.artifacts import ArtifactStore
@@ -27,6 +28,7 @@ from service.evalsets.models import Dataset
 from service.evalsets.service import get_dataset
 from service.jobs.enqueue import TASK_NAMES, enqueue_after_commit
 from service.jobs.models import Job, JobKind, JobState
+from service.jobs.orchestration import send_ready_metrics
 from service.jobs.service import (
     claim_job,
     create_shards,
@@ -53,10 +55,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Context:
-    """What a task works with: sessions on the server's database and its artifact store."""
+    """What a task works with: sessions on the server's database, its artifact store, and
+    the Celery app that sends the jobs a task creates or releases."""
 
     sessions: sessionmaker[Session]
     store: ArtifactStore
+    celery: Celery = app
 
 
 class JobStopped(Exception):
@@ -137,7 +141,7 @@ def split(ctx: Context, job_id: int, dataset: Dataset) -> None:
     """Queue the shards of a running job (once: a job delivered again keeps its shards)."""
     size = get_settings().shard_size
     with session_scope(ctx.sessions) as session:
-        enqueue_after_commit(session=session, celery=app)
+        enqueue_after_commit(session=session, celery=ctx.celery)
         job = lock_running_job(session=session, job_id=job_id)
         if job is None:
             raise JobStopped
@@ -173,7 +177,7 @@ def merge(ctx: Context, session: Session, parent: Job, parts: list[np.ndarray],
     """Store the shards' logits, in order, as the parent's predictions; the parent succeeds."""
     result: dict[str, Any] = {"provider": provider, "shards": len(parts)}
     keep_logits(ctx, session, parent.params, np.concatenate(parts), result)
-    finish_job(session=session, job=parent, state=JobState.SUCCEEDED, result=result)
+    succeed(session, parent, result)
 
 
 def compare_pair(ctx: Context, job_id: int, params: dict[str, Any]) -> None:
@@ -199,12 +203,19 @@ def finishing(ctx: Context, job_id: int) -> Iterator[tuple[Session, dict[str, An
     """A session in which the work stores its output and fills the result; the job succeeds
     in the same commit. JobStopped (nothing kept) when it is no longer running."""
     with session_scope(ctx.sessions) as session:
+        enqueue_after_commit(session=session, celery=ctx.celery)
         job = lock_running_job(session=session, job_id=job_id)
         if job is None:
             raise JobStopped
         result: dict[str, Any] = {}
         yield session, result
-        finish_job(session=session, job=job, state=JobState.SUCCEEDED, result=result)
+        succeed(session, job, result)
+
+
+def succeed(session: Session, job: Job, result: dict[str, Any]) -> None:
+    """The job succeeds; the metrics jobs that waited for its logits are sent after the commit."""
+    finish_job(session=session, job=job, state=JobState.SUCCEEDED, result=result)
+    send_ready_metrics(session=session, job=job)
 
 
 def fail(ctx: Context, job_id: int, error: Exception) -> None:

@@ -19,13 +19,20 @@ CREATED_JOBS = "flipgate.created_jobs"  # session.info key: (kind, id) of the jo
 
 
 def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
-               parent: Job | None = None) -> Job:
-    """Queue a job (a shard when `parent` is given)."""
+               parent: Job | None = None, send: bool = True) -> Job:
+    """Queue a job (a shard when `parent` is given), sent after the commit unless `send` is
+    false (a job waiting for others, sent later with `send_after_commit`)."""
     job = Job(kind=kind, params=params, parent=parent)
     session.add(job)
     session.flush()
-    session.info.setdefault(CREATED_JOBS, []).append((job.kind, job.id))
+    if send:
+        send_after_commit(session=session, job=job)
     return job
+
+
+def send_after_commit(*, session: Session, job: Job) -> None:
+    """Have the task of a queued job sent once the session commits (service.jobs.enqueue)."""
+    session.info.setdefault(CREATED_JOBS, []).append((job.kind, job.id))
 
 
 def create_shards(*, session: Session, job: Job, ranges: list[tuple[int, int]]) -> list[Job]:
@@ -40,11 +47,22 @@ def list_shards(*, session: Session, job: Job) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.parent_id == job.id).order_by(Job.id)))
 
 
-def queue_job(*, session: Session, kind: JobKind, params: dict[str, Any]) -> Job:
-    """The open (queued or running) job of this kind with these params, else a new one."""
+def queue_job(*, session: Session, kind: JobKind, params: dict[str, Any],
+              send: bool = True) -> Job:
+    """The open (queued or running) job of this kind with these params, else a new one
+    (sent after the commit unless `send` is false)."""
     statement = select(Job).where(Job.kind == kind, Job.state.in_(OPEN_STATES)).order_by(Job.id)
     existing = next((job for job in session.scalars(statement) if job.params == params), None)
-    return existing or create_job(session=session, kind=kind, params=params)
+    return existing or create_job(session=session, kind=kind, params=params, send=send)
+
+
+def waiting_for(*, session: Session, job: Job) -> list[Job]:
+    """The queued jobs that wait for `job` (its id in their params' "after"), locked."""
+    queued = session.execute(select(Job.id, Job.params).where(Job.state == JobState.QUEUED))
+    ids = [row.id for row in queued if job.id in row.params.get("after", [])]
+    statement = select(Job).where(Job.id.in_(ids), Job.state == JobState.QUEUED).order_by(Job.id)
+    return list(session.scalars(statement.with_for_update()
+                                .execution_options(populate_existing=True)))
 
 
 def get_job(*, session: Session, job_id: int) -> Job:
@@ -124,14 +142,18 @@ def finish_job(*, session: Session, job: Job, state: JobState,
 
 def _end_family(session: Session, job: Job) -> None:
     """After a job failed or was cancelled: its open shards are cancelled, and the open
-    parent of a shard fails."""
+    parent of a shard fails, and the jobs waiting for it are cancelled."""
     open_shards = select(Job).where(Job.parent_id == job.id, Job.state.in_(OPEN_STATES))
     for shard in session.scalars(open_shards.order_by(Job.id)).all():
         finish_job(session=session, job=shard, state=JobState.CANCELLED)
     parent = None if job.parent_id is None else session.get_one(Job, job.parent_id)
+    reason = f"{job.state}: {job.error or 'no error recorded'}"
     if parent is not None and parent.state in OPEN_STATES:
         finish_job(session=session, job=parent, state=JobState.FAILED,
-                   error=f"shard {job.id} {job.state}: {job.error or 'no error recorded'}")
+                   error=f"shard {job.id} {reason}")
+    for waiting in waiting_for(session=session, job=job):
+        finish_job(session=session, job=waiting, state=JobState.CANCELLED,
+                   error=f"job {job.id}, which it waited for, {reason}")
 
 
 def cancel_job(*, session: Session, job_id: int) -> Job:

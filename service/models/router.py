@@ -7,6 +7,7 @@ from fastapi import APIRouter, Form, UploadFile
 
 from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
 from service.errors import InvalidInput
+from service.jobs.orchestration import queue_follow_up
 from service.models import service
 from service.models.models import ModelLine, ModelVersion
 from service.models.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
@@ -21,12 +22,16 @@ def register_version(
     parent: Annotated[str | None, Form(description="line:version or line@alias")] = None,
     metadata: Annotated[str | None, Form(description="a JSON object")] = None,
 ) -> ModelVersion:
-    """Register an ONNX classifier as `name:version`; the line is created on first use."""
+    """Register an ONNX classifier as `name:version`; the line is created on first use.
+    Inference on the data sets the line was measured on, and metrics against the parent and
+    `production`, are queued (see GET /jobs/{id})."""
     with store.stage(artifact.file, filename="model.onnx",
                      max_bytes=settings.max_upload_bytes) as path:
-        return service.register_version(session=session, store=store, line_name=name,
-                                        version=version, onnx_path=path, parent=parent,
-                                        metadata=parse_metadata(metadata))
+        row = service.register_version(session=session, store=store, line_name=name,
+                                       version=version, onnx_path=path, parent=parent,
+                                       metadata=parse_metadata(metadata))
+    queue_follow_up(session=session, version=row)
+    return row
 
 
 def parse_metadata(text: str | None) -> dict[str, Any] | None:

@@ -1,0 +1,114 @@
+"""Registering a version queues its follow-up jobs: inference on the eval sets its line was
+measured on, then metrics against its parent and `production` once both logits exist. The
+tasks run directly on the client's database and send through its Celery app (folder broker)."""
+
+import numpy as np
+import pytest
+from celery import Celery
+from sqlalchemy import select
+
+from flipgate.formats import load_evalset
+from flipgate.metrics import compare_logits
+from service.compare.service import find_pair_metrics
+from service.evalsets.service import get_dataset
+from service.jobs.models import Job, JobKind, JobState
+from service.models.service import get_version, set_alias
+from service.predictions.service import get_predictions, read_logits
+from worker import tasks
+from worker.app import QUEUES
+
+N = 40
+
+
+@pytest.fixture
+def worker(client, monkeypatch) -> tasks.Context:
+    """The tasks' context: the client's sessions, artifact store and Celery app."""
+    state = client.app.state
+    context = tasks.Context(state.sessions, state.store, state.celery)
+    monkeypatch.setattr(tasks, "context", lambda: context)
+    return context
+
+
+def sent(celery: Celery) -> list[tuple[str, int]]:
+    """The (task name, job id) of the messages waiting on the broker, consumed."""
+    messages = []
+    with celery.connection_for_read() as connection:
+        for name in QUEUES:
+            queue = connection.SimpleQueue(name)
+            while (message := _next(queue)) is not None:
+                message.ack()
+                messages.append((message.headers["task"], message.payload[0][0]))
+            queue.close()
+    return messages
+
+
+def _next(queue):
+    try:
+        return queue.get(block=False)
+    except queue.Empty:
+        return None
+
+
+def jobs(db) -> list[Job]:
+    with db() as session:
+        return list(session.scalars(select(Job).order_by(Job.id)))
+
+
+@pytest.fixture
+def measured_line(db, npz_file, upload_model, upload_evalset, upload_logits) -> dict:
+    """`line:1.0` with uploaded logits on the eval set `eval`, and `line@production` on it;
+    its id and the eval set's labels."""
+    path = npz_file(n=N)
+    upload_evalset("eval", path)
+    response = upload_model("line", "1.0")
+    logits = np.random.default_rng(0).normal(size=(N, 3))
+    assert upload_logits("line:1.0", "eval", logits).status_code == 201
+    with db() as session:
+        set_alias(session=session, line_name="line", alias="production", version="1.0")
+    return {"old_id": response.json()["id"], "labels": load_evalset(path).y}
+
+
+def test_a_version_is_scored_then_compared_with_its_parent_and_production(
+        client, db, worker, measured_line, upload_model):
+    response = upload_model("line", "1.1", seed=1, parent="line:1.0")
+    assert response.status_code == 201 and response.json()["version"] == "1.1"
+    old_id, new_id = measured_line["old_id"], response.json()["id"]
+    inference, metrics = jobs(db)
+    assert (inference.kind, inference.params["version_id"], inference.params["evalset"]) == (
+        JobKind.INFERENCE, new_id, "eval")
+    assert metrics.kind == JobKind.METRICS and metrics.params == {
+        "old_version_id": old_id, "new_version_id": new_id, "evalset": "eval",
+        "after": [inference.id]}
+    assert sent(worker.celery) == [("flipgate.inference", inference.id)]
+
+    tasks.inference(inference.id)
+    assert client.get(f"/jobs/{metrics.id}").json()["state"] == JobState.QUEUED
+    assert sent(worker.celery) == [("flipgate.metrics", metrics.id)]
+
+    tasks.metrics(metrics.id)
+    assert client.get(f"/jobs/{metrics.id}").json()["state"] == JobState.SUCCEEDED
+    with db() as session:
+        old, new = (get_version(session=session, version_id=id_) for id_ in (old_id, new_id))
+        dataset = get_dataset(session=session, name="eval")
+        stored = find_pair_metrics(session=session, old=old, new=new, dataset=dataset)
+        expected = compare_logits(*(read_logits(store=worker.store, prediction=get_predictions(
+            session=session, version=version, dataset=dataset)) for version in (old, new)),
+            measured_line["labels"])
+    assert [stored.nfr, stored.pfr, stored.churn] == pytest.approx(
+        [expected["nfr"], expected["pfr"], expected["churn"]])
+
+
+def test_a_version_of_a_line_without_logits_queues_nothing(client, db, worker, upload_model):
+    assert upload_model("line", "1.0").status_code == 201
+    assert upload_model("line", "1.1", seed=1, parent="line:1.0").status_code == 201
+    assert jobs(db) == [] and sent(worker.celery) == []
+
+
+def test_a_cancelled_inference_cancels_the_metrics_waiting_for_it(
+        client, db, worker, measured_line, upload_model):
+    assert upload_model("line", "1.1", seed=1, parent="line:1.0").status_code == 201
+    inference, metrics = jobs(db)
+    assert client.post(f"/jobs/{inference.id}/cancel").status_code == 200
+    waiting = client.get(f"/jobs/{metrics.id}").json()
+    assert waiting["state"] == JobState.CANCELLED
+    assert f"job {inference.id}, which it waited for, cancelled" in waiting["error"]
