@@ -2,7 +2,6 @@
 free ports, and bounded polling of jobs over HTTP."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 import redis
 
+from flipgate.processes import stop_process
 from tests.conftest import linear_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,12 +39,6 @@ def empty_redis(url: str) -> str:
     return url
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def flipgate_env(**variables: str) -> dict[str, str]:
     """This environment without FLIPGATE_* variables, plus `variables` and the checkout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLIPGATE_")}
@@ -61,12 +55,7 @@ def flipgate_process(args: list[str], env: dict[str, str], cwd: Path) -> Iterato
         try:
             yield process
         finally:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, grace_seconds=30)
 
 
 def wait_for(check: Callable[[], object], what: str, timeout: float = WAIT_SECONDS) -> object:

@@ -7,10 +7,10 @@ import pytest
 from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits, pairwise_matrices
+from flipgate.processes import free_port
 from tests.e2e.conftest import (
     flipgate_env,
     flipgate_process,
-    free_port,
     register,
     wait_for,
     wait_for_jobs,
