@@ -82,12 +82,6 @@ def find_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion,
     return session.scalars(_pair_metrics_query([old.id], [new.id], dataset)).one_or_none()
 
 
-def pair_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMatrix:
-    """NFR, PFR and churn of every ordered pair of a line's versions, from stored rows."""
-    return versions_matrix(session=session, dataset=dataset,
-                           versions=list_versions(session=session, line_name=line_name))
-
-
 def versions_matrix(*, session: Session, versions: list[ModelVersion],
                     dataset: Dataset) -> PairMatrix:
     """NFR, PFR and churn of every ordered pair of `versions`, from stored rows."""

@@ -8,11 +8,11 @@ from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits, pairwise_matrices
 from service.compare.models import PairMetrics
 from service.compare.schemas import PairMetricsRead
-from service.compare.service import pair_matrix, store_pair_metrics
+from service.compare.service import store_pair_metrics, versions_matrix
 from service.errors import InvalidInput
 from service.evalsets.models import DatasetRole
 from service.evalsets.service import register_dataset
-from service.models.service import register_version
+from service.models.service import list_versions, register_version
 from tests.service.conftest import linear_weights
 
 SEEDS = (0, 1, 2)
@@ -50,13 +50,19 @@ def test_storing_a_triple_twice_keeps_one_row(session, history):
     assert len(report["per_class"]) == 3
 
 
+def line_matrix(session, dataset):
+    """The stored-rows matrix over every version of the line `digits`."""
+    return versions_matrix(session=session, dataset=dataset,
+                           versions=list_versions(session=session, line_name="digits"))
+
+
 def test_matrix_equals_pairwise_matrices_of_the_library(session, history):
     for old in range(len(SEEDS)):
         for new in range(len(SEEDS)):
             if old != new:
                 store_pair(session, history, old, new)
     _, dataset, logits, labels = history
-    matrix = pair_matrix(session=session, line_name="digits", dataset=dataset)
+    matrix = line_matrix(session, dataset)
     expected = pairwise_matrices(np.stack([z.argmax(axis=1) for z in logits]), labels)
     assert matrix.versions == ["1.0", "1.1", "1.2"]
     for name in ("nfr", "pfr", "churn"):
@@ -65,7 +71,7 @@ def test_matrix_equals_pairwise_matrices_of_the_library(session, history):
 
 def test_pairs_not_computed_are_none(session, history):
     store_pair(session, history, 0, 2)
-    matrix = pair_matrix(session=session, line_name="digits", dataset=history[1])
+    matrix = line_matrix(session, history[1])
     assert matrix.nfr[0][2] is not None and matrix.nfr[2][0] is None
     assert [matrix.churn[i][i] for i in range(3)] == [0.0, 0.0, 0.0]
 
