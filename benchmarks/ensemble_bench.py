@@ -35,7 +35,8 @@ from torch.nn import functional as F
 
 from flipgate.datasets import mnist_digits, split
 from flipgate.formats import EvalSet
-from flipgate.train.loop import TrainConfig, default_device, fit, stacked_cross_entropy
+from flipgate.train.config import TrainConfig
+from flipgate.train.loop import default_device, fit, stacked_cross_entropy
 from flipgate.train.methods import Elodi
 from flipgate.train.recipes import train
 from flipgate.train.stack import ModelStack, member_seeds

@@ -7,7 +7,7 @@ from pathlib import Path
 from flipgate.datasets import mnist_digits, save_evalset, split
 from flipgate.formats import EvalSet
 from flipgate.train import recipes
-from flipgate.train.loop import TrainConfig
+from flipgate.train.config import TrainConfig
 
 NUM_CLASSES = 10
 TRAIN_SIZE = 2500

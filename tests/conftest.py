@@ -13,7 +13,7 @@ from flipgate.cli import main
 from flipgate.datasets import mnist_digits, save_evalset, split
 from flipgate.export import export_onnx
 from flipgate.formats import EvalSet
-from flipgate.train.loop import TrainConfig
+from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
 
 

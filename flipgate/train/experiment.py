@@ -18,7 +18,7 @@ from flipgate.datasets import mnist_digits, split
 from flipgate.formats import EvalSet
 from flipgate.metrics import count_flips
 from flipgate.train import methods, recipes
-from flipgate.train.loop import TrainConfig
+from flipgate.train.config import TrainConfig
 
 NUM_CLASSES = 10
 Progress = Callable[[int, int], None]

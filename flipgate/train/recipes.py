@@ -21,7 +21,8 @@ from torch.nn import functional as F
 from flipgate import __version__
 from flipgate.export import AveragedEnsemble, export_onnx
 from flipgate.formats import EvalSet
-from flipgate.train.loop import Batch, TrainConfig, default_device, fit, stacked_cross_entropy
+from flipgate.train.config import TrainConfig
+from flipgate.train.loop import Batch, default_device, fit, stacked_cross_entropy
 from flipgate.train.losses import (
     AntiDistillation,
     ELODILoss,

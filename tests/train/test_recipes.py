@@ -16,7 +16,7 @@ import torch
 
 from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
-from flipgate.train.loop import TrainConfig
+from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS, AntiDistill, Paragon, resolve_options
 from flipgate.train.recipes import train
 

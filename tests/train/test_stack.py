@@ -5,7 +5,8 @@ import torch
 from torch.nn import functional as F
 
 from flipgate.formats import EvalSet
-from flipgate.train.loop import TrainConfig, fit, stacked_cross_entropy
+from flipgate.train.config import TrainConfig
+from flipgate.train.loop import fit, stacked_cross_entropy
 from flipgate.train.stack import ModelStack, member_seeds
 from flipgate.train.zoo import build_model
 
