@@ -7,12 +7,13 @@ from typing import Any
 from celery import Celery
 
 from service.config import Settings
-from service.jobs.enqueue import TASK_NAMES
-from service.jobs.models import JobKind
+from service.jobs.models import TASK_NAMES, JobKind
 
 QUEUES = ("gpu", "default")
 ROUTES = {TASK_NAMES[JobKind.INFERENCE]: {"queue": "gpu"},
+          TASK_NAMES[JobKind.TRAIN]: {"queue": "gpu"},
           TASK_NAMES[JobKind.METRICS]: {"queue": "default"}}
+TASK_MODULES = ["worker.tasks", "worker.training", "worker.callbacks"]
 FILESYSTEM_POLL_SECONDS = 0.1
 
 
@@ -46,10 +47,10 @@ def _broker(settings: Settings) -> dict[str, Any]:
 
 def create_celery_app(settings: Settings) -> Celery:
     """A Celery app on the broker of `settings` (the API uses one to send tasks by name)."""
-    celery = Celery("flipgate", include=["worker.tasks"], set_as_current=False)
+    celery = Celery("flipgate", include=TASK_MODULES, set_as_current=False)
     celery.conf.update(celery_config(settings))
     return celery
 
 
-app = Celery("flipgate", include=["worker.tasks"])
+app = Celery("flipgate", include=TASK_MODULES)
 app.config_from_object("worker.celeryconfig")

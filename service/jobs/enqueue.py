@@ -1,8 +1,9 @@
-"""Sending the tasks of new jobs to the broker only once their rows are committed.
+"""Sending tasks to the broker only once the rows they name are committed.
 
-Every job that `create_job` adds is remembered on its session; a session handed to
-`enqueue_after_commit` sends one task per such job after its transaction commits and forgets
-them on rollback, so a worker never receives the id of a row it cannot see yet.
+Every job that `create_job` adds (and every task `send_task_after_commit` asks for) is
+remembered on its session; a session handed to `enqueue_after_commit` sends them after its
+transaction commits and forgets them on rollback, so a worker never receives the id of a row
+it cannot see yet.
 """
 
 import logging
@@ -11,10 +12,8 @@ from celery import Celery
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from service.jobs.models import JobKind
-from service.jobs.service import CREATED_JOBS
+from service.jobs.service import TASKS_TO_SEND
 
-TASK_NAMES = {JobKind.INFERENCE: "flipgate.inference", JobKind.METRICS: "flipgate.metrics"}
 SENDER = "flipgate.celery"
 logger = logging.getLogger(__name__)
 
@@ -28,20 +27,19 @@ def enqueue_after_commit(*, session: Session, celery: Celery) -> None:
 
 
 def _send_created(session: Session) -> None:
-    """After a commit: one task per job the transaction created, by its task name."""
-    created, celery = session.info.pop(CREATED_JOBS, []), session.info[SENDER]
-    for kind, job_id in created:
-        if kind in TASK_NAMES:
-            _send(celery, TASK_NAMES[kind], job_id)
+    """After a commit: the tasks the transaction asked for."""
+    tasks, celery = session.info.pop(TASKS_TO_SEND, []), session.info[SENDER]
+    for task_name, argument in tasks:
+        _send(celery, task_name, argument)
 
 
-def _send(celery: Celery, task_name: str, job_id: int) -> None:
-    """Send one job's task; a broker failure leaves the committed job queued and is logged."""
+def _send(celery: Celery, task_name: str, argument: int) -> None:
+    """Send one task; a broker failure leaves the committed row as it is and is logged."""
     try:
-        celery.send_task(task_name, args=[job_id])
+        celery.send_task(task_name, args=[argument])
     except Exception:  # the row is committed; a worker or a later request can still pick it up
-        logger.exception("could not send job %s (%s) to the broker", job_id, task_name)
+        logger.exception("could not send %s(%s) to the broker", task_name, argument)
 
 
 def _forget_created(session: Session) -> None:
-    session.info.pop(CREATED_JOBS, None)
+    session.info.pop(TASKS_TO_SEND, None)

@@ -16,6 +16,10 @@ class JobKind(StrEnum):
     TRAIN = "train"
 
 
+TASK_NAMES = {JobKind.INFERENCE: "flipgate.inference", JobKind.METRICS: "flipgate.metrics",
+              JobKind.TRAIN: "flipgate.train"}
+
+
 class JobState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"

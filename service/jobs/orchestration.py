@@ -20,7 +20,7 @@ def queue_follow_up(*, session: Session, version: ModelVersion) -> list[Job]:
     """Queue the inference and metrics jobs of a newly registered version; a metrics job
     whose inference is pending waits for it (params "after") instead of being sent."""
     baselines = _baselines(session, version)
-    return [job for dataset in _measured_datasets(session, version)
+    return [job for dataset in measured_datasets(session=session, line_id=version.line_id)
             for job in _follow_up_on(session, version, baselines, dataset)]
 
 
@@ -34,11 +34,11 @@ def _baselines(session: Session, version: ModelVersion) -> list[ModelVersion]:
             if baseline.num_classes == version.num_classes]
 
 
-def _measured_datasets(session: Session, version: ModelVersion) -> list[Dataset]:
+def measured_datasets(*, session: Session, line_id: int) -> list[Dataset]:
     """The eval sets on which some version of the line has logits."""
     measured = (select(Prediction.dataset_id)
                 .join(ModelVersion, ModelVersion.id == Prediction.version_id)
-                .where(ModelVersion.line_id == version.line_id))
+                .where(ModelVersion.line_id == line_id))
     return list(session.scalars(select(Dataset).where(
         Dataset.id.in_(measured), Dataset.role == DatasetRole.EVAL).order_by(Dataset.id)))
 
@@ -49,12 +49,12 @@ def _follow_up_on(session: Session, version: ModelVersion, baselines: list[Model
     each baseline → version that waits for them."""
     inference = queue_missing_inference(session=session, versions=[*baselines, version],
                                         dataset=dataset)
-    return [*inference, *(_queue_metrics(session, old, version, dataset, after=inference)
-                          for old in baselines)]
+    return [*inference, *(queue_metrics(session=session, old=old, new=version, dataset=dataset,
+                                        after=inference) for old in baselines)]
 
 
-def _queue_metrics(session: Session, old: ModelVersion, new: ModelVersion, dataset: Dataset,
-                   *, after: list[Job]) -> Job:
+def queue_metrics(*, session: Session, old: ModelVersion, new: ModelVersion, dataset: Dataset,
+                  after: list[Job]) -> Job:
     """A metrics job of old → new, sent now when `after` is empty, else waiting for it."""
     params = {"old_version_id": old.id, "new_version_id": new.id, "evalset": dataset.name}
     if after:

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from service.db import one_or_not_found, utcnow
 from service.errors import Conflict, InvalidInput
-from service.jobs.models import Job, JobKind, JobState
+from service.jobs.models import TASK_NAMES, Job, JobKind, JobState
 
 NEXT_STATES = {
     JobState.QUEUED: {JobState.RUNNING, JobState.CANCELLED},
@@ -15,7 +15,7 @@ NEXT_STATES = {
 }
 FINAL_STATES = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
 OPEN_STATES = {JobState.QUEUED, JobState.RUNNING}
-CREATED_JOBS = "flipgate.created_jobs"  # session.info key: (kind, id) of the jobs created
+TASKS_TO_SEND = "flipgate.tasks_to_send"  # session.info key: (task name, argument) pairs
 
 
 def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
@@ -32,7 +32,12 @@ def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
 
 def send_after_commit(*, session: Session, job: Job) -> None:
     """Have the task of a queued job sent once the session commits (service.jobs.enqueue)."""
-    session.info.setdefault(CREATED_JOBS, []).append((job.kind, job.id))
+    send_task_after_commit(session=session, task=TASK_NAMES[job.kind], argument=job.id)
+
+
+def send_task_after_commit(*, session: Session, task: str, argument: int) -> None:
+    """Have the Celery task `task` sent with one argument once the session commits."""
+    session.info.setdefault(TASKS_TO_SEND, []).append((task, argument))
 
 
 def create_shards(*, session: Session, job: Job, ranges: list[tuple[int, int]]) -> list[Job]:
