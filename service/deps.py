@@ -55,14 +55,18 @@ def current_token(session: SessionDep, settings: SettingsDep,
     return authenticate(session=session, token=credentials.credentials)
 
 
-def require(scope: str) -> Any:
-    """A route dependency that admits tokens with `scope` (or admin)."""
+TokenDep = Annotated[ApiToken, Depends(current_token)]
 
-    def check(token: Annotated[ApiToken, Depends(current_token)]) -> None:
-        require_scope(token, scope)
+
+def require(scope: str, *alternatives: str) -> Any:
+    """A route dependency that admits tokens with `scope`, one of `alternatives`, or admin."""
+
+    def check(token: TokenDep) -> None:
+        require_scope(token, scope, *alternatives)
 
     return Depends(check)
 
 
 READ = require("read")
 WRITE = require("write")
+ADMIN = require("admin")

@@ -17,6 +17,7 @@ from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory
 from service.errors import ServiceError, Unauthorized
 from service.evalsets.router import router as evalsets_router
+from service.gate.router import router as gate_router
 from service.jobs.router import router as jobs_router
 from service.limits import RequestBodyLimit
 from service.migrate import check_current
@@ -25,13 +26,14 @@ from service.predictions.router import router as predictions_router
 from worker.app import create_celery_app
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
-ROUTERS = (models_router, evalsets_router, predictions_router, compare_router, jobs_router,
-           health.router)
+ROUTERS = (models_router, evalsets_router, predictions_router, compare_router, gate_router,
+           jobs_router, health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
-    {"name": "evalsets", "description": "labeled eval sets (.npz)"},
+    {"name": "evalsets", "description": "labeled eval sets and training sets (.npz)"},
     {"name": "predictions", "description": "logits of a version on an eval set"},
     {"name": "compare", "description": "pair reports and a line's pairwise matrices"},
+    {"name": "gate", "description": "policies, the CI webhook, decisions, promotion, repair"},
     {"name": "jobs", "description": "background work and its progress"},
     {"name": "health", "description": "liveness and readiness probes"},
 ]

@@ -4,11 +4,20 @@ from service.auth.models import ApiToken
 from service.compare.models import PairMetrics
 from service.db import Base
 from service.evalsets.models import Dataset
+from service.gate.models import (
+           Callback,
+           Decision,
+           DecisionJob,
+           GatePolicy,
+           Promotion,
+           WebhookSecret,
+)
 from service.jobs.models import Job
 from service.models.models import Alias, ModelLine, ModelVersion
 from service.predictions.models import Prediction
 
 metadata = Base.metadata
 
-__all__ = ["Alias", "ApiToken", "Dataset", "Job", "ModelLine", "ModelVersion", "PairMetrics",
-           "Prediction", "metadata"]
+__all__ = ["Alias", "ApiToken", "Callback", "Dataset", "Decision", "DecisionJob", "GatePolicy",
+           "Job", "ModelLine", "ModelVersion", "PairMetrics", "Prediction", "Promotion",
+           "WebhookSecret", "metadata"]

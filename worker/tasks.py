@@ -26,8 +26,9 @@ from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import ServiceError
 from service.evalsets.models import Dataset
 from service.evalsets.service import get_dataset
-from service.jobs.enqueue import TASK_NAMES, enqueue_after_commit
-from service.jobs.models import Job, JobKind, JobState
+from service.gate.service import settle_pending
+from service.jobs.enqueue import enqueue_after_commit
+from service.jobs.models import TASK_NAMES, Job, JobKind, JobState
 from service.jobs.orchestration import send_ready_metrics
 from service.jobs.service import (
     claim_job,
@@ -213,30 +214,38 @@ def finishing(ctx: Context, job_id: int) -> Iterator[tuple[Session, dict[str, An
 
 
 def succeed(session: Session, job: Job, result: dict[str, Any]) -> None:
-    """The job succeeds; the metrics jobs that waited for its logits are sent after the commit."""
+    """The job succeeds; the metrics jobs that waited for its logits are sent after the
+    commit, and the gate decisions that waited for it become final if nothing else is open."""
     finish_job(session=session, job=job, state=JobState.SUCCEEDED, result=result)
     send_ready_metrics(session=session, job=job)
+    settle_pending(session=session)
 
 
 def fail(ctx: Context, job_id: int, error: Exception) -> None:
-    """Mark the job failed with a one-line description of `error` (if it is still running)."""
+    """Mark the job failed with a one-line description of `error` (if it is still running);
+    the gate decisions waiting for it are blocked."""
     message = (f"{error.code}: {error.message}" if isinstance(error, ServiceError)
                else f"{type(error).__name__}: {error}")
     with session_scope(ctx.sessions) as session:
+        enqueue_after_commit(session=session, celery=ctx.celery)
         job = lock_running_job(session=session, job_id=job_id)
         if job is not None:
             finish_job(session=session, job=job, state=JobState.FAILED, error=message)
+            settle_pending(session=session)
 
 
 class JobProgress:
     """A progress callback that writes the fraction done to the job row every PROGRESS_STEP,
-    and stops the work (JobStopped) once the job is cancelled."""
+    and stops the work (JobStopped) once the job is cancelled. A phase of a longer job maps
+    its own 0..1 onto [start, start + span]."""
 
-    def __init__(self, sessions: sessionmaker[Session], job_id: int) -> None:
-        self.sessions, self.job_id, self.written = sessions, job_id, 0.0
+    def __init__(self, sessions: sessionmaker[Session], job_id: int, start: float = 0.0,
+                 span: float = 1.0) -> None:
+        self.sessions, self.job_id, self.written = sessions, job_id, start
+        self.start, self.span = start, span
 
     def __call__(self, done: int, total: int) -> None:
-        fraction = done / total if total else 1.0
+        fraction = min(1.0, self.start + self.span * (done / total if total else 1.0))
         if fraction - self.written < PROGRESS_STEP and fraction < 1.0:
             return
         with session_scope(self.sessions) as session:

@@ -110,10 +110,12 @@ def _check_members(members: int) -> None:
 
 @dataclass(frozen=True)
 class Method:
-    """A method's options type, whether it uses an old model, and how options are resolved."""
+    """A method's options type, whether it uses an old model, how options are resolved, and
+    how many training phases (progress bars) it runs."""
 
     options: type
     old: str = "unused"  # "required", "optional" or "unused"
+    phases: int = 1
     resolve: Callable[[Any, bool], Any] = lambda options, has_old: options
 
 
@@ -121,7 +123,7 @@ METHODS: dict[str, Method] = {
     "baseline": Method(Baseline),
     "kd": Method(KD, old="required"),
     "fd": Method(FD, old="required"),
-    "elodi": Method(Elodi, old="optional",
+    "elodi": Method(Elodi, old="optional", phases=2,
                     resolve=lambda options, has_old: options.for_old_model(has_old)),
     "codistill": Method(Codistill),
     "entropy": Method(Entropy),

@@ -45,10 +45,11 @@ def authenticate(*, session: Session, token: str) -> ApiToken:
     return found
 
 
-def require_scope(token: ApiToken, scope: str) -> None:
-    """Refuse a token that has neither `scope` nor `admin`."""
-    if scope not in token.scopes and "admin" not in token.scopes:
-        raise Forbidden("missing_scope", f"token {token.name!r} lacks the {scope!r} scope")
+def require_scope(token: ApiToken, scope: str, *alternatives: str) -> None:
+    """Refuse a token that has none of `scope`, the `alternatives` and `admin`."""
+    if not {scope, *alternatives, "admin"} & set(token.scopes):
+        wanted = " or ".join(repr(name) for name in (scope, *alternatives))
+        raise Forbidden("missing_scope", f"token {token.name!r} lacks the {wanted} scope")
 
 
 def revoke_token(*, session: Session, name: str) -> ApiToken:

@@ -9,19 +9,39 @@ from service.evalsets import service
 from service.evalsets.models import Dataset, DatasetRole
 from service.evalsets.schemas import DatasetRead
 
-router = APIRouter(prefix="/evalsets", tags=["evalsets"])
+router = APIRouter(tags=["evalsets"])
 
 
-@router.post("", status_code=201, response_model=DatasetRead, dependencies=[WRITE])
+@router.post("/evalsets", status_code=201, response_model=DatasetRead, dependencies=[WRITE])
 def register_evalset(session: SessionDep, store: StoreDep, settings: SettingsDep,
                      name: Annotated[str, Form()], data: UploadFile) -> Dataset:
     """Register a labeled eval set: an .npz with arrays x (float, N first) and y (labels)."""
+    return register(session, store, settings, name, data, DatasetRole.EVAL)
+
+
+@router.post("/trainsets", status_code=201, response_model=DatasetRead, dependencies=[WRITE])
+def register_trainset(session: SessionDep, store: StoreDep, settings: SettingsDep,
+                      name: Annotated[str, Form()], data: UploadFile) -> Dataset:
+    """Register a labeled training set (the eval-set format) for repairs of blocked
+    candidates; PUT /models/{name}/training-dataset makes it a line's."""
+    return register(session, store, settings, name, data, DatasetRole.TRAIN)
+
+
+def register(session: SessionDep, store: StoreDep, settings: SettingsDep, name: str,
+             data: UploadFile, role: DatasetRole) -> Dataset:
+    """Stage the upload under the size limit and store it as a data set of `role`."""
     with store.stage(data.file, filename="data.npz", max_bytes=settings.max_upload_bytes) as path:
-        return service.register_dataset(session=session, store=store, name=name,
-                                        role=DatasetRole.EVAL, npz_path=path)
+        return service.register_dataset(session=session, store=store, name=name, role=role,
+                                        npz_path=path)
 
 
-@router.get("", response_model=list[DatasetRead], dependencies=[READ])
+@router.get("/evalsets", response_model=list[DatasetRead], dependencies=[READ])
 def list_evalsets(session: SessionDep) -> list[Dataset]:
     """Every eval set."""
     return service.list_datasets(session=session, role=DatasetRole.EVAL)
+
+
+@router.get("/trainsets", response_model=list[DatasetRead], dependencies=[READ])
+def list_trainsets(session: SessionDep) -> list[Dataset]:
+    """Every training set."""
+    return service.list_datasets(session=session, role=DatasetRole.TRAIN)

@@ -19,6 +19,7 @@ class ModelLine(Record, Base):
     name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
     num_classes: Mapped[int]
     class_names: Mapped[list[str] | None] = mapped_column(Json)
+    training_dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id"))
 
 
 class ModelVersion(Record, Base):

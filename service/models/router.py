@@ -4,9 +4,11 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, UploadFile
+from pydantic import BaseModel
 
 from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
 from service.errors import InvalidInput
+from service.evalsets.service import get_dataset
 from service.jobs.orchestration import queue_follow_up
 from service.models import service
 from service.models.models import ModelLine, ModelVersion
@@ -65,3 +67,15 @@ def read_line(name: str, session: SessionDep) -> ModelLineDetail:
 def read_version(name: str, version: str, session: SessionDep) -> ModelVersion:
     """One version of a line."""
     return service.find_version(session=session, line_name=name, version=version)
+
+
+class TrainingDatasetChoice(BaseModel):
+    dataset: str
+
+
+@router.put("/{name}/training-dataset", response_model=ModelLineRead, dependencies=[WRITE])
+def set_training_dataset(name: str, body: TrainingDatasetChoice,
+                         session: SessionDep) -> ModelLine:
+    """Choose the training set (POST /trainsets) that repairs of the line's candidates use."""
+    return service.set_training_dataset(session=session, line_name=name,
+                                        dataset=get_dataset(session=session, name=body.dataset))

@@ -12,6 +12,7 @@ class ModelLineRead(RecordRead):
     name: str
     num_classes: int
     class_names: list[str] | None
+    training_dataset_id: int | None
 
 
 class ModelVersionRead(RecordRead):

@@ -11,6 +11,7 @@ from flipgate.formats import inspect_onnx
 from service.artifacts import ArtifactStore
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import InvalidInput, library_input
+from service.evalsets.models import Dataset, DatasetRole
 from service.models.models import Alias, ModelLine, ModelVersion
 from service.names import VERSION, check_name
 
@@ -105,6 +106,25 @@ def set_alias(*, session: Session, line_name: str, alias: str, version: str) -> 
     row.version = target
     session.flush()
     return row
+
+
+def get_alias(*, session: Session, line_name: str, alias: str) -> Alias:
+    """The alias `line_name@alias`."""
+    statement = (select(Alias).join(ModelLine, ModelLine.id == Alias.line_id)
+                 .where(ModelLine.name == line_name, Alias.name == alias))
+    return one_or_not_found(session, statement, code="alias_not_found",
+                            message=f"no alias {line_name}@{alias}")
+
+
+def set_training_dataset(*, session: Session, line_name: str, dataset: Dataset) -> ModelLine:
+    """Make `dataset` (a training set) the one the line's candidates are retrained on."""
+    if dataset.role != DatasetRole.TRAIN:
+        raise InvalidInput("not_a_training_set", f"data set {dataset.name!r} is an eval set; "
+                           "register training data with POST /trainsets")
+    line = get_line(session=session, name=line_name)
+    line.training_dataset_id = dataset.id
+    session.flush()
+    return line
 
 
 def list_aliases(*, session: Session, line_name: str) -> list[Alias]:

@@ -1,0 +1,1 @@
+"""The deploy gate: policies, webhook secrets, decisions, promotion and repair."""

@@ -1,0 +1,56 @@
+"""The status a final decision POSTs to its callback URL, shaped like a GitHub commit status,
+and the record of each delivery attempt."""
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.db import utcnow
+from service.gate.models import Callback, CallbackState, Decision, Verdict
+from service.gate.service import decision_view, get_decision, line_secret
+from service.models.models import ModelLine
+
+STATES = {Verdict.APPROVE: "success", Verdict.BLOCK: "failure", Verdict.PENDING: "pending"}
+DESCRIPTION_LENGTH = 140  # GitHub's limit
+
+
+def callback_body(*, session: Session, decision: Decision) -> dict[str, Any]:
+    """{state, description, target_url, context} of a final decision (GitHub's status API)."""
+    view = decision_view(session=session, decision=decision)
+    failed = any(reason["code"] == "measurement_failed" for reason in view.reasons)
+    blocking = [reason["message"] for reason in view.reasons if reason["blocking"]]
+    summary = (f"flipgate {view.verdict}s {view.model}:{view.candidate}"
+               + ("" if view.baseline is None else f" over {view.baseline}")
+               + (f": {blocking[0]}" if blocking else ""))
+    return {"state": "error" if failed else STATES[view.verdict],
+            "description": summary[:DESCRIPTION_LENGTH],
+            "target_url": view.report_url or f"{decision.base_url}gate/decisions/{decision.id}",
+            "context": f"flipgate/{view.model}"}
+
+
+def queued_callback(*, session: Session, decision_id: int) -> Callback | None:
+    """The decision's callback, locked, while it still waits to be delivered."""
+    statement = select(Callback).where(Callback.decision_id == decision_id).with_for_update()
+    callback = session.scalars(statement).one_or_none()
+    return callback if callback is not None and callback.state == CallbackState.QUEUED else None
+
+
+def delivery(*, session: Session, decision_id: int) -> tuple[str, dict[str, Any], str | None]:
+    """The URL, body and signing secret (the line's webhook secret, if any) of a callback."""
+    decision = get_decision(session=session, decision_id=decision_id)
+    line = session.get_one(ModelLine, decision.line_id)
+    return (decision.callback_url, callback_body(session=session, decision=decision),
+            line_secret(session=session, line_name=line.name))
+
+
+def record_attempt(*, callback: Callback, status: int | None, error: str | None,
+                   max_attempts: int) -> Callback:
+    """Count one delivery attempt: a 2xx status delivers it; the last failure gives up."""
+    callback.attempts += 1
+    callback.last_status, callback.last_error = status, error
+    if status is not None and 200 <= status < 300:
+        callback.state, callback.delivered_at = CallbackState.DELIVERED, utcnow()
+    elif callback.attempts >= max_attempts:
+        callback.state = CallbackState.FAILED
+    return callback

@@ -1,0 +1,131 @@
+"""Wire schemas of the gate: webhook requests, decisions, policies, promotion and repair."""
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+from service.gate.models import Verdict
+from service.gate.rules import Policy
+from service.jobs.schemas import JobRead
+
+
+class CiContext(BaseModel):
+    """Where the request comes from; stored with the decision for the audit log."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str | None = Field(None, max_length=100)
+    repo: str | None = Field(None, max_length=300)
+    sha: str | None = Field(None, max_length=100)
+    ref: str | None = Field(None, max_length=300)
+    run_url: str | None = Field(None, max_length=2000)
+
+
+class GateRequest(BaseModel):
+    """May `candidate` replace `baseline` (default: the line's production version)?"""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    candidate: str
+    baseline: str | None = Field(None, description="a version of the line; default: production")
+    evalsets: list[str] = Field(default_factory=list,
+                                description="added to the policy's eval sets")
+    ci: CiContext | None = None
+    callback_url: AnyHttpUrl | None = Field(None, description="receives the final status")
+
+
+class CallbackRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    state: str
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    delivered_at: datetime | None
+
+
+class DecisionRead(BaseModel):
+    """The gate's answer; `reasons` name every exceeded limit with the measured value."""
+
+    decision_id: int
+    verdict: Verdict
+    reasons: list[dict[str, Any]]
+    metrics: dict[str, Any]
+    report_url: str | None
+    model: str
+    candidate: str
+    baseline: str | None
+    evalsets: list[str]
+    policy_version: int | None
+    policy: dict[str, Any]
+    requested_by: str
+    ci: dict[str, Any] | None
+    callback_url: str | None
+    callback: CallbackRead | None
+    waiting_for: list[int] = Field(description="ids of the jobs a pending decision waits for")
+    repair_of: int | None
+    created_at: datetime
+    decided_at: datetime | None
+
+
+class PolicyRead(BaseModel):
+    model: str
+    version: int | None = Field(description="None: no policy was set; the default applies")
+    rules: Policy
+    created_by: str | None
+    created_at: datetime | None
+
+
+class SecretCreated(BaseModel):
+    secret: str = Field(description="shown once; sign deliveries with HMAC-SHA256 of the body")
+
+
+class AliasMove(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: str
+    force: bool = Field(False, description="promote without an approval (scope admin)")
+
+
+class PromotionRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    from_version_id: int | None
+    to_version_id: int
+    decision_id: int | None
+    forced: bool
+    requested_by: str
+    created_at: datetime
+
+
+class TrainingSettings(BaseModel):
+    """TrainConfig fields; unset ones come from the candidate's run record, else defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: Annotated[int, Field(ge=1)] | None = None
+    batch_size: Annotated[int, Field(ge=1)] | None = None
+    lr: Annotated[float, Field(gt=0)] | None = None
+    weight_decay: Annotated[float, Field(ge=0)] | None = None
+    seed: int | None = None
+
+
+class RepairRequest(BaseModel):
+    """Retrain a blocked candidate with a method that removes flips."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = "elodi"
+    options: dict[str, Any] = Field(default_factory=dict, description="the method's options")
+    config: TrainingSettings = Field(default_factory=TrainingSettings)
+    arch: str | None = Field(None, description="default: the candidate's recorded arch")
+    dataset: str | None = Field(None, description="default: the line's training data set")
+    version: str | None = Field(None, description="default: <candidate>-<method>")
+
+
+class RepairQueued(BaseModel):
+    job: JobRead
+    status_url: str

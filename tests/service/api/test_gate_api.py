@@ -1,0 +1,281 @@
+"""The gate over HTTP: policies, verdicts and reasons checked against hand-counted flips,
+webhook signatures and replays, the audit log, promotion and repair requests.
+
+The line `digits` has two versions with uploaded logits on `ev` (100 samples, 3 classes):
+version 1 is wrong on samples 0..9 and version 2 on samples 5..19, so 1 → 2 has 10 negative
+flips (samples 10..19) and 5 positive flips (0..4): NFR 0.10, PFR 0.05, ER 0.10 → 0.15,
+churn 0.15 and a one-sided McNemar p of P(X ≥ 10 | 15, ½) = 4944/32768.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from flipgate.signing import signature
+from service.jobs.models import JobState
+from service.jobs.service import finish_job, get_job, start_job
+from tests.service.api.conftest import bearer, error_code
+
+N, CLASSES = 100, 3
+P_VALUE = 4944 / 32768
+
+
+def logits_wrong_on(wrong: range) -> np.ndarray:
+    """One-hot logits that are right except on the samples in `wrong`."""
+    labels = np.arange(N) % CLASSES
+    predictions = labels.copy()
+    predictions[list(wrong)] = (labels[list(wrong)] + 1) % CLASSES
+    return np.eye(CLASSES)[predictions] * 3.0
+
+
+@pytest.fixture
+def line(client, npz_file, upload_model, upload_evalset, upload_logits):
+    """Versions 1 and 2 of `digits` with logits on `ev`; version 1 is production."""
+    upload_evalset("ev", npz_file(n=N, num_classes=CLASSES))
+    for version, wrong in (("1", range(0, 10)), ("2", range(5, 20))):
+        upload_model("digits", version, metadata=json.dumps({"arch": "mlp"}))
+        assert upload_logits(f"digits:{version}", "ev", logits_wrong_on(wrong)).status_code == 201
+    assert gate(client, candidate="1").json()["verdict"] == "approve"
+    assert client.post("/models/digits/aliases/production", json={"version": "1"}).is_success
+    return client
+
+
+def gate(client, headers=None, **body):
+    return client.post("/gate", json={"model": "digits", **body}, headers=headers)
+
+
+def measured(client) -> dict:
+    """Store the pair's metrics (GET /compare computes them in the request) and gate 2."""
+    assert client.get("/compare/digits:1/digits:2", params={"evalset": "ev"}).is_success
+    return gate(client, candidate="2")
+
+
+def test_the_first_version_is_approved_and_promotable(client, upload_model):
+    upload_model("digits", "1")
+    decision = gate(client, candidate="1").json()
+    assert decision["verdict"] == "approve" and decision["baseline"] is None
+    assert [reason["code"] for reason in decision["reasons"]] == ["first_version"]
+    assert client.post("/models/digits/aliases/production", json={"version": "1"}).is_success
+
+
+def test_a_candidate_over_the_limits_is_blocked_with_the_measured_numbers(line):
+    policy = line.put("/models/digits/policy", json={"max_nfr": 0.05, "max_churn": 0.2,
+                                                     "evalsets": ["ev"]})
+    assert policy.status_code == 200 and policy.json()["version"] == 1
+    response = measured(line)
+    assert response.status_code == 200
+    decision = response.json()
+    assert decision["verdict"] == "block" and decision["policy_version"] == 1
+    assert decision["baseline"] == "1" and decision["evalsets"] == ["ev"]
+    assert decision["reasons"] == [{
+        "code": "max_nfr", "evalset": "ev", "measured": 0.1, "limit": 0.05, "blocking": True,
+        "message": "on ev: NFR 0.1 is above the maximum 0.05"}]
+    numbers = decision["metrics"]["ev"]
+    assert numbers["negative_flips"] == 10 and numbers["positive_flips"] == 5
+    assert numbers["er_increase"] == pytest.approx(0.05)
+    assert numbers["churn"] == pytest.approx(0.15)
+    assert numbers["mcnemar_p"] == pytest.approx(P_VALUE)
+    assert numbers["worst_class"] == 1  # 4 of samples 10..19 are among its 33
+    assert numbers["worst_class_nfr"] == pytest.approx(4 / 33)
+    assert decision["report_url"].endswith(
+        "/compare/digits:1/digits:2?evalset=ev&format=html")
+
+
+def test_significance_waives_flip_limits_the_test_does_not_support(line):
+    line.put("/models/digits/policy", json={"max_nfr": 0.05, "significance": 0.05})
+    decision = measured(line).json()
+    assert decision["verdict"] == "approve"
+    assert [(reason["code"], reason["blocking"]) for reason in decision["reasons"]] == [
+        ("max_nfr", False)]
+    line.put("/models/digits/policy", json={"max_nfr": 0.05, "significance": 0.2})
+    assert gate(line, candidate="2").json()["verdict"] == "block"
+
+
+def test_significance_alone_blocks_a_significantly_worse_candidate(line):
+    line.put("/models/digits/policy", json={"significance": 0.2})
+    reasons = measured(line).json()["reasons"]
+    assert [(reason["code"], reason["measured"]) for reason in reasons] == [
+        ("significance", pytest.approx(P_VALUE))]
+
+
+def test_policies_are_versioned_and_validated(line):
+    assert line.get("/models/digits/policy").json()["version"] is None
+    line.put("/models/digits/policy", json={"max_nfr": 0.05})
+    line.put("/models/digits/policy", json={"max_churn": 0.1})
+    assert line.get("/models/digits/policy").json()["rules"]["max_churn"] == 0.1
+    first = line.get("/models/digits/policy", params={"version": 1}).json()
+    assert first["rules"]["max_nfr"] == 0.05 and first["rules"]["max_churn"] is None
+    for bad in ({"max_nfr": 2}, {"max_flips": 1}, {"significance": 0}):
+        assert error_code(line.put("/models/digits/policy", json=bad), 422) == "invalid_request"
+    unknown = line.put("/models/digits/policy", json={"evalsets": ["nope"]})
+    assert error_code(unknown, 404) == "dataset_not_found"
+    assert line.get("/models/digits/policy").json()["version"] == 2
+
+
+def test_policy_changes_need_the_admin_scope(line, mint):
+    response = line.put("/models/digits/policy", json={"max_nfr": 0.5},
+                        headers=bearer(mint("write", "gate")))
+    assert error_code(response, 403) == "missing_scope"
+
+
+def test_unmeasured_pairs_are_pending_and_a_failed_job_blocks(line, db):
+    response = gate(line, candidate="2")
+    assert response.status_code == 202
+    decision = response.json()
+    assert decision["verdict"] == "pending" and len(decision["waiting_for"]) == 1
+    with db() as session:
+        job = start_job(session=session, job=get_job(session=session,
+                                                     job_id=decision["waiting_for"][0]))
+        finish_job(session=session, job=job, state=JobState.FAILED, error="out of memory")
+    final = line.get(f"/gate/decisions/{decision['decision_id']}").json()
+    assert final["verdict"] == "block" and final["waiting_for"] == []
+    assert final["reasons"][0]["code"] == "measurement_failed"
+    assert "out of memory" in final["reasons"][0]["message"]
+
+
+def test_a_gate_token_asks_and_polls_but_cannot_read_the_line(line, mint):
+    token = mint("gate")
+    decision = measured(line).json()
+    assert gate(line, headers=bearer(token), candidate="2").json()["requested_by"] == "gate"
+    assert line.get(f"/gate/decisions/{decision['decision_id']}",
+                    headers=bearer(token)).is_success
+    assert error_code(line.get("/models/digits", headers=bearer(token)), 403) == "missing_scope"
+    reader = mint("read")
+    assert error_code(gate(line, headers=bearer(reader), candidate="2"), 403) == "missing_scope"
+
+
+def signed_post(client, secret: str | None, body: bytes, **headers: str):
+    """POST /gate without a token; signed with `secret` unless it is None."""
+    headers = {"Authorization": "", "Content-Type": "application/json", **headers}
+    if secret is not None:
+        headers["X-Flipgate-Signature-256"] = signature(secret, body)
+    return client.post("/gate", content=body, headers=headers)
+
+
+def test_webhook_signatures_are_checked_against_the_line_secret(line):
+    body = json.dumps({"model": "digits", "candidate": "1",
+                       "ci": {"provider": "github", "sha": "abc123"}}).encode()
+    assert error_code(signed_post(line, "whatever", body), 401) == "invalid_signature"
+    secret = line.post("/models/digits/webhook-secret").json()["secret"]
+    accepted = signed_post(line, secret, body)
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["requested_by"] == "webhook"
+    assert accepted.json()["ci"] == {"provider": "github", "sha": "abc123"}
+    assert error_code(signed_post(line, "wrong-secret", body), 401) == "invalid_signature"
+    tampered = {"X-Flipgate-Signature-256": signature(secret, body)}
+    response = signed_post(line, None, body.replace(b'"1"', b'"2"'), **tampered)
+    assert error_code(response, 401) == "invalid_signature"
+    assert error_code(signed_post(line, None, body), 401) == "missing_credentials"
+    rotated = line.post("/models/digits/webhook-secret").json()["secret"]
+    assert error_code(signed_post(line, secret, body), 401) == "invalid_signature"
+    assert signed_post(line, rotated, body).is_success
+
+
+def test_a_replayed_delivery_gets_the_first_decision(line):
+    secret = line.post("/models/digits/webhook-secret").json()["secret"]
+    body = json.dumps({"model": "digits", "candidate": "2", "evalsets": ["ev"]}).encode()
+    first = signed_post(line, secret, body, **{"X-Flipgate-Delivery": "run-7"})
+    again = signed_post(line, secret, body, **{"X-Flipgate-Delivery": "run-7"})
+    assert again.json()["decision_id"] == first.json()["decision_id"]
+    assert len(line.get("/models/digits/decisions").json()) == 2  # v1, and this delivery
+    other = json.dumps({"model": "digits", "candidate": "1"}).encode()
+    response = signed_post(line, secret, other, **{"X-Flipgate-Delivery": "run-7"})
+    assert error_code(response, 409) == "delivery_reused"
+
+
+def test_decisions_form_an_audit_log_newest_first(line):
+    measured(line)
+    log = line.get("/models/digits/decisions").json()
+    assert [(entry["candidate"], entry["verdict"]) for entry in log] == [
+        ("2", "approve"), ("1", "approve")]  # the default policy: significance 0.05
+    assert all(entry["requested_by"] == "admin" and entry["decided_at"] for entry in log)
+    only_2 = line.get("/models/digits/decisions", params={"candidate": "2"}).json()
+    assert [entry["decision_id"] for entry in only_2] == [log[0]["decision_id"]]
+
+
+def test_production_moves_only_with_an_approval_or_by_force(line, mint):
+    line.put("/models/digits/policy", json={"max_nfr": 0.05})
+    promote = {"version": "2"}
+    assert error_code(line.post("/models/digits/aliases/production", json=promote),
+                      409) == "not_approved"
+    measured(line)  # blocked
+    assert error_code(line.post("/models/digits/aliases/production", json=promote),
+                      409) == "not_approved"
+    writer = bearer(mint("write"))
+    forced = {"version": "2", "force": True}
+    assert error_code(line.post("/models/digits/aliases/production", json=forced,
+                                headers=writer), 403) == "missing_scope"
+    assert line.post("/models/digits/aliases/production", json=forced).is_success
+    history = line.get("/models/digits/promotions").json()
+    assert [(entry["forced"], entry["requested_by"]) for entry in history] == [
+        (False, "admin"), (True, "admin")]
+    assert history[0]["decision_id"] is not None and history[1]["decision_id"] is None
+
+
+def test_an_approval_against_the_current_production_allows_promotion(line):
+    measured(line)
+    response = line.post("/models/digits/aliases/production", json={"version": "2"})
+    assert response.is_success and response.json()["name"] == "production"
+    assert error_code(line.post("/models/digits/aliases/production", json={"version": "2"}),
+                      409) == "already_production"
+    assert line.post("/models/digits/aliases/canary", json={"version": "1"}).is_success
+
+
+def test_a_final_decision_with_a_callback_url_queues_its_delivery(line):
+    decision = gate(line, candidate="1", callback_url="http://127.0.0.1:9/status").json()
+    assert decision["callback"]["state"] == "queued"
+    assert decision["callback"]["attempts"] == 0
+    assert error_code(gate(line, candidate="1", callback_url="ftp://x"), 422) == (
+        "invalid_request")
+
+
+@pytest.fixture
+def blocked(line, npz_file):
+    """The id of a decision blocking 2, and the training set `train` made the line's."""
+    line.put("/models/digits/policy", json={"max_nfr": 0.05})
+    decision = measured(line).json()
+    assert decision["verdict"] == "block"
+    return decision["decision_id"]
+
+
+def with_training_set(client, npz_file) -> None:
+    client.post("/trainsets", data={"name": "train"},
+                files={"data": ("d.npz", npz_file(n=60, num_classes=CLASSES).read_bytes())})
+    assert client.put("/models/digits/training-dataset", json={"dataset": "train"}).is_success
+
+
+def test_repair_queues_a_training_job_with_the_legacy_term(line, blocked, npz_file):
+    repair = f"/gate/decisions/{blocked}/repair"
+    assert error_code(line.post(repair, json={}), 422) == "no_training_dataset"
+    with_training_set(line, npz_file)
+    response = line.post(repair, json={"config": {"epochs": 2}})
+    assert response.status_code == 202, response.text
+    job = response.json()["job"]
+    assert job["kind"] == "train" and job["state"] == "queued"
+    params = job["params"]
+    assert params["method"] == "elodi" and params["arch"] == "mlp"
+    assert params["options"]["legacy_weight"] == 0.5  # production was not trained with ELODI
+    assert params["config"]["epochs"] == 2 and params["version"] == "2-elodi"
+    assert params["dataset"] == "train" and params["old_version_id"] is not None
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"method": "magic"}, 422, "unknown_method"),
+    ({"options": {"alpha": 0.5, "nonsense": 1}}, 422, "invalid_options"),
+    ({"options": {"members": 0}}, 422, "invalid_options"),
+    ({"config": {"epochs": 0}}, 422, "invalid_request"),
+    ({"dataset": "ev"}, 422, "not_a_training_set"),
+    ({"version": "1"}, 409, "version_exists"),
+])
+def test_bad_repair_requests_are_refused(line, blocked, npz_file, body, status, code):
+    with_training_set(line, npz_file)
+    assert error_code(line.post(f"/gate/decisions/{blocked}/repair", json=body),
+                      status) == code
+
+
+def test_only_blocked_candidates_are_repaired(line):
+    decision = measured(line).json()
+    assert decision["verdict"] == "approve"
+    response = line.post(f"/gate/decisions/{decision['decision_id']}/repair", json={})
+    assert error_code(response, 409) == "not_blocked"

@@ -1,0 +1,56 @@
+"""The callback task: POST a final decision's status to its callback URL, with retries."""
+
+import json
+import logging
+
+import httpx
+from celery import Task
+
+from flipgate.signing import signature
+from service.config import get_settings
+from service.db import session_scope
+from service.gate.callbacks import delivery, queued_callback, record_attempt
+from service.gate.models import CallbackState
+from service.gate.service import CALLBACK_TASK
+from worker.app import app
+from worker.tasks import context
+
+logger = logging.getLogger(__name__)
+
+
+@app.task(name=CALLBACK_TASK, bind=True, max_retries=None)
+def deliver_callback(task: Task, decision_id: int) -> None:
+    """POST the status once; a failure is retried later with a doubling delay until the
+    attempts allowed by FLIPGATE_CALLBACK_ATTEMPTS are spent."""
+    sessions, settings = context().sessions, get_settings()
+    with session_scope(sessions) as session:
+        if queued_callback(session=session, decision_id=decision_id) is None:
+            return
+        url, body, secret = delivery(session=session, decision_id=decision_id)
+    status, error = post_status(url, json.dumps(body).encode(), secret, decision_id)
+    with session_scope(sessions) as session:
+        callback = queued_callback(session=session, decision_id=decision_id)
+        if callback is None:
+            return
+        record_attempt(callback=callback, status=status, error=error,
+                       max_attempts=settings.callback_attempts)
+        retry = callback.state == CallbackState.QUEUED
+        delay = settings.callback_backoff_seconds * 2 ** (callback.attempts - 1)
+    if retry:
+        logger.warning("callback of decision %s failed (%s); retrying in %s s", decision_id,
+                       error or status, delay)
+        raise task.retry(countdown=delay)
+
+
+def post_status(url: str, body: bytes, secret: str | None,
+                decision_id: int) -> tuple[int | None, str | None]:
+    """The HTTP status of one POST, or None and the transport error."""
+    headers = {"Content-Type": "application/json", "X-Flipgate-Decision": str(decision_id)}
+    if secret is not None:
+        headers["X-Flipgate-Signature-256"] = signature(secret, body)
+    try:
+        response = httpx.post(url, content=body, headers=headers,
+                              timeout=get_settings().callback_timeout_seconds)
+    except httpx.HTTPError as error:
+        return None, f"{type(error).__name__}: {error}"
+    return response.status_code, None if response.is_success else response.text[:500]

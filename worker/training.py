@@ -1,0 +1,99 @@
+"""The training task: repair a blocked candidate, register the result and gate it again."""
+
+import hashlib
+import itertools
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from flipgate.formats import load_evalset
+from flipgate.train import recipes
+from flipgate.train.config import TrainConfig
+from flipgate.train.methods import METHODS
+from flipgate.train.recipes import ProgressFactory
+from service.db import session_scope
+from service.evalsets.service import get_dataset
+from service.gate.models import Decision
+from service.gate.schemas import GateRequest
+from service.gate.service import gate, get_decision
+from service.jobs.models import TASK_NAMES, JobKind
+from service.jobs.orchestration import queue_follow_up
+from service.models.models import ModelLine, ModelVersion
+from service.models.service import get_version, register_version
+from service.predictions.service import score_version
+from worker.app import app
+from worker.tasks import Context, JobProgress, finishing, run_job
+
+
+@app.task(name=TASK_NAMES[JobKind.TRAIN])
+def train(job_id: int) -> None:
+    """Retrain a blocked candidate with a flip-reducing method (service.gate.repair)."""
+    run_job(job_id, repair)
+
+
+def repair(ctx: Context, job_id: int, params: dict[str, Any]) -> None:
+    """Train, then register the new version with its lineage and gate it like the original."""
+    with session_scope(ctx.sessions) as session:
+        line = session.get_one(ModelLine, get_decision(
+            session=session, decision_id=params["decision_id"]).line_id)
+        dataset = get_dataset(session=session, name=params["dataset"])
+        old = (None if params["old_version_id"] is None
+               else get_version(session=session, version_id=params["old_version_id"]))
+    data = load_evalset(ctx.store.path(dataset.sha256))
+    old_logits = None if old is None else score_version(store=ctx.store, version=old,
+                                                        dataset=dataset)[0]
+    trained = recipes.train(
+        params["method"], params["arch"], data, line.num_classes, TrainConfig(**params["config"]),
+        METHODS[params["method"]].options(**params["options"]), old_logits,
+        progress=phase_progress(ctx, job_id, METHODS[params["method"]].phases))
+    with tempfile.TemporaryDirectory() as folder:
+        path = trained.save(Path(folder) / "model.onnx", data.sample_shape)
+        with finishing(ctx, job_id) as (session, result):
+            version = register_repaired(ctx, session, job_id, params, line, path, trained.record)
+            decision = gate_again(session, job_id, version, params["decision_id"])
+            result.update(version=version.version, decision_id=decision.id,
+                          repaired_decision_id=params["decision_id"],
+                          version_url=f"/models/{line.name}/versions/{version.version}",
+                          decision_url=f"/gate/decisions/{decision.id}")
+
+
+def phase_progress(ctx: Context, job_id: int, phases: int) -> ProgressFactory:
+    """Progress callbacks for a recipe's phases, each filling its share of the job's 0..1."""
+    counter = itertools.count()
+
+    def for_phase(_label: str) -> JobProgress:
+        index = min(next(counter), phases - 1)
+        return JobProgress(ctx.sessions, job_id, start=index / phases, span=1 / phases)
+
+    return for_phase
+
+
+def register_repaired(ctx: Context, session, job_id: int, params: dict[str, Any],
+                      line: ModelLine, path: Path, record: dict[str, Any]) -> ModelVersion:
+    """The trained model as a new version whose parent is the baseline it must replace; its
+    follow-up inference and metrics jobs are queued."""
+    decision = get_decision(session=session, decision_id=params["decision_id"])
+    baseline = get_version(session=session, version_id=decision.baseline_id)
+    candidate = get_version(session=session, version_id=decision.candidate_id)
+    version = register_version(
+        session=session, store=ctx.store, line_name=line.name, version=params["version"],
+        onnx_path=path, parent=f"{line.name}:{baseline.version}",
+        metadata={"arch": params["arch"]}, produced_by={
+            "job_id": job_id, "method": params["method"], "repair_of": candidate.version,
+            "decision_id": decision.id, "dataset": params["dataset"], "record": record})
+    queue_follow_up(session=session, version=version)
+    return version
+
+
+def gate_again(session, job_id: int, version: ModelVersion, decision_id: int) -> Decision:
+    """A new decision on the repaired version, against the same baseline and eval sets."""
+    original = get_decision(session=session, decision_id=decision_id)
+    request = GateRequest(
+        model=session.get_one(ModelLine, original.line_id).name, candidate=version.version,
+        baseline=get_version(session=session, version_id=original.baseline_id).version,
+        evalsets=original.evalsets, ci=original.ci, callback_url=original.callback_url)
+    body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
+    return gate(session=session, request=request, requested_by=f"repair job {job_id}",
+                base_url=original.base_url, request_sha256=hashlib.sha256(body).hexdigest(),
+                repair_of=original)
