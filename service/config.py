@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     max_upload_mb: int = 512
     shard_size: int = Field(default=50_000, ge=1)  # eval sets with more samples are sharded
+    public_url: str | None = None  # the API's address in links; default: the request's
     callback_attempts: int = Field(default=6, ge=1)  # deliveries of a decision's status
     callback_backoff_seconds: float = Field(default=5.0, ge=0)  # doubled after each failure
     callback_timeout_seconds: float = Field(default=10.0, gt=0)

@@ -103,11 +103,16 @@ def gate(request: Request, response: Response, body: RawBody, session: SessionDe
     caller = (gate_caller(session, settings, credentials) if credentials is not None
               else webhook_caller(session, gate_request.model, body, signature))
     decision = service.gate(session=session, request=gate_request, requested_by=caller,
-                            base_url=str(request.base_url), delivery_id=delivery,
+                            base_url=public_url(request, settings), delivery_id=delivery,
                             request_sha256=hashlib.sha256(body).hexdigest())
     if decision.verdict == Verdict.PENDING:
         response.status_code = 202
     return service.decision_view(session=session, decision=decision)
+
+
+def public_url(request: Request, settings: Settings) -> str:
+    """The address links in decisions start with: FLIPGATE_PUBLIC_URL, else the request's."""
+    return settings.public_url.rstrip("/") + "/" if settings.public_url else str(request.base_url)
 
 
 def parse_gate_request(body: bytes) -> GateRequest:

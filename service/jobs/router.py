@@ -3,6 +3,7 @@
 from fastapi import APIRouter
 
 from service.deps import READ, WRITE, SessionDep
+from service.gate.service import settle_pending
 from service.jobs import service
 from service.jobs.models import Job
 from service.jobs.schemas import JobRead
@@ -18,5 +19,8 @@ def read_job(job_id: int, session: SessionDep) -> Job:
 
 @router.post("/{job_id}/cancel", response_model=JobRead, dependencies=[WRITE])
 def cancel_job(job_id: int, session: SessionDep) -> Job:
-    """Cancel a queued or running job (409 when it has already finished)."""
-    return service.cancel_job(session=session, job_id=job_id)
+    """Cancel a queued or running job (409 when it has already finished); gate decisions
+    that waited for it are blocked."""
+    job = service.cancel_job(session=session, job_id=job_id)
+    settle_pending(session=session)
+    return job

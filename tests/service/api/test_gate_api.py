@@ -279,3 +279,17 @@ def test_only_blocked_candidates_are_repaired(line):
     assert decision["verdict"] == "approve"
     response = line.post(f"/gate/decisions/{decision['decision_id']}/repair", json={})
     assert error_code(response, 409) == "not_blocked"
+
+
+def test_cancelling_a_measurement_blocks_the_decision_waiting_for_it(line):
+    decision = gate(line, candidate="2").json()
+    assert line.post(f"/jobs/{decision['waiting_for'][0]}/cancel").is_success
+    final = line.get(f"/gate/decisions/{decision['decision_id']}").json()
+    assert final["verdict"] == "block"
+    assert final["reasons"][0]["code"] == "measurement_failed"
+
+
+def test_links_use_the_public_url_when_one_is_set(line):
+    line.app.state.settings.public_url = "https://flipgate.example.com/api"
+    assert measured(line).json()["report_url"].startswith(
+        "https://flipgate.example.com/api/compare/digits:1/digits:2?")
