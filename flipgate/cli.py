@@ -118,19 +118,23 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def demo_through_server(files: "DemoFiles", folder: Path) -> int:
-    """The demo's models through `flipgate serve`: print its report and the line's matrix."""
-    from flipgate.demo_server import LINE, ServerDemoError, run_through_server
-    from flipgate.reporting.terminal import render_matrix, render_report
+    """The demo's models through `flipgate serve` and its gate: print the server's report of
+    the same update, the gate's decisions and the line's matrix."""
+    from flipgate.demo_server import LINE, POLICY, ServerDemoError, run_through_server
+    from flipgate.reporting.terminal import render_decisions, render_matrix, render_report
 
     console = Console()
     console.rule(f"The same update through flipgate serve (data in {folder})")
     try:
-        report, matrix = run_through_server(files, folder)
+        served = run_through_server(files, folder)
     except ServerDemoError as error:
         print(f"flipgate demo: error: {error}", file=sys.stderr)
         return 1
-    render_report(report, console, old_name=f"{LINE}:1", new_name=f"{LINE}:2")
-    render_matrix(matrix, console, title=f"{LINE}: NFR (churn) for every pair of versions")
+    render_report(served.report, console, old_name=f"{LINE}:1", new_name=f"{LINE}:3")
+    render_decisions(served.decisions, console, title=f"The deploy gate on {LINE} (policy "
+                     f"{POLICY}); 2 is trained with FD towards 1, 3 plainly")
+    render_matrix(served.matrix, console,
+                  title=f"{LINE}: NFR (churn) for every pair of versions")
     return 0
 
 
@@ -269,6 +273,35 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_gate(args: argparse.Namespace) -> int:
+    """Ask the server's deploy gate whether CANDIDATE may replace BASELINE and wait for the
+    verdict: exit 0 approve, 1 block, 2 refused or unreachable, 3 still pending at --timeout."""
+    from flipgate import gate_client
+
+    credentials = gate_client.Credentials(
+        token=args.token or os.environ.get("FLIPGATE_TOKEN"),
+        secret=args.secret or os.environ.get("FLIPGATE_WEBHOOK_SECRET"))
+    if not (credentials.token or credentials.secret):
+        raise InvalidInput("missing_credentials", "give --token (or FLIPGATE_TOKEN) or --secret "
+                           "(or FLIPGATE_WEBHOOK_SECRET)")
+    given_ci = {key.removeprefix("ci_"): value for key, value in vars(args).items()
+                if key.startswith("ci_")}
+    request = {"model": args.model, "candidate": args.candidate, "baseline": args.baseline,
+               "evalsets": args.evalset, "ci": gate_client.ci_context(given_ci, os.environ),
+               "callback_url": args.callback_url}
+    if args.timeout < 0 or args.poll <= 0:
+        raise InvalidInput("invalid_option", "--timeout must be >= 0 and --poll > 0 seconds")
+    try:
+        decision = gate_client.ask(args.server, request, credentials, delivery=args.delivery,
+                                   timeout=args.timeout, poll=args.poll,
+                                   on_pending=gate_client.status_printer(sys.stderr))
+    except gate_client.GateTimeout as timeout:
+        print(f"flipgate gate: error: {timeout}", file=sys.stderr)
+        return 3
+    print(json.dumps(decision) if args.json else "\n".join(gate_client.describe(decision)))
+    return gate_client.EXIT_CODES[decision["verdict"]]
+
+
 def comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -387,12 +420,43 @@ def add_token_command(commands: argparse._SubParsersAction) -> None:
     create.set_defaults(run=run_token_create)
 
 
+def add_gate_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate gate` subcommand."""
+    gate = commands.add_parser(
+        "gate", help="ask a server's deploy gate whether a candidate version may ship",
+        description="POSTs /gate and waits for the final verdict. Exit codes: 0 approve, "
+                    "1 block, 2 usage or HTTP error, 3 still pending at --timeout. CI fields "
+                    "default to GitHub Actions or GitLab CI variables when present.")
+    gate.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
+    gate.add_argument("--model", required=True, help="the model line")
+    gate.add_argument("--candidate", required=True, metavar="VERSION")
+    gate.add_argument("--baseline", metavar="VERSION", help="default: the line's production")
+    gate.add_argument("--evalset", action="append", default=[], metavar="NAME",
+                      help="an eval set to measure besides the policy's (repeatable)")
+    gate.add_argument("--token", help="bearer token with scope gate (default: $FLIPGATE_TOKEN)")
+    gate.add_argument("--secret", help="the line's webhook secret, to sign the request "
+                                       "(default: $FLIPGATE_WEBHOOK_SECRET)")
+    gate.add_argument("--delivery", metavar="ID",
+                      help="idempotency key: a retry with the same id gets the same decision "
+                           "(default: a random UUID)")
+    gate.add_argument("--callback-url", metavar="URL",
+                      help="where the server POSTs the final status")
+    for field in ("provider", "repo", "sha", "ref", "run-url"):
+        gate.add_argument(f"--ci-{field}", help="default: from the CI's environment")
+    gate.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
+                      help="stop waiting for a pending decision after this long (default 1800)")
+    gate.add_argument("--poll", type=float, default=2, metavar="SECONDS",
+                      help="time between polls of a pending decision (default 2)")
+    gate.add_argument("--json", action="store_true", help="print the final decision's JSON")
+    gate.set_defaults(run=run_gate)
+
+
 def build_parser() -> Parser:
     parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for add_command in (add_compare_command, add_train_command, add_experiment_command,
                         add_demo_command, add_migrate_command, add_serve_command,
-                        add_worker_command, add_token_command):
+                        add_worker_command, add_token_command, add_gate_command):
         add_command(commands)
     return parser
 

@@ -1,9 +1,10 @@
-"""The demo's second half: the same two models and eval set through a real `flipgate serve`.
+"""The demo's second half: the models through a real `flipgate serve` and its deploy gate.
 
 The server runs in embedded mode (SQLite and a folder broker in its own data directory) with a
 fresh admin token; the demo talks to it over HTTP like any client would.
 """
 
+import json
 import os
 import secrets
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -18,7 +20,7 @@ import httpx
 from flipgate.demo import DemoFiles
 from flipgate.processes import free_port, stop_process
 
-LINE, EVALSET = "mnist", "mnist-eval"
+LINE, EVALSET, TRAINSET = "mnist", "mnist-eval", "mnist-train"
 WAIT_SECONDS, POLL_SECONDS = 300, 0.2
 
 
@@ -26,17 +28,71 @@ class ServerDemoError(RuntimeError):
     """The demo server did not start or a job it ran failed."""
 
 
-def run_through_server(files: DemoFiles, folder: Path) -> tuple[dict, dict]:
-    """Register both models and the eval set, wait for the server's jobs, and return its
-    compare report of version 1 → 2 and the line's matrix."""
+POLICY = {"max_nfr": 0.01, "max_er_increase": 0.0, "evalsets": [EVALSET]}
+
+
+@dataclass(frozen=True)
+class ServerDemo:
+    """What the server answered: the compare report of version 1 → 3 (the update the local
+    compare showed), the line's matrix, and the gate's decisions in the order asked."""
+
+    report: dict
+    matrix: dict
+    decisions: list[dict]
+
+
+def run_through_server(files: DemoFiles, folder: Path) -> ServerDemo:
+    """Register the models and data sets, gate each update under POLICY (1 → 2 approved and
+    promoted, 2 → 3 blocked), repair the blocked one with ELODI and promote the repair."""
     with demo_server(folder) as client:
         upload(client, "/evalsets", {"name": EVALSET}, "data", files.evalset)
-        upload(client, "/models", {"name": LINE, "version": "1"}, "artifact", files.old_model)
-        upload(client, "/models", {"name": LINE, "version": "2", "parent": f"{LINE}:1"},
-               "artifact", files.new_model)
-        report = compare_when_ready(client, f"{LINE}:1", f"{LINE}:2")
-        matrix = client.get(f"/models/{LINE}/matrix", params={"evalset": EVALSET})
-        return report, checked(matrix).json()
+        upload(client, "/trainsets", {"name": TRAINSET}, "data", files.train_set)
+        decisions = [register_and_gate(client, "1", files.old_model)]
+        checked(client.put(f"/models/{LINE}/training-dataset", json={"dataset": TRAINSET}))
+        promote(client, "1")
+        checked(client.put(f"/models/{LINE}/policy", json=POLICY))
+        decisions.append(register_and_gate(client, "2", files.fd_model, parent="1"))
+        promote(client, "2")
+        decisions.append(register_and_gate(client, "3", files.new_model, parent="2"))
+        decisions.append(repair(client, decisions[-1]["decision_id"]))
+        promote(client, decisions[-1]["candidate"])
+        report = compare_when_ready(client, f"{LINE}:1", f"{LINE}:3")
+        matrix = checked(client.get(f"/models/{LINE}/matrix", params={"evalset": EVALSET}))
+        return ServerDemo(report, matrix.json(), decisions)
+
+
+def register_and_gate(client: httpx.Client, version: str, model: Path,
+                      parent: str | None = None) -> dict:
+    """Register `model` (its run record as metadata) and the gate's final decision on it."""
+    record = json.loads(model.with_suffix(".json").read_text())
+    fields = {"name": LINE, "version": version, "metadata": json.dumps({"record": record})}
+    upload(client, "/models", fields | ({"parent": f"{LINE}:{parent}"} if parent else {}),
+           "artifact", model)
+    decision = checked(client.post("/gate", json={"model": LINE, "candidate": version})).json()
+    return final_decision(client, decision["decision_id"])
+
+
+def final_decision(client: httpx.Client, decision_id: int) -> dict:
+    """The decision once the worker's measurements have made it final."""
+    path = f"/gate/decisions/{decision_id}"
+    wait_for(lambda: checked(client.get(path)).json()["verdict"] != "pending",
+             f"decision {decision_id}")
+    return checked(client.get(path)).json()
+
+
+def repair(client: httpx.Client, decision_id: int) -> dict:
+    """Retrain the blocked candidate with ELODI on the server; its new decision."""
+    queued = checked(client.post(f"/gate/decisions/{decision_id}/repair",
+                                 json={"method": "elodi"})).json()
+    job_id = queued["job"]["id"]
+    wait_for(lambda: job_succeeded(client, job_id), f"repair job {job_id}")
+    job = checked(client.get(f"/jobs/{job_id}")).json()
+    return final_decision(client, job["result"]["decision_id"])
+
+
+def promote(client: httpx.Client, version: str) -> None:
+    """Point production at `version` (the server checks for an approving decision)."""
+    checked(client.post(f"/models/{LINE}/aliases/production", json={"version": version}))
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """`flipgate compare` on real MNIST models, checked against an independent computation."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -104,14 +105,21 @@ def test_terminal_and_html_reports(mnist_pair, expected, run_cli, tmp_path):
 def test_demo_command_runs_end_to_end(tmp_path):
     flipgate = Path(sys.executable).with_name("flipgate")
     done = subprocess.run([flipgate, "demo", "--data-dir", tmp_path], capture_output=True,
-                          text=True, check=False, timeout=600)
+                          text=True, check=False, timeout=600,
+                          env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     local, _, served = done.stdout.partition("The same update through flipgate serve")
     assert "Verdict hints" in local and served, done.stdout
     folder = tmp_path / "demo"
-    assert {p.name for p in folder.iterdir()} >= {"old.onnx", "new.onnx", "mnist-eval.npz",
+    assert {p.name for p in folder.iterdir()} >= {"old.onnx", "new.onnx", "fd.onnx",
+                                                  "mnist-eval.npz", "mnist-train.npz",
                                                   "report.html", "server"}
     # The server computed the logits itself and reports the same flips as the local compare.
     negative_flips = re.findall(r"Negative flips\s*│\s*(\d+)", done.stdout)
     assert len(negative_flips) == 2 and negative_flips[0] == negative_flips[1]
     assert "mnist: NFR (churn) for every pair of versions" in served
+    # The gate: 2 (FD towards 1) approved, 3 (plain) blocked, its ELODI repair approved.
+    decisions = re.findall(r"│ (\S+)\s+│ (\S+)\s+│ (approve|block|pending) ", served)
+    assert decisions == [("1", "—", "approve"), ("2", "1", "approve"), ("3", "2", "block"),
+                         ("3-elodi", "2", "approve")], served
+    assert "on mnist-eval: NFR 0.0156 is above the maximum 0.01" in served

@@ -229,3 +229,21 @@ def render_matrix(matrix: dict, console: Console, *, title: str) -> None:
                  for nfr, churn in zip(matrix["nfr"][i], matrix["churn"][i], strict=True)]
         table.add_row(str(version), *cells)
     console.print(table)
+
+
+def render_decisions(decisions: list[dict], console: Console, *, title: str) -> None:
+    """The gate's decisions (the JSON of GET /gate/decisions/{id}) as one table."""
+    table = Table(title=title, title_justify="left")
+    for column in ("candidate", "baseline", "verdict", "NFR", "ER change", "why"):
+        table.add_column(column)
+    for decision in decisions:
+        numbers = next(iter(decision["metrics"].values()), {})
+        style = {"approve": "green", "block": "red"}.get(decision["verdict"], "yellow")
+        why = [reason["message"] for reason in decision["reasons"]]
+        if decision["repair_of"] is not None:
+            why.insert(0, f"repair of decision {decision['repair_of']}")
+        table.add_row(decision["candidate"], decision["baseline"] or "—",
+                      Text(decision["verdict"], style=style), fmt_pct(numbers.get("nfr")),
+                      _fmt_points(numbers.get("er_old"), numbers.get("er_new")),
+                      "; ".join(why) or "within the policy")
+    console.print(table)

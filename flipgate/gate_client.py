@@ -1,0 +1,226 @@
+"""The client side of the deploy gate: ask POST /gate, wait for a final verdict, describe it.
+
+Torch-free on purpose: a CI job needs only httpx to call the gate.
+"""
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+import httpx
+
+from flipgate.errors import InvalidInput
+from flipgate.signing import signature
+
+RETRIES = 3
+BACKOFF_SECONDS = 0.5
+REQUEST_TIMEOUT_SECONDS = 60.0
+EXIT_CODES = {"approve": 0, "block": 1}
+CI_FIELDS = ("provider", "repo", "sha", "ref", "run_url")
+
+PendingCallback = Callable[[dict, float], None]
+
+
+class GateTimeout(Exception):
+    """The decision was still pending when the client stopped waiting."""
+
+    def __init__(self, seconds: float, decision_id: int) -> None:
+        super().__init__(f"still pending after {seconds:g} s; decision {decision_id}")
+        self.decision_id = decision_id
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A bearer token (scope gate), a line's webhook secret, or both."""
+
+    token: str | None = None
+    secret: str | None = None
+
+    def headers(self, body: bytes | None = None) -> dict[str, str]:
+        """The auth headers of a request; the signature covers `body` when there is one."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if self.secret and body is not None:
+            headers["X-Flipgate-Signature-256"] = signature(self.secret, body)
+        return headers
+
+
+def ci_from_environment(env: Mapping[str, str]) -> dict[str, str | None]:
+    """Where the run comes from, read from GitHub Actions or GitLab CI variables."""
+    if env.get("GITHUB_ACTIONS") == "true":
+        run_url = None
+        if all(env.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")):
+            run_url = (f"{env['GITHUB_SERVER_URL']}/{env['GITHUB_REPOSITORY']}/actions/runs/"
+                       f"{env['GITHUB_RUN_ID']}")
+        return {"provider": "github", "repo": env.get("GITHUB_REPOSITORY"),
+                "sha": env.get("GITHUB_SHA"), "ref": env.get("GITHUB_REF"), "run_url": run_url}
+    if env.get("GITLAB_CI") == "true":
+        return {"provider": "gitlab", "repo": env.get("CI_PROJECT_PATH"),
+                "sha": env.get("CI_COMMIT_SHA"), "ref": env.get("CI_COMMIT_REF_NAME"),
+                "run_url": env.get("CI_JOB_URL")}
+    return {}
+
+
+def ci_context(given: Mapping[str, str | None], env: Mapping[str, str]) -> dict | None:
+    """The request's `ci` object: fields given on the command line win over the CI's own."""
+    detected = ci_from_environment(env)
+    merged = {field: given.get(field) or detected.get(field) for field in CI_FIELDS}
+    return {field: value for field, value in merged.items() if value} or None
+
+
+def encode(request: dict) -> bytes:
+    """The exact bytes that are signed and sent."""
+    return json.dumps(request, separators=(",", ":")).encode()
+
+
+class GateClient:
+    """POST /gate and GET /gate/decisions/{id} on one server, retrying transport errors and
+    5xx answers with exponential backoff; 4xx answers raise InvalidInput with the server's
+    error code and message."""
+
+    def __init__(self, http: httpx.Client, credentials: Credentials, *, retries: int = RETRIES,
+                 backoff: float = BACKOFF_SECONDS) -> None:
+        self.http = http
+        self.credentials = credentials
+        self.retries = retries
+        self.backoff = backoff
+
+    def post_gate(self, body: bytes, delivery: str) -> dict:
+        """The decision on a request; the same delivery id always answers the same decision."""
+        headers = {"Content-Type": "application/json", "X-Flipgate-Delivery": delivery,
+                   **self.credentials.headers(body)}
+        return as_decision(self._send("POST", "/gate", content=body, headers=headers))
+
+    def get_decision(self, decision_id: int) -> dict:
+        """A decision's current state."""
+        return as_decision(self._send("GET", f"/gate/decisions/{decision_id}",
+                                      headers=self.credentials.headers()))
+
+    def _send(self, method: str, url: str, **options) -> dict:
+        """The JSON body of the first answer that is not a transport error or a 5xx."""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                response = self.http.request(method, url, **options)
+            except httpx.TransportError as error:
+                failure = InvalidInput("unreachable", f"cannot reach {self.http.base_url}: "
+                                       f"{error or type(error).__name__}")
+                continue
+            if response.status_code < 500:
+                return answer(response)
+            failure = refusal(response)
+        raise failure
+
+
+def answer(response: httpx.Response) -> dict:
+    """The JSON object of a 2xx answer; a 4xx raises its error as InvalidInput."""
+    if response.is_error:
+        raise refusal(response)
+    try:
+        return response.json()
+    except ValueError as error:
+        raise InvalidInput("invalid_response", f"{response.request.url} answered "
+                           f"{response.status_code} without JSON") from error
+
+
+def as_decision(body: dict) -> dict:
+    """`body` once it looks like a decision: a JSON object with an id and a known verdict."""
+    if not (isinstance(body, dict) and "decision_id" in body
+            and body.get("verdict") in (*EXIT_CODES, "pending")):
+        raise InvalidInput("invalid_response", f"the server's answer is not a decision: "
+                           f"{json.dumps(body)[:300]}")
+    return body
+
+
+def refusal(response: httpx.Response) -> InvalidInput:
+    """The server's `{"error": {"code", "message"}}` (or the raw body) as InvalidInput."""
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", response.text.strip()[:300] or response.reason_phrase
+    return InvalidInput(code, f"HTTP {response.status_code} {code}: {message}")
+
+
+def decide(client: GateClient, request: dict, delivery: str, *, timeout: float, poll: float,
+           on_pending: PendingCallback | None = None) -> dict:
+    """The final decision on `request`, polled every `poll` seconds until `timeout`.
+
+    With a token the decision is polled by id; with only a webhook secret the same signed
+    body is posted again under the same delivery id, which answers the same decision.
+    """
+    body = encode(request)
+    start = time.monotonic()
+    decision = client.post_gate(body, delivery)
+    while decision["verdict"] == "pending":
+        elapsed = time.monotonic() - start
+        if elapsed >= timeout:
+            raise GateTimeout(timeout, decision["decision_id"])
+        if on_pending:
+            on_pending(decision, elapsed)
+        time.sleep(min(poll, timeout - elapsed))
+        decision = (client.get_decision(decision["decision_id"]) if client.credentials.token
+                    else client.post_gate(body, delivery))
+    return decision
+
+
+def ask(server: str, request: dict, credentials: Credentials, *, delivery: str | None,
+        timeout: float, poll: float, on_pending: PendingCallback | None = None) -> dict:
+    """The final decision of the gate at `server` on `request`; with no delivery id, a
+    random one keeps the retries of this call idempotent."""
+    with httpx.Client(base_url=server, timeout=REQUEST_TIMEOUT_SECONDS) as http:
+        return decide(GateClient(http, credentials), request, delivery or str(uuid.uuid4()),
+                      timeout=timeout, poll=poll, on_pending=on_pending)
+
+
+def status_printer(stream: TextIO, every_seconds: float = 10) -> PendingCallback:
+    """A pending callback that writes the decision and the time waited to `stream`, at most
+    once per `every_seconds`."""
+    printed_at: list[float] = []
+
+    def show(decision: dict, elapsed: float) -> None:
+        if printed_at and elapsed - printed_at[-1] < every_seconds:
+            return
+        printed_at.append(elapsed)
+        jobs = ", ".join(map(str, decision.get("waiting_for", []))) or "none"
+        print(f"decision {decision['decision_id']} pending after {elapsed:.0f} s "
+              f"(waiting for jobs {jobs})", file=stream, flush=True)
+
+    return show
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2%}"
+
+
+def metrics_line(evalset: str, metrics: Mapping) -> str:
+    """NFR, churn, error rate old → new and McNemar's p on one eval set."""
+    parts = [f"NFR {percent(metrics.get('nfr'))}"]
+    if metrics.get("negative_flips") is not None and metrics.get("n"):
+        parts[0] += f" ({metrics['negative_flips']} of {metrics['n']})"
+    parts.append(f"churn {percent(metrics.get('churn'))}")
+    parts.append(f"ER {percent(metrics.get('er_old'))} → {percent(metrics.get('er_new'))}")
+    if metrics.get("mcnemar_p") is not None:
+        parts.append(f"McNemar p {metrics['mcnemar_p']:.3g}")
+    return f"  {evalset}: " + ", ".join(parts)
+
+
+def describe(decision: Mapping) -> list[str]:
+    """A decision for people: verdict, the pair, every reason, the metrics, the report."""
+    model = decision["model"]
+    baseline = (f"{model}:{decision['baseline']}" if decision.get("baseline")
+                else "no baseline (first version of the line)")
+    policy = decision.get("policy_version")
+    lines = [f"{decision['verdict'].upper()}: {model}:{decision['candidate']} against "
+             f"{baseline} (decision {decision['decision_id']}, "
+             f"policy {'v' + str(policy) if policy else 'default'})"]
+    lines += [f"  {'[blocking]' if reason.get('blocking') else '[note]'} {reason['message']}"
+              for reason in decision.get("reasons", [])]
+    lines += [metrics_line(evalset, metrics)
+              for evalset, metrics in decision.get("metrics", {}).items() if metrics]
+    if decision.get("report_url"):
+        lines.append(f"  report: {decision['report_url']}")
+    return lines
