@@ -30,6 +30,7 @@ from service.errors import Conflict, NotFound
 
 Row = TypeVar("Row")
 WRITE_LOCK_AT_BEGIN = "flipgate_write_lock_at_begin"
+SQLITE_BUSY_SECONDS = 30  # how long a SQLite transaction waits for another's write lock
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -90,7 +91,7 @@ def create_db_engine(settings: Settings) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS})
     event.listen(engine, "connect", _configure_sqlite_connection)
     event.listen(engine, "begin", _begin_sqlite)
     return engine

@@ -1,7 +1,7 @@
 """Request dependencies: settings, the artifact store, one session per request, and auth."""
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -29,9 +29,14 @@ def get_store(request: Request) -> ArtifactStore:
     return request.app.state.store
 
 
-def get_session(request: Request) -> Iterator[Session]:
+async def get_session(request: Request) -> AsyncIterator[Session]:
     """One session per request: committed when the endpoint returns, rolled back if it raises;
-    the jobs it created are sent to the workers after the commit."""
+    the jobs it created are sent to the workers after the commit.
+
+    An async dependency, so the commit runs on the event loop as soon as the endpoint
+    returns: a request that holds SQLite's write lock never waits for a free thread of the
+    pool (which the requests waiting for that lock may all occupy) to release it.
+    """
     with session_scope(request.app.state.sessions) as session:
         enqueue_after_commit(session=session, celery=request.app.state.celery)
         yield session

@@ -7,6 +7,7 @@ from http import HTTPStatus
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
 import flipgate
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(ServiceError, service_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(OperationalError, database_error)
     for router in ROUTERS:
         app.include_router(router)
     return app
@@ -92,3 +94,12 @@ def http_error(_request: Request, error: HTTPException) -> JSONResponse:
     status = error.status_code
     code = HTTP_ERROR_CODES.get(status) or HTTPStatus(status).phrase.lower().replace(" ", "_")
     return error_response(status, code, str(error.detail), error.headers)
+
+
+def database_error(_request: Request, error: OperationalError) -> JSONResponse:
+    """The database is locked by other writers for too long, or unreachable: retry later."""
+    busy = "database is locked" in str(error.orig)
+    return error_response(503, "database_busy" if busy else "database_unavailable",
+                          "the database is busy; retry shortly" if busy else
+                          f"the database cannot be reached: {type(error.orig).__name__}",
+                          headers={"Retry-After": "1"})

@@ -1,6 +1,7 @@
 """Endpoints of the deploy gate: policies, the CI webhook, decisions, promotion and repair."""
 
 import hashlib
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
@@ -99,6 +100,7 @@ def gate(request: Request, response: Response, body: RawBody, session: SessionDe
     `gate`, or by `X-Flipgate-Signature-256: sha256=<HMAC-SHA256 of the body>` under the
     line's webhook secret; `X-Flipgate-Delivery` makes retries return the first decision.
     Answers 202 while the measurements it queued are running (poll GET /gate/decisions/{id})."""
+    started = time.perf_counter()
     gate_request = parse_gate_request(body)
     caller = (gate_caller(session, settings, credentials) if credentials is not None
               else webhook_caller(session, gate_request.model, body, signature))
@@ -107,7 +109,9 @@ def gate(request: Request, response: Response, body: RawBody, session: SessionDe
                             request_sha256=hashlib.sha256(body).hexdigest())
     if decision.verdict == Verdict.PENDING:
         response.status_code = 202
-    return service.decision_view(session=session, decision=decision)
+    answer = service.decision_view(session=session, decision=decision)
+    response.headers["Server-Timing"] = f"gate;dur={1000 * (time.perf_counter() - started):.2f}"
+    return answer
 
 
 def public_url(request: Request, settings: Settings) -> str:

@@ -96,6 +96,7 @@ def gate(*, session: Session, request: GateRequest, requested_by: str, base_url:
     the jobs it queued. A delivery id seen before answers with that delivery's decision."""
     line = get_line(session=session, name=request.model)
     if delivery_id is not None and (earlier := _delivered(session, line, delivery_id)):
+        settle_pending(session=session)
         return _replayed(earlier, request_sha256)
     candidate = find_version(session=session, line_name=line.name, version=request.candidate)
     baseline = _baseline(session, line, request.baseline)
@@ -219,7 +220,8 @@ def _decide(session: Session, decision: Decision) -> None:
               if job.state != JobState.SUCCEEDED]
     if failed:
         return _finalize(session, decision, Verdict.BLOCK, [_note(
-            "measurement_failed", f"job {job.id} ({job.kind}) {job.state}: {job.error}",
+            "measurement_failed", f"job {job.id} ({job.kind}) {job.state}: "
+            f"{job.error or 'no error recorded'}",
             blocking=True) for job in failed])
     measured = _measured(session, decision)
     verdict, reasons = check(Policy.model_validate(decision.policy), measured)
@@ -285,7 +287,7 @@ def decision_view(*, session: Session, decision: Decision) -> DecisionRead:
     baseline = (None if decision.baseline_id is None
                 else get_version(session=session, version_id=decision.baseline_id).version)
     reports = {name: _report_url(decision.base_url, line.name, baseline, candidate, name)
-               for name in decision.evalsets if baseline is not None}
+               for name in decision.metrics}
     callback = session.scalars(select(Callback).where(
         Callback.decision_id == decision.id)).one_or_none()
     return DecisionRead(
