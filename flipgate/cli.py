@@ -396,11 +396,12 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
 def add_worker_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate worker` subcommand."""
     worker = commands.add_parser(
-        "worker", help="run a worker for inference and metrics jobs",
+        "worker", help="run a worker for inference, metrics, training and callback jobs",
         description="Takes jobs from $FLIPGATE_REDIS_URL, or from the folder broker in "
                     "$FLIPGATE_DATA_DIR when it is unset.")
     worker.add_argument("--queues", default="gpu,default",
-                        help="comma-separated queues: gpu (inference), default (metrics)")
+                        help="comma-separated queues: gpu (inference, training), default "
+                             "(metrics, callbacks)")
     worker.add_argument("--concurrency", type=positive_int, default=1)
     worker.set_defaults(run=run_worker)
 

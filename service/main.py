@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 import flipgate
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(OperationalError, database_error)
+    app.add_exception_handler(PoolTimeout, database_error)
     for router in ROUTERS:
         app.include_router(router)
     return app
@@ -96,9 +98,10 @@ def http_error(_request: Request, error: HTTPException) -> JSONResponse:
     return error_response(status, code, str(error.detail), error.headers)
 
 
-def database_error(_request: Request, error: OperationalError) -> JSONResponse:
-    """The database is locked by other writers for too long, or unreachable: retry later."""
-    busy = "database is locked" in str(error.orig)
+def database_error(_request: Request, error: OperationalError | PoolTimeout) -> JSONResponse:
+    """The database is locked by other writers for too long, every pooled connection is
+    taken, or the database is unreachable: retry later."""
+    busy = isinstance(error, PoolTimeout) or "database is locked" in str(error.orig)
     return error_response(503, "database_busy" if busy else "database_unavailable",
                           "the database is busy; retry shortly" if busy else
                           f"the database cannot be reached: {type(error.orig).__name__}",

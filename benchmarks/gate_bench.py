@@ -1,0 +1,228 @@
+"""The deploy gate's answer on an already-measured pair vs. a trivial endpoint, under load.
+
+    python benchmarks/gate_bench.py [--clients 50] [--requests 2000] [--database-url URL]
+
+Starts `flipgate serve --api-only` on a fresh data dir whose SQLite database (or the empty
+database at --database-url) it migrates first, registers a line
+with two versions, an eval set and uploaded logits of both, and has the pair measured once.
+Then C concurrent clients on loopback send N requests to GET /healthz and N to POST /gate
+(a token with scope gate, no delivery id: every request records a new decision). Prints p50
+and p99 latency and requests/s of both, and the ratios gate / healthz.
+"""
+
+import argparse
+import asyncio
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from flipgate.processes import free_port, stop_process
+from service.auth.service import create_token
+from service.config import Settings
+from service.db import settings_session
+from service.migrate import upgrade
+
+ROOT = Path(__file__).resolve().parents[1]
+ADMIN_TOKEN = "bench-admin-token-0123456789"
+LINE, EVALSET = "bench", "eval"
+SAMPLES, FEATURES, CLASSES = 10_000, 16, 10
+GATE_REQUEST = {"model": LINE, "candidate": "2", "baseline": "1", "evalsets": [EVALSET]}
+START_SECONDS = 60
+
+
+@dataclass
+class Run:
+    """The latencies (seconds) of the answers of one load run, its wall time, and how many
+    answers had each status (or failed with each transport error)."""
+
+    latencies: np.ndarray
+    seconds: float
+    statuses: Counter
+    server_ms: np.ndarray  # the gate's own time per answer (its Server-Timing header)
+
+    def percentile_ms(self, q: float) -> float:
+        return float(np.percentile(self.latencies, q)) * 1000
+
+    @property
+    def per_second(self) -> float:
+        return len(self.latencies) / self.seconds
+
+
+def linear_onnx(seed: int) -> bytes:
+    """A linear ONNX classifier (FEATURES inputs, CLASSES logits)."""
+    rng = np.random.default_rng(seed)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+         helper.make_node("Add", ["xw", "b"], ["logits"])], "linear",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", CLASSES])],
+        [numpy_helper.from_array(rng.normal(size=(FEATURES, CLASSES)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.normal(size=CLASSES).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return model.SerializeToString()
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def gate_token(settings: Settings) -> str:
+    """Migrate the database and mint a token with scope gate."""
+    upgrade(settings)
+    with settings_session(settings) as session:
+        return create_token(session=session, name="bench", scopes=["gate"])[1]
+
+
+@contextmanager
+def server(settings: Settings, port: int) -> Iterator[str]:
+    """`flipgate serve --api-only` with `settings`; yields its URL once /healthz answers."""
+    data_dir = settings.data_dir
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FLIPGATE_")},
+           "FLIPGATE_DATA_DIR": str(data_dir), "FLIPGATE_DATABASE_URL": settings.database_url,
+           "FLIPGATE_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": str(ROOT)}
+    url = f"http://127.0.0.1:{port}"
+    with (data_dir / "serve.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "flipgate.cli", "serve", "--api-only", "--port", str(port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until_up(url, process, data_dir / "serve.log")
+            yield url
+        finally:
+            stop_process(process)
+
+
+def wait_until_up(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if httpx.get(f"{url}/healthz").is_success:
+                return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise SystemExit(f"the server did not start (exit code {process.poll()}):\n"
+                     f"{log.read_text(errors='replace')[-3000:]}")
+
+
+def checked(response: httpx.Response) -> dict:
+    if response.is_error:
+        raise SystemExit(f"{response.request.method} {response.request.url}: "
+                         f"{response.status_code} {response.text}")
+    return response.json()
+
+
+def measured_pair(url: str, token: str) -> dict:
+    """Register the line, the eval set and both versions' logits; the gate's final answer."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, CLASSES, SAMPLES)
+    evalset = io.BytesIO()
+    np.savez(evalset, x=rng.normal(size=(SAMPLES, FEATURES)).astype(np.float32), y=labels)
+    with httpx.Client(base_url=url, timeout=60,
+                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as admin:
+        checked(admin.post("/evalsets", data={"name": EVALSET},
+                           files={"data": ("eval.npz", evalset.getvalue())}))
+        for seed, version in enumerate(("1", "2")):
+            checked(admin.post("/models", data={"name": LINE, "version": version},
+                               files={"artifact": ("model.onnx", linear_onnx(seed))}))
+            logits = np.eye(CLASSES)[labels] * 1.5 + rng.normal(size=(SAMPLES, CLASSES))
+            checked(admin.post(f"/models/{LINE}/versions/{version}/predictions",
+                               data={"evalset": EVALSET},
+                               files={"logits": ("logits.npy", npy(logits))}))
+        decision = ask_gate(url, token)
+        if decision["verdict"] == "pending":  # no worker: measure the pair in-request
+            checked(admin.get(f"/compare/{LINE}:1/{LINE}:2", params={"evalset": EVALSET}))
+            decision = ask_gate(url, token)
+    if decision["verdict"] == "pending":
+        raise SystemExit(f"the gate is still pending on a measured pair: {decision}")
+    return decision
+
+
+def ask_gate(url: str, token: str) -> dict:
+    return checked(httpx.post(f"{url}/gate", json=GATE_REQUEST, timeout=60,
+                              headers={"Authorization": f"Bearer {token}"}))
+
+
+async def load(url: str, method: str, path: str, *, clients: int, requests: int,
+               **options) -> Run:
+    """`requests` calls of `method path` shared by `clients` concurrent connections."""
+    latencies, statuses, server_ms = [], Counter(), []
+    remaining = iter(range(requests))
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=120) as http:
+
+        async def one_client() -> None:
+            for _ in remaining:  # the shared iterator hands each request to one client
+                start = time.perf_counter()
+                try:
+                    response = await http.request(method, path, **options)
+                except httpx.TransportError as error:  # e.g. closed after a 500
+                    statuses[type(error).__name__] += 1
+                    continue
+                latencies.append(time.perf_counter() - start)
+                statuses[response.status_code] += 1
+                if timing := response.headers.get("Server-Timing"):
+                    server_ms.append(float(timing.split("dur=")[1]))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+        return Run(np.array(latencies), time.perf_counter() - start, statuses,
+                   np.array(server_ms))
+
+
+def line(name: str, run: Run) -> str:
+    statuses = ", ".join(f"{count}× {status}" for status, count in run.statuses.most_common())
+    return (f"{name:<13}: p50 {run.percentile_ms(50):7.1f} ms  p99 {run.percentile_ms(99):7.1f}"
+            f" ms  {run.per_second:7.0f} req/s  ({statuses})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--database-url", default="",
+                        help="an empty database to use instead of SQLite in the data dir")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gate-bench-") as folder:
+        settings = Settings(data_dir=Path(folder), database_url=args.database_url)
+        token = gate_token(settings)
+        with server(settings, free_port()) as url:
+            decision = measured_pair(url, token)
+            gate = {"json": GATE_REQUEST, "headers": {"Authorization": f"Bearer {token}"}}
+            runs = {}
+            for name, method, path, options in (("GET /healthz", "GET", "/healthz", {}),
+                                                ("POST /gate", "POST", "/gate", gate)):
+                asyncio.run(load(url, method, path, clients=args.clients,
+                                 requests=args.clients * 2, **options))  # warm-up
+                runs[name] = asyncio.run(load(url, method, path, clients=args.clients,
+                                              requests=args.requests, **options))
+    trivial, gated = runs["GET /healthz"], runs["POST /gate"]
+    print(f"{args.requests} requests per endpoint from {args.clients} concurrent clients on "
+          f"loopback; {settings.safe_database_url.split(':')[0]}; gate verdict on the measured "
+          f"pair: {decision['verdict']}")
+    print(line("GET /healthz", trivial))
+    print(line("POST /gate", gated))
+    print(f"gate / healthz: p50 {gated.percentile_ms(50) / trivial.percentile_ms(50):.1f}×, "
+          f"p99 {gated.percentile_ms(99) / trivial.percentile_ms(99):.1f}×, "
+          f"throughput {gated.per_second / trivial.per_second:.2f}×")
+    if len(gated.server_ms):
+        print(f"the gate's own time in the server (Server-Timing): p50 "
+              f"{np.percentile(gated.server_ms, 50):.1f} ms, p99 "
+              f"{np.percentile(gated.server_ms, 99):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
