@@ -7,6 +7,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from flipgate.formats import load_evalset
 from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
@@ -69,7 +71,7 @@ def phase_progress(ctx: Context, job_id: int, phases: int) -> ProgressFactory:
     return for_phase
 
 
-def register_repaired(ctx: Context, session, job_id: int, params: dict[str, Any],
+def register_repaired(ctx: Context, session: Session, job_id: int, params: dict[str, Any],
                       line: ModelLine, path: Path, record: dict[str, Any]) -> ModelVersion:
     """The trained model as a new version whose parent is the baseline it must replace; its
     follow-up inference and metrics jobs are queued."""
@@ -86,7 +88,8 @@ def register_repaired(ctx: Context, session, job_id: int, params: dict[str, Any]
     return version
 
 
-def gate_again(session, job_id: int, version: ModelVersion, decision_id: int) -> Decision:
+def gate_again(session: Session, job_id: int, version: ModelVersion,
+               decision_id: int) -> Decision:
     """A new decision on the repaired version, against the same baseline and eval sets."""
     original = get_decision(session=session, decision_id=decision_id)
     request = GateRequest(
