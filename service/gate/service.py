@@ -160,13 +160,16 @@ def _measure_or_decide(session: Session, decision: Decision, candidate: ModelVer
             "already_baseline", "the candidate is the baseline")])
     datasets = _gate_datasets(session, decision, policy, requested)
     decision.evalsets = [dataset.name for dataset in datasets]
-    jobs = [job for dataset in datasets
+    stored = {dataset.name: find_pair_metrics(session=session, old=baseline, new=candidate,
+                                              dataset=dataset) for dataset in datasets}
+    if all(stored.values()):
+        measured = {name: measured_metrics(row) for name, row in stored.items()}
+        return _finalize(session, decision, *check(policy, measured), measured)
+    jobs = [job for dataset in datasets if stored[dataset.name] is None
             for job in _queue_measurement(session, baseline, candidate, dataset)]
     session.add_all(DecisionJob(decision_id=decision.id, job_id=job_id)
                     for job_id in dict.fromkeys(job.id for job in jobs))
     session.flush()
-    if not jobs:
-        _decide(session, decision)
 
 
 def _gate_datasets(session: Session, decision: Decision, policy: Policy,
@@ -191,9 +194,7 @@ def _eval_dataset(session: Session, name: str) -> Dataset:
 
 def _queue_measurement(session: Session, baseline: ModelVersion, candidate: ModelVersion,
                        dataset: Dataset) -> list[Job]:
-    """The jobs that store baseline → candidate's metrics on `dataset`; none if stored."""
-    if find_pair_metrics(session=session, old=baseline, new=candidate, dataset=dataset):
-        return []
+    """The jobs that store baseline → candidate's metrics on `dataset`."""
     inference = queue_missing_inference(session=session, versions=[baseline, candidate],
                                         dataset=dataset)
     return [*inference, queue_metrics(session=session, old=baseline, new=candidate,
@@ -288,8 +289,8 @@ def decision_view(*, session: Session, decision: Decision) -> DecisionRead:
                 else get_version(session=session, version_id=decision.baseline_id).version)
     reports = {name: _report_url(decision.base_url, line.name, baseline, candidate, name)
                for name in decision.metrics}
-    callback = session.scalars(select(Callback).where(
-        Callback.decision_id == decision.id)).one_or_none()
+    callback = None if decision.callback_url is None else session.scalars(
+        select(Callback).where(Callback.decision_id == decision.id)).one_or_none()
     return DecisionRead(
         decision_id=decision.id, verdict=decision.verdict, reasons=decision.reasons,
         metrics={name: {**numbers, "report_url": reports[name]}
@@ -299,8 +300,9 @@ def decision_view(*, session: Session, decision: Decision) -> DecisionRead:
         policy=decision.policy, requested_by=decision.requested_by, ci=decision.ci,
         callback_url=decision.callback_url,
         callback=callback and CallbackRead.model_validate(callback),
-        waiting_for=[job.id for job in waited_jobs(session=session, decision=decision)
-                     if job.state in OPEN_STATES],
+        waiting_for=[] if decision.verdict != Verdict.PENDING else [
+            job.id for job in waited_jobs(session=session, decision=decision)
+            if job.state in OPEN_STATES],
         repair_of=decision.repair_of_id, created_at=decision.created_at,
         decided_at=decision.decided_at)
 

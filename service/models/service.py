@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from flipgate.formats import inspect_onnx
 from service.artifacts import ArtifactStore
 from service.db import insert_or_conflict, one_or_not_found
-from service.errors import InvalidInput, library_input
+from service.errors import InvalidInput, NotFound, library_input
 from service.evalsets.models import Dataset, DatasetRole
 from service.models.models import Alias, ModelLine, ModelVersion
 from service.names import VERSION, check_name
@@ -73,9 +73,11 @@ def _line_with_classes(*, session: Session, name: str, num_classes: int) -> Mode
 
 
 def get_version(*, session: Session, version_id: int) -> ModelVersion:
-    """The version with this id."""
-    return one_or_not_found(session, select(ModelVersion).where(ModelVersion.id == version_id),
-                            code="version_not_found", message=f"no model version {version_id}")
+    """The version with this id (from the session's identity map when it is loaded)."""
+    version = session.get(ModelVersion, version_id)
+    if version is None:
+        raise NotFound("version_not_found", f"no model version {version_id}")
+    return version
 
 
 def find_version(*, session: Session, line_name: str, version: str) -> ModelVersion:
