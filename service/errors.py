@@ -46,6 +46,12 @@ class PayloadTooLarge(ServiceError, status_code=413):
     """An upload exceeds the size limit."""
 
 
+def describe_problems(problems: list[dict]) -> str:
+    """Pydantic's validation errors as one line: "where: what; where: what"."""
+    return "; ".join(f"{'.'.join(map(str, problem['loc'])) or 'body'}: {problem['msg']}"
+                     for problem in problems)
+
+
 @contextmanager
 def library_input() -> Iterator[None]:
     """Re-raise the library's InvalidInput (flipgate.errors) as the service's InvalidInput."""

@@ -17,7 +17,7 @@ from service.artifacts import ArtifactStore
 from service.compare.router import router as compare_router
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory
-from service.errors import ServiceError, Unauthorized
+from service.errors import ServiceError, Unauthorized, describe_problems
 from service.evalsets.router import router as evalsets_router
 from service.gate.router import router as gate_router
 from service.jobs.router import router as jobs_router
@@ -86,9 +86,7 @@ def service_error(_request: Request, error: ServiceError) -> JSONResponse:
 
 def validation_error(_request: Request, error: RequestValidationError) -> JSONResponse:
     """A request whose parameters or form fields do not parse."""
-    problems = [f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}"
-                for problem in error.errors()]
-    return error_response(422, "invalid_request", "; ".join(problems))
+    return error_response(422, "invalid_request", describe_problems(error.errors()))
 
 
 def http_error(_request: Request, error: HTTPException) -> JSONResponse:

@@ -33,6 +33,9 @@ def request_repair(*, session: Session, decision_id: int, repair: RepairRequest,
     if decision.verdict != Verdict.BLOCK:
         raise Conflict("not_blocked", f"decision {decision_id} is {decision.verdict}; only a "
                        "blocked candidate can be repaired")
+    if repair.method not in METHODS:
+        raise InvalidInput("unknown_method", f"unknown method {repair.method!r}; choose from "
+                           f"{', '.join(METHODS)}")
     candidate = get_version(session=session, version_id=decision.candidate_id)
     baseline = get_version(session=session, version_id=decision.baseline_id)
     old = baseline if _targets_old_model(repair.method, baseline) else None
@@ -50,9 +53,6 @@ def request_repair(*, session: Session, decision_id: int, repair: RepairRequest,
 def _targets_old_model(method: str, baseline: ModelVersion) -> bool:
     """Whether training distils towards the baseline: always for methods that need an old
     model, and for ELODI when the baseline was not itself trained with ELODI (legacy term)."""
-    if method not in METHODS:
-        raise InvalidInput("unknown_method", f"unknown method {method!r}; choose from "
-                           f"{', '.join(METHODS)}")
     uses = METHODS[method].old
     return uses == "required" or (uses == "optional" and training_record(baseline).get(
         "method") != method)

@@ -24,9 +24,9 @@ from service.deps import (
     current_token,
     require,
 )
-from service.errors import Forbidden, InvalidInput, Unauthorized
+from service.errors import Forbidden, InvalidInput, Unauthorized, describe_problems
 from service.gate import promotion, repair, service
-from service.gate.models import DELIVERY_LENGTH, Promotion, Verdict
+from service.gate.models import DELIVERY_LENGTH, GatePolicy, Promotion, Verdict
 from service.gate.rules import DEFAULT_POLICY, Policy
 from service.gate.schemas import (
     AliasMove,
@@ -62,10 +62,8 @@ RawBody = Annotated[bytes, Depends(raw_body)]
 def put_policy(name: str, policy: Policy, session: SessionDep, token: TokenDep) -> PolicyRead:
     """Set the line's policy; it becomes a new version, and decisions record the version
     they used."""
-    row = service.put_policy(session=session, line_name=name, policy=policy,
-                             created_by=token.name)
-    return PolicyRead(model=name, version=row.version, rules=row.rules,
-                      created_by=row.created_by, created_at=row.created_at)
+    return policy_read(name, service.put_policy(session=session, line_name=name, policy=policy,
+                                                created_by=token.name))
 
 
 @router.get("/models/{name}/policy", response_model=PolicyRead, dependencies=[READ])
@@ -77,6 +75,11 @@ def read_policy(name: str, session: SessionDep,
         row = service.get_policy(session=session, line_name=name, version=version)
     else:
         row = service.current_policy(session=session, line=get_line(session=session, name=name))
+    return policy_read(name, row)
+
+
+def policy_read(name: str, row: GatePolicy | None) -> PolicyRead:
+    """A stored policy version, or the default policy when none was ever set."""
     if row is None:
         return PolicyRead(model=name, version=None, rules=DEFAULT_POLICY, created_by=None,
                           created_at=None)
@@ -129,9 +132,7 @@ def parse_gate_request(body: bytes) -> GateRequest:
     try:
         return GateRequest.model_validate_json(body)
     except ValidationError as error:
-        problems = [f"{'.'.join(map(str, problem['loc'])) or 'body'}: {problem['msg']}"
-                    for problem in error.errors()]
-        raise InvalidInput("invalid_request", "; ".join(problems)) from error
+        raise InvalidInput("invalid_request", describe_problems(error.errors())) from error
 
 
 def gate_caller(session: Session, settings: Settings, credentials: Credentials) -> str:

@@ -231,8 +231,8 @@ def test_a_final_decision_with_a_callback_url_queues_its_delivery(line):
 
 
 @pytest.fixture
-def blocked(line, npz_file):
-    """The id of a decision blocking 2, and the training set `train` made the line's."""
+def blocked(line):
+    """The id of a decision blocking 2 under max_nfr 0.05."""
     line.put("/models/digits/policy", json={"max_nfr": 0.05})
     decision = measured(line).json()
     assert decision["verdict"] == "block"
