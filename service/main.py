@@ -16,19 +16,19 @@ from service import health
 from service.artifacts import ArtifactStore
 from service.compare.router import router as compare_router
 from service.config import Settings, get_settings
+from service.datasets.router import router as datasets_router
 from service.db import create_db_engine, create_session_factory
 from service.errors import ServiceError, Unauthorized, describe_problems
-from service.evalsets.router import router as evalsets_router
 from service.gate.router import router as gate_router
 from service.jobs.router import router as jobs_router
 from service.limits import RequestBodyLimit
 from service.migrate import check_current
-from service.models.router import router as models_router
 from service.predictions.router import router as predictions_router
-from worker.app import create_celery_app
+from service.queue import create_celery_app
+from service.registry.router import router as registry_router
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
-ROUTERS = (models_router, evalsets_router, predictions_router, compare_router, gate_router,
+ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
            jobs_router, health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},

@@ -2,8 +2,8 @@
 
 from service.auth.models import ApiToken
 from service.compare.models import PairMetrics
+from service.datasets.models import Dataset
 from service.db import Base
-from service.evalsets.models import Dataset
 from service.gate.models import (
            Callback,
            Decision,
@@ -13,8 +13,8 @@ from service.gate.models import (
            WebhookSecret,
 )
 from service.jobs.models import Job
-from service.models.models import Alias, ModelLine, ModelVersion
 from service.predictions.models import Prediction
+from service.registry.models import Alias, ModelLine, ModelVersion
 
 metadata = Base.metadata
 

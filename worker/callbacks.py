@@ -11,7 +11,7 @@ from service.config import get_settings
 from service.db import session_scope
 from service.gate.callbacks import delivery, queued_callback, record_attempt
 from service.gate.models import CallbackState
-from service.gate.service import CALLBACK_TASK
+from service.queue import CALLBACK_TASK
 from worker.app import app
 from worker.tasks import context
 

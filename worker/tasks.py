@@ -22,13 +22,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.artifacts import ArtifactStore
 from service.compare.service import Pair, pair_report
 from service.config import get_settings
+from service.datasets.models import Dataset
+from service.datasets.service import get_dataset
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import ServiceError
-from service.evalsets.models import Dataset
-from service.evalsets.service import get_dataset
 from service.gate.service import settle_pending
 from service.jobs.enqueue import enqueue_after_commit
-from service.jobs.models import TASK_NAMES, Job, JobKind, JobState
+from service.jobs.models import Job, JobState
 from service.jobs.orchestration import send_ready_metrics
 from service.jobs.service import (
     claim_job,
@@ -39,8 +39,6 @@ from service.jobs.service import (
     lock_running_job,
     set_progress,
 )
-from service.models.models import ModelVersion
-from service.models.service import get_version, qualified_name
 from service.predictions.models import PredictionSource
 from service.predictions.service import (
     read_logits_artifact,
@@ -48,6 +46,9 @@ from service.predictions.service import (
     store_logits,
     store_predictions,
 )
+from service.queue import INFERENCE_TASK, METRICS_TASK
+from service.registry.models import ModelVersion
+from service.registry.service import get_version, qualified_name
 from worker.app import app
 
 PROGRESS_STEP = 0.05
@@ -79,13 +80,13 @@ def context() -> Context:
                    ArtifactStore.from_settings(settings))
 
 
-@app.task(name=TASK_NAMES[JobKind.INFERENCE])
+@app.task(name=INFERENCE_TASK)
 def inference(job_id: int) -> None:
     """Compute and store a version's logits on an eval set."""
     run_job(job_id, infer)
 
 
-@app.task(name=TASK_NAMES[JobKind.METRICS])
+@app.task(name=METRICS_TASK)
 def metrics(job_id: int) -> None:
     """Compute and store the compare report of two versions on an eval set."""
     run_job(job_id, compare_pair)

@@ -14,21 +14,21 @@ from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from flipgate.train.recipes import ProgressFactory
+from service.datasets.service import get_dataset
 from service.db import session_scope
-from service.evalsets.service import get_dataset
 from service.gate.models import Decision
 from service.gate.schemas import GateRequest
 from service.gate.service import gate, get_decision
-from service.jobs.models import TASK_NAMES, JobKind
 from service.jobs.orchestration import queue_follow_up
-from service.models.models import ModelLine, ModelVersion
-from service.models.service import get_version, register_version
 from service.predictions.service import score_version
+from service.queue import TRAIN_TASK
+from service.registry.models import ModelLine, ModelVersion
+from service.registry.service import get_version, register_version
 from worker.app import app
 from worker.tasks import Context, JobProgress, finishing, run_job
 
 
-@app.task(name=TASK_NAMES[JobKind.TRAIN])
+@app.task(name=TRAIN_TASK)
 def train(job_id: int) -> None:
     """Retrain a blocked candidate with a flip-reducing method (service.gate.repair)."""
     run_job(job_id, repair)

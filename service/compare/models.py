@@ -5,9 +5,9 @@ from typing import Any
 from sqlalchemy import CheckConstraint, ForeignKey, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from service.datasets.models import Dataset
 from service.db import Base, Record
-from service.evalsets.models import Dataset
-from service.models.models import ModelVersion
+from service.registry.models import ModelVersion
 
 
 class PairMetrics(Record, Base):

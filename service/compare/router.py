@@ -7,8 +7,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from service.compare import service
 from service.compare.schemas import PairMatrix, PredictionsPending
+from service.datasets.service import get_dataset
 from service.deps import READ, SessionDep, StoreDep
-from service.evalsets.service import get_dataset
 from service.predictions.service import queue_missing_inference
 
 router = APIRouter(tags=["compare"])

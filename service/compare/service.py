@@ -16,13 +16,13 @@ from flipgate.reporting.html import render_html
 from service.artifacts import ArtifactStore
 from service.compare.models import REPORT_SCALARS, PairMetrics
 from service.compare.schemas import PairMatrix
+from service.datasets.models import Dataset
+from service.datasets.service import get_dataset, read_labels
 from service.db import insert_or_conflict
 from service.errors import InvalidInput
-from service.evalsets.models import Dataset
-from service.evalsets.service import get_dataset, read_labels
-from service.models.models import ModelVersion
-from service.models.service import list_versions, qualified_name, resolve_reference
 from service.predictions.service import get_predictions, read_logits, versions_with_predictions
+from service.registry.models import ModelVersion
+from service.registry.service import list_versions, qualified_name, resolve_reference
 
 MATRIX_METRICS = ("nfr", "pfr", "churn")
 

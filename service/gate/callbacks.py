@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from service.db import utcnow
 from service.gate.models import Callback, CallbackState, Decision, Verdict
 from service.gate.service import decision_view, get_decision, line_secret
-from service.models.models import ModelLine
+from service.registry.models import ModelLine
 
 STATES = {Verdict.APPROVE: "success", Verdict.BLOCK: "failure", Verdict.PENDING: "pending"}
 DESCRIPTION_LENGTH = 140  # GitHub's limit

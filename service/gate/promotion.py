@@ -8,8 +8,8 @@ from service.errors import Conflict
 from service.gate.models import Decision, Promotion, Verdict
 from service.gate.service import production_version
 from service.jobs.orchestration import PRODUCTION
-from service.models.models import ModelVersion
-from service.models.service import find_version, get_line, set_alias
+from service.registry.models import ModelVersion
+from service.registry.service import find_version, get_line, set_alias
 
 
 def promote(*, session: Session, line_name: str, version: str, requested_by: str,

@@ -13,17 +13,17 @@ from sqlalchemy.orm import Session
 
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS, resolve_options
+from service.datasets.models import Dataset, DatasetRole
+from service.datasets.service import get_dataset
 from service.errors import Conflict, InvalidInput
-from service.evalsets.models import Dataset, DatasetRole
-from service.evalsets.service import get_dataset
 from service.gate.models import Decision, Verdict
 from service.gate.schemas import RepairRequest
 from service.gate.service import get_decision
 from service.jobs.models import Job, JobKind
 from service.jobs.service import create_job
-from service.models.models import ModelLine, ModelVersion
-from service.models.service import get_version
 from service.names import VERSION, check_name
+from service.registry.models import ModelLine, ModelVersion
+from service.registry.service import get_version
 
 
 def request_repair(*, session: Session, decision_id: int, repair: RepairRequest,

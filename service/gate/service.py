@@ -13,10 +13,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.compare.service import find_pair_metrics
+from service.datasets.models import Dataset, DatasetRole
+from service.datasets.service import get_dataset
 from service.db import insert_or_conflict, one_or_not_found, utcnow
 from service.errors import Conflict, InvalidInput
-from service.evalsets.models import Dataset, DatasetRole
-from service.evalsets.service import get_dataset
 from service.gate.models import (
     Callback,
     Decision,
@@ -30,11 +30,10 @@ from service.gate.schemas import CallbackRead, DecisionRead, GateRequest
 from service.jobs.models import Job, JobState
 from service.jobs.orchestration import PRODUCTION, measured_datasets, queue_metrics
 from service.jobs.service import OPEN_STATES, send_task_after_commit
-from service.models.models import Alias, ModelLine, ModelVersion
-from service.models.service import find_version, get_line, get_version
 from service.predictions.service import queue_missing_inference
-
-CALLBACK_TASK = "flipgate.callback"
+from service.queue import CALLBACK_TASK
+from service.registry.models import Alias, ModelLine, ModelVersion
+from service.registry.service import find_version, get_line, get_version
 
 
 def put_policy(*, session: Session, line_name: str, policy: Policy,

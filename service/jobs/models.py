@@ -16,10 +16,6 @@ class JobKind(StrEnum):
     TRAIN = "train"
 
 
-TASK_NAMES = {JobKind.INFERENCE: "flipgate.inference", JobKind.METRICS: "flipgate.metrics",
-              JobKind.TRAIN: "flipgate.train"}
-
-
 class JobState(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"

@@ -4,14 +4,14 @@ and metrics against its parent and the line's production version once both logit
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.evalsets.models import Dataset, DatasetRole
-from service.evalsets.service import get_dataset
+from service.datasets.models import Dataset, DatasetRole
+from service.datasets.service import get_dataset
 from service.jobs.models import Job, JobKind
 from service.jobs.service import queue_job, send_after_commit, waiting_for
-from service.models.models import Alias, ModelVersion
-from service.models.service import get_version
 from service.predictions.models import Prediction
 from service.predictions.service import queue_missing_inference, versions_with_predictions
+from service.registry.models import Alias, ModelVersion
+from service.registry.service import get_version
 
 PRODUCTION = "production"
 

@@ -7,7 +7,8 @@ from sqlalchemy.orm import Session
 
 from service.db import one_or_not_found, utcnow
 from service.errors import Conflict, InvalidInput
-from service.jobs.models import TASK_NAMES, Job, JobKind, JobState
+from service.jobs.models import Job, JobKind, JobState
+from service.queue import JOB_TASKS
 
 NEXT_STATES = {
     JobState.QUEUED: {JobState.RUNNING, JobState.CANCELLED},
@@ -32,7 +33,7 @@ def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
 
 def send_after_commit(*, session: Session, job: Job) -> None:
     """Have the task of a queued job sent once the session commits (service.jobs.enqueue)."""
-    send_task_after_commit(session=session, task=TASK_NAMES[job.kind], argument=job.id)
+    send_task_after_commit(session=session, task=JOB_TASKS[job.kind], argument=job.id)
 
 
 def send_task_after_commit(*, session: Session, task: str, argument: int) -> None:

@@ -5,9 +5,9 @@ from enum import StrEnum
 from sqlalchemy import ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from service.datasets.models import Dataset
 from service.db import Base, Record, str_enum
-from service.evalsets.models import Dataset
-from service.models.models import ModelVersion
+from service.registry.models import ModelVersion
 
 
 class PredictionSource(StrEnum):

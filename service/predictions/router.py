@@ -4,12 +4,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
 
+from service.datasets.service import get_dataset
 from service.deps import WRITE, SessionDep, SettingsDep, StoreDep
-from service.evalsets.service import get_dataset
-from service.models.service import find_version
 from service.predictions import service
 from service.predictions.models import Prediction
 from service.predictions.schemas import PredictionRead
+from service.registry.service import find_version
 
 router = APIRouter(tags=["predictions"])
 

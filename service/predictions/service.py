@@ -10,14 +10,14 @@ from sqlalchemy.orm import Session
 from flipgate.formats import load_evalset, load_logits, validate_logits
 from flipgate.inference import OnnxClassifier, Progress
 from service.artifacts import ArtifactStore
+from service.datasets.models import Dataset
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, library_input
-from service.evalsets.models import Dataset
 from service.jobs.models import Job, JobKind
 from service.jobs.service import queue_job
-from service.models.models import ModelVersion
-from service.models.service import qualified_name
 from service.predictions.models import Prediction, PredictionSource
+from service.registry.models import ModelVersion
+from service.registry.service import qualified_name
 
 
 def store_predictions(

@@ -12,14 +12,14 @@ from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
 from service.artifacts import ArtifactStore
 from service.config import Settings
+from service.datasets.service import get_dataset
 from service.db import settings_session
-from service.evalsets.service import get_dataset
 from service.jobs.models import Job
 from service.jobs.service import list_shards
 from service.main import create_app
 from service.migrate import upgrade
-from service.models.service import find_version
 from service.predictions.service import get_predictions, read_logits
+from service.registry.service import find_version
 from tests.e2e.conftest import (
     empty_redis,
     flipgate_env,

@@ -9,10 +9,10 @@ from flipgate.metrics import compare_logits, pairwise_matrices
 from service.compare.models import PairMetrics
 from service.compare.schemas import PairMetricsRead
 from service.compare.service import store_pair_metrics, versions_matrix
+from service.datasets.models import DatasetRole
+from service.datasets.service import register_dataset
 from service.errors import InvalidInput
-from service.evalsets.models import DatasetRole
-from service.evalsets.service import register_dataset
-from service.models.service import list_versions, register_version
+from service.registry.service import list_versions, register_version
 from tests.service.conftest import linear_weights
 
 SEEDS = (0, 1, 2)

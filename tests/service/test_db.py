@@ -7,8 +7,8 @@ from service.config import Settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import Conflict
 from service.migrate import upgrade
-from service.models.models import ModelLine
-from service.models.service import create_line
+from service.registry.models import ModelLine
+from service.registry.service import create_line
 
 
 def test_sqlite_connections_enforce_foreign_keys_and_use_wal(tmp_path):

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
+from service.datasets.models import DatasetRole
+from service.datasets.service import register_dataset
 from service.errors import Conflict, InvalidInput
-from service.evalsets.models import DatasetRole
-from service.evalsets.service import register_dataset
-from service.models.service import register_version
 from service.predictions.models import Prediction, PredictionSource
 from service.predictions.service import get_predictions, read_logits, store_predictions
+from service.registry.service import register_version
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits
 from service.config import get_settings
+from service.datasets.models import DatasetRole
+from service.datasets.service import get_dataset, register_dataset
 from service.db import create_session_factory, session_scope
-from service.evalsets.models import DatasetRole
-from service.evalsets.service import get_dataset, register_dataset
 from service.jobs.models import JobKind, JobState
 from service.jobs.service import cancel_job, create_job, get_job, list_shards
-from service.models.service import get_version, register_version
 from service.predictions.service import get_predictions, read_logits
+from service.registry.service import get_version, register_version
 from worker import tasks
 
 

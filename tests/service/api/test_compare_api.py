@@ -5,7 +5,7 @@ import pytest
 
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits, pairwise_matrices
-from service.models.service import set_alias
+from service.registry.service import set_alias
 from tests.service.api.conftest import error_code
 
 VERSIONS = ("1.0", "1.1", "1.2")

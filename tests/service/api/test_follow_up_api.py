@@ -10,12 +10,12 @@ from sqlalchemy import select
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits
 from service.compare.service import find_pair_metrics
-from service.evalsets.service import get_dataset
+from service.datasets.service import get_dataset
 from service.jobs.models import Job, JobKind, JobState
-from service.models.service import get_version, set_alias
 from service.predictions.service import get_predictions, read_logits
+from service.queue import ROUTES
+from service.registry.service import get_version, set_alias
 from worker import tasks
-from worker.app import QUEUES
 
 N = 40
 
@@ -33,7 +33,7 @@ def sent(celery: Celery) -> list[tuple[str, int]]:
     """The (task name, job id) of the messages waiting on the broker, consumed."""
     messages = []
     with celery.connection_for_read() as connection:
-        for name in QUEUES:
+        for name in {"default", *(route["queue"] for route in ROUTES.values())}:
             queue = connection.SimpleQueue(name)
             while (message := _next(queue)) is not None:
                 message.ack()

@@ -3,8 +3,8 @@
 import pytest
 
 from service.errors import Conflict, InvalidInput, NotFound
-from service.models.schemas import ModelVersionRead
-from service.models.service import (
+from service.registry.schemas import ModelVersionRead
+from service.registry.service import (
     create_line,
     get_line,
     list_versions,

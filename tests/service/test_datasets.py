@@ -5,10 +5,10 @@ import hashlib
 import numpy as np
 import pytest
 
+from service.datasets.models import DatasetRole
+from service.datasets.schemas import DatasetRead
+from service.datasets.service import get_dataset, register_dataset
 from service.errors import Conflict, InvalidInput, NotFound
-from service.evalsets.models import DatasetRole
-from service.evalsets.schemas import DatasetRead
-from service.evalsets.service import get_dataset, register_dataset
 
 
 def test_registration_reads_the_shape_and_stores_the_file(session, store, npz_file):

@@ -1,6 +1,6 @@
 """Read schema of a data set."""
 
-from service.evalsets.models import DatasetRole
+from service.datasets.models import DatasetRole
 from service.schemas import RecordRead
 
 

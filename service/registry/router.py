@@ -6,13 +6,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, UploadFile
 from pydantic import BaseModel
 
+from service.datasets.service import get_dataset
 from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
 from service.errors import InvalidInput
-from service.evalsets.service import get_dataset
 from service.jobs.orchestration import queue_follow_up
-from service.models import service
-from service.models.models import ModelLine, ModelVersion
-from service.models.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
+from service.registry import service
+from service.registry.models import ModelLine, ModelVersion
+from service.registry.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
 
 router = APIRouter(prefix="/models", tags=["models"])
 

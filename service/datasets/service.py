@@ -8,9 +8,9 @@ from sqlalchemy.orm import Session
 
 from flipgate.formats import check_labels, load_evalset
 from service.artifacts import ArtifactStore
+from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import library_input
-from service.evalsets.models import Dataset, DatasetRole
 from service.names import check_name
 
 

@@ -9,11 +9,11 @@ from sqlalchemy.orm import Session
 
 from flipgate.formats import inspect_onnx
 from service.artifacts import ArtifactStore
+from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import InvalidInput, NotFound, library_input
-from service.evalsets.models import Dataset, DatasetRole
-from service.models.models import Alias, ModelLine, ModelVersion
 from service.names import VERSION, check_name
+from service.registry.models import Alias, ModelLine, ModelVersion
 
 REFERENCE = re.compile(r"(?P<line>[^:@]+)(?P<separator>[:@])(?P<name>[^:@]+)")
 

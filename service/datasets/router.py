@@ -4,10 +4,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
 
+from service.datasets import service
+from service.datasets.models import Dataset, DatasetRole
+from service.datasets.schemas import DatasetRead
 from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
-from service.evalsets import service
-from service.evalsets.models import Dataset, DatasetRole
-from service.evalsets.schemas import DatasetRead
 
 router = APIRouter(tags=["evalsets"])
 

@@ -1,0 +1,56 @@
+"""The Celery side of the server: the broker configuration, queue routes and every task
+name. The API sends tasks by name through `create_celery_app`; the worker package builds its
+app from the same configuration and registers its tasks under these names."""
+
+from typing import Any
+
+from celery import Celery
+
+from service.config import Settings
+from service.jobs.models import JobKind
+
+INFERENCE_TASK = "flipgate.inference"
+METRICS_TASK = "flipgate.metrics"
+TRAIN_TASK = "flipgate.train"
+CALLBACK_TASK = "flipgate.callback"
+JOB_TASKS = {JobKind.INFERENCE: INFERENCE_TASK, JobKind.METRICS: METRICS_TASK,
+             JobKind.TRAIN: TRAIN_TASK}
+ROUTES = {INFERENCE_TASK: {"queue": "gpu"}, TRAIN_TASK: {"queue": "gpu"},
+          METRICS_TASK: {"queue": "default"}}
+FILESYSTEM_POLL_SECONDS = 0.1
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings for the broker of `settings`: late acks, one message per worker slot."""
+    return {
+        **_broker(settings),
+        "task_acks_late": True,
+        "worker_prefetch_multiplier": 1,
+        "task_default_queue": "default",
+        "task_routes": ROUTES,
+        "task_ignore_result": True,
+        "broker_connection_retry_on_startup": True,
+        "worker_hijack_root_logger": False,
+    }
+
+
+def _broker(settings: Settings) -> dict[str, Any]:
+    """The Redis URL, or a filesystem broker whose folders are created under data_dir."""
+    if settings.redis_url:
+        return {"broker_url": settings.redis_url}
+    root = (settings.data_dir / "broker").resolve()
+    messages, processed, control = root / "messages", root / "processed", root / "control"
+    for folder in (messages, processed, control):
+        folder.mkdir(parents=True, exist_ok=True)
+    return {"broker_url": "filesystem://", "broker_transport_options": {
+        "data_folder_in": str(messages), "data_folder_out": str(messages),
+        "processed_folder": str(processed), "store_processed": False,
+        "control_folder": str(control), "polling_interval": FILESYSTEM_POLL_SECONDS}}
+
+
+def create_celery_app(settings: Settings, include: list[str] | None = None) -> Celery:
+    """A Celery app on the broker of `settings`; the API uses one to send tasks by name, the
+    worker passes the modules that register the tasks in `include`."""
+    celery = Celery("flipgate", include=include or [], set_as_current=False)
+    celery.conf.update(celery_config(settings))
+    return celery
