@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -14,20 +14,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as ProgressBars
 
 from flipgate.compare import analyse, score
-from flipgate.errors import InvalidInput
+from flipgate.errors import InputError
 from flipgate.formats import EvalSet, check_labels, load_evalset
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
 from flipgate.processes import stop_process
+from flipgate.progress import Progress, ProgressFactory
 from flipgate.train.methods import METHODS
 from flipgate.train.options import add_method_flags
 
 if TYPE_CHECKING:
     from flipgate.demo import DemoFiles
-
-ProgressFactory = Callable[[str], Callable[[int, int], None]]
 
 
 class Parser(argparse.ArgumentParser):
@@ -50,10 +50,10 @@ def progress_bars(enabled: bool = True) -> Iterator[ProgressFactory]:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeRemainingColumn())
     console = Console(stderr=True)
-    with Progress(*columns, console=console, transient=True,
+    with ProgressBars(*columns, console=console, transient=True,
                   disable=not (enabled and console.is_terminal)) as progress:
 
-        def bar(description: str) -> Callable[[int, int], None]:
+        def bar(description: str) -> Progress:
             task = progress.add_task(description, total=None)
             return lambda done, total: progress.update(task, completed=done, total=total)
 
@@ -98,7 +98,7 @@ def write_text(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as error:
-        raise InvalidInput("cannot_write", f"cannot write {path}: {error.strerror}") from error
+        raise InputError("cannot_write", f"cannot write {path}: {error.strerror}") from error
     print(f"wrote {path}", file=sys.stderr)
 
 
@@ -145,7 +145,7 @@ def run_train(args: argparse.Namespace) -> int:
     from flipgate.train.options import method_options
 
     if args.out.suffix != ".onnx":
-        raise InvalidInput("invalid_output", f"--out must name an .onnx file, got {args.out}")
+        raise InputError("invalid_output", f"--out must name an .onnx file, got {args.out}")
     data = load_evalset(args.train)
     old_logits, num_classes = old_model_logits(args, data)
     check_labels(data.y, num_classes, source=str(args.train))
@@ -156,10 +156,10 @@ def run_train(args: argparse.Namespace) -> int:
         with progress_bars() as bar:
             trained = recipes.train(args.method, args.arch, data, num_classes, config, options,
                                     old_logits, progress=bar)
-    except InvalidInput:
+    except InputError:
         raise
     except ValueError as error:
-        raise InvalidInput("invalid_option", str(error)) from error
+        raise InputError("invalid_option", str(error)) from error
     path = trained.save(args.out, data.sample_shape)
     record = trained.record
     print(f"trained {record['method']} ({record['arch']}) on {record['samples']} samples in "
@@ -175,7 +175,7 @@ def old_model_logits(args: argparse.Namespace, data: EvalSet) -> tuple[np.ndarra
         return None, num_classes
     old = OnnxClassifier(args.old)
     if args.num_classes and args.num_classes != old.num_classes:
-        raise InvalidInput("class_count_mismatch", f"--num-classes {args.num_classes} but "
+        raise InputError("class_count_mismatch", f"--num-classes {args.num_classes} but "
                            f"{args.old} has {old.num_classes} classes")
     old.check_evalset(data)
     with progress_bars() as bar:
@@ -234,7 +234,7 @@ def run_token_create(args: argparse.Namespace) -> int:
         with settings_session(get_settings()) as session:
             row, token = create_token(session=session, name=args.name, scopes=args.scopes)
     except ServiceError as error:
-        raise InvalidInput(error.code, error.message) from error
+        raise InputError(error.code, error.message) from error
     print(token)
     print(f"token {row.name!r} with scopes {','.join(row.scopes)}; it is not shown again",
           file=sys.stderr)
@@ -282,7 +282,7 @@ def run_gate(args: argparse.Namespace) -> int:
         token=args.token or os.environ.get("FLIPGATE_TOKEN"),
         secret=args.secret or os.environ.get("FLIPGATE_WEBHOOK_SECRET"))
     if not (credentials.token or credentials.secret):
-        raise InvalidInput("missing_credentials", "give --token (or FLIPGATE_TOKEN) or --secret "
+        raise InputError("missing_credentials", "give --token (or FLIPGATE_TOKEN) or --secret "
                            "(or FLIPGATE_WEBHOOK_SECRET)")
     given_ci = {key.removeprefix("ci_"): value for key, value in vars(args).items()
                 if key.startswith("ci_")}
@@ -290,7 +290,7 @@ def run_gate(args: argparse.Namespace) -> int:
                "evalsets": args.evalset, "ci": gate_client.ci_context(given_ci, os.environ),
                "callback_url": args.callback_url}
     if args.timeout < 0 or args.poll <= 0:
-        raise InvalidInput("invalid_option", "--timeout must be >= 0 and --poll > 0 seconds")
+        raise InputError("invalid_option", "--timeout must be >= 0 and --poll > 0 seconds")
     try:
         decision = gate_client.ask(args.server, request, credentials, delivery=args.delivery,
                                    timeout=args.timeout, poll=args.poll,
@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except InvalidInput as error:
+    except InputError as error:
         print(f"flipgate {args.command}: error: {error.message}", file=sys.stderr)
         return 2
 
