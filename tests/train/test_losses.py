@@ -185,7 +185,8 @@ def test_codistillation_ramps_beta_linearly(step: int, beta_t: float) -> None:
 
 
 def test_codistillation_without_ramp_uses_full_beta_at_step_zero() -> None:
-    value = SymmetricKLCodistillation(beta=2.0, ramp_steps=0)(t([[LN3, 0]]), t([[0, 0]]), labels(0), 0)
+    loss = SymmetricKLCodistillation(beta=2.0, ramp_steps=0)
+    value = loss(t([[LN3, 0]]), t([[0, 0]]), labels(0), 0)
     assert_value(value, CODISTILL_CE + 2.0 * CODISTILL_SKL)
 
 
