@@ -367,9 +367,10 @@ def add_unavailable_command(commands: argparse._SubParsersAction, name: str,
     def refuse(_args: argparse.Namespace) -> int:
         raise InputError("server_not_installed", reason)
 
+    # no option prefix: whatever follows the name, --help included, reaches `refuse`
     unavailable = commands.add_parser(name, help="(not available: server packages missing)",
-                                      add_help=False)
-    unavailable.add_argument("ignored", nargs=argparse.REMAINDER)
+                                      add_help=False, prefix_chars="\0")
+    unavailable.add_argument("ignored", nargs="*")
     unavailable.set_defaults(run=refuse)
 
 
