@@ -3,45 +3,30 @@
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as ProgressBars
 
+from flipgate.commands import COMMAND_GROUP, Parser, positive_int
 from flipgate.compare import analyse, score
-from flipgate.errors import InvalidInput
+from flipgate.errors import InputError
 from flipgate.formats import EvalSet, check_labels, load_evalset
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
-from flipgate.processes import stop_process
+from flipgate.progress import Progress, ProgressFactory
 from flipgate.train.methods import METHODS
 from flipgate.train.options import add_method_flags
 
 if TYPE_CHECKING:
     from flipgate.demo import DemoFiles
-
-ProgressFactory = Callable[[str], Callable[[int, int], None]]
-
-
-class Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line on stderr and exit code 2."""
-
-    def error(self, message: str) -> None:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 @contextmanager
@@ -50,10 +35,10 @@ def progress_bars(enabled: bool = True) -> Iterator[ProgressFactory]:
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeRemainingColumn())
     console = Console(stderr=True)
-    with Progress(*columns, console=console, transient=True,
+    with ProgressBars(*columns, console=console, transient=True,
                   disable=not (enabled and console.is_terminal)) as progress:
 
-        def bar(description: str) -> Callable[[int, int], None]:
+        def bar(description: str) -> Progress:
             task = progress.add_task(description, total=None)
             return lambda done, total: progress.update(task, completed=done, total=total)
 
@@ -98,7 +83,7 @@ def write_text(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as error:
-        raise InvalidInput("cannot_write", f"cannot write {path}: {error.strerror}") from error
+        raise InputError("cannot_write", f"cannot write {path}: {error.strerror}") from error
     print(f"wrote {path}", file=sys.stderr)
 
 
@@ -145,7 +130,7 @@ def run_train(args: argparse.Namespace) -> int:
     from flipgate.train.options import method_options
 
     if args.out.suffix != ".onnx":
-        raise InvalidInput("invalid_output", f"--out must name an .onnx file, got {args.out}")
+        raise InputError("invalid_output", f"--out must name an .onnx file, got {args.out}")
     data = load_evalset(args.train)
     old_logits, num_classes = old_model_logits(args, data)
     check_labels(data.y, num_classes, source=str(args.train))
@@ -156,10 +141,10 @@ def run_train(args: argparse.Namespace) -> int:
         with progress_bars() as bar:
             trained = recipes.train(args.method, args.arch, data, num_classes, config, options,
                                     old_logits, progress=bar)
-    except InvalidInput:
+    except InputError:
         raise
     except ValueError as error:
-        raise InvalidInput("invalid_option", str(error)) from error
+        raise InputError("invalid_option", str(error)) from error
     path = trained.save(args.out, data.sample_shape)
     record = trained.record
     print(f"trained {record['method']} ({record['arch']}) on {record['samples']} samples in "
@@ -175,7 +160,7 @@ def old_model_logits(args: argparse.Namespace, data: EvalSet) -> tuple[np.ndarra
         return None, num_classes
     old = OnnxClassifier(args.old)
     if args.num_classes and args.num_classes != old.num_classes:
-        raise InvalidInput("class_count_mismatch", f"--num-classes {args.num_classes} but "
+        raise InputError("class_count_mismatch", f"--num-classes {args.num_classes} but "
                            f"{args.old} has {old.num_classes} classes")
     old.check_evalset(data)
     with progress_bars() as bar:
@@ -212,67 +197,6 @@ def run_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_migrate(args: argparse.Namespace) -> int:
-    """Create or upgrade the server's database to the newest schema and print its revision."""
-    from service.config import get_settings
-    from service.migrate import upgrade
-
-    settings = get_settings()
-    revision = upgrade(settings)
-    print(f"{settings.safe_database_url}: at revision {revision}")
-    return 0
-
-
-def run_token_create(args: argparse.Namespace) -> int:
-    """Mint an API token in the server's database and print its plaintext, shown only once."""
-    from service.auth.service import create_token
-    from service.config import get_settings
-    from service.db import settings_session
-    from service.errors import ServiceError
-
-    try:
-        with settings_session(get_settings()) as session:
-            row, token = create_token(session=session, name=args.name, scopes=args.scopes)
-    except ServiceError as error:
-        raise InvalidInput(error.code, error.message) from error
-    print(token)
-    print(f"token {row.name!r} with scopes {','.join(row.scopes)}; it is not shown again",
-          file=sys.stderr)
-    return 0
-
-
-def run_worker(args: argparse.Namespace) -> int:
-    """Run a Celery worker that takes the server's jobs from the broker."""
-    from worker.app import app
-
-    app.worker_main(["worker", f"--queues={args.queues}", f"--concurrency={args.concurrency}",
-                     "--loglevel=INFO"])
-    return 0
-
-
-def run_serve(args: argparse.Namespace) -> int:
-    """Serve the API with uvicorn, with a worker subprocess unless --api-only."""
-    import uvicorn
-
-    from service.config import get_settings
-    from service.main import create_app
-    from service.migrate import upgrade
-
-    settings = get_settings()
-    if not os.environ.get("FLIPGATE_DATABASE_URL"):  # embedded mode: its own SQLite file
-        upgrade(settings)
-    worker = None if args.api_only else subprocess.Popen(
-        [sys.executable, "-m", "flipgate.cli", "worker", "--queues", "gpu,default"])
-    # uvicorn re-raises SIGTERM after its graceful shutdown: exit normally so `finally` runs
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        uvicorn.run(create_app(settings), host=args.host, port=args.port)
-    finally:
-        if worker is not None:
-            stop_process(worker)
-    return 0
-
-
 def run_gate(args: argparse.Namespace) -> int:
     """Ask the server's deploy gate whether CANDIDATE may replace BASELINE and wait for the
     verdict: exit 0 approve, 1 block, 2 refused or unreachable, 3 still pending at --timeout."""
@@ -282,7 +206,7 @@ def run_gate(args: argparse.Namespace) -> int:
         token=args.token or os.environ.get("FLIPGATE_TOKEN"),
         secret=args.secret or os.environ.get("FLIPGATE_WEBHOOK_SECRET"))
     if not (credentials.token or credentials.secret):
-        raise InvalidInput("missing_credentials", "give --token (or FLIPGATE_TOKEN) or --secret "
+        raise InputError("missing_credentials", "give --token (or FLIPGATE_TOKEN) or --secret "
                            "(or FLIPGATE_WEBHOOK_SECRET)")
     given_ci = {key.removeprefix("ci_"): value for key, value in vars(args).items()
                 if key.startswith("ci_")}
@@ -290,7 +214,7 @@ def run_gate(args: argparse.Namespace) -> int:
                "evalsets": args.evalset, "ci": gate_client.ci_context(given_ci, os.environ),
                "callback_url": args.callback_url}
     if args.timeout < 0 or args.poll <= 0:
-        raise InvalidInput("invalid_option", "--timeout must be >= 0 and --poll > 0 seconds")
+        raise InputError("invalid_option", "--timeout must be >= 0 and --poll > 0 seconds")
     try:
         decision = gate_client.ask(args.server, request, credentials, delivery=args.delivery,
                                    timeout=args.timeout, poll=args.poll,
@@ -300,10 +224,6 @@ def run_gate(args: argparse.Namespace) -> int:
         return 3
     print(json.dumps(decision) if args.json else "\n".join(gate_client.describe(decision)))
     return gate_client.EXIT_CODES[decision["verdict"]]
-
-
-def comma_list(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def add_compare_command(commands: argparse._SubParsersAction) -> None:
@@ -370,57 +290,6 @@ def add_demo_command(commands: argparse._SubParsersAction) -> None:
     demo.set_defaults(run=run_demo)
 
 
-def add_migrate_command(commands: argparse._SubParsersAction) -> None:
-    """The `flipgate migrate` subcommand."""
-    migrate = commands.add_parser(
-        "migrate", help="create or upgrade the server's database to the newest schema",
-        description="Applies the Alembic migrations to $FLIPGATE_DATABASE_URL (default: the "
-                    "SQLite file flipgate.db in $FLIPGATE_DATA_DIR or ./flipgate-data).")
-    migrate.set_defaults(run=run_migrate)
-
-
-def add_serve_command(commands: argparse._SubParsersAction) -> None:
-    """The `flipgate serve` subcommand."""
-    serve = commands.add_parser(
-        "serve", help="serve the HTTP API, with a worker unless --api-only",
-        description="With no FLIPGATE_DATABASE_URL the database is the SQLite file in "
-                    "$FLIPGATE_DATA_DIR (migrated here) and the broker a folder beside it; "
-                    "otherwise run `flipgate migrate` first.")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=positive_int, default=8000)
-    serve.add_argument("--api-only", action="store_true",
-                       help="start no worker (run `flipgate worker` elsewhere)")
-    serve.set_defaults(run=run_serve)
-
-
-def add_worker_command(commands: argparse._SubParsersAction) -> None:
-    """The `flipgate worker` subcommand."""
-    worker = commands.add_parser(
-        "worker", help="run a worker for inference, metrics, training and callback jobs",
-        description="Takes jobs from $FLIPGATE_REDIS_URL, or from the folder broker in "
-                    "$FLIPGATE_DATA_DIR when it is unset.")
-    worker.add_argument("--queues", default="gpu,default",
-                        help="comma-separated queues: gpu (inference, training), default "
-                             "(metrics, callbacks)")
-    worker.add_argument("--concurrency", type=positive_int, default=1)
-    worker.set_defaults(run=run_worker)
-
-
-def add_token_command(commands: argparse._SubParsersAction) -> None:
-    """The `flipgate token` subcommand."""
-    token = commands.add_parser("token", help="manage the server's API tokens")
-    token_commands = token.add_subparsers(dest="token_command", required=True,
-                                          parser_class=Parser)
-    create = token_commands.add_parser(
-        "create", help="mint a bearer token and print it (only this once)",
-        description="Stores the token's hash in the server's database ($FLIPGATE_DATABASE_URL "
-                    "or flipgate.db in $FLIPGATE_DATA_DIR).")
-    create.add_argument("--name", required=True, help="a unique name, e.g. ci")
-    create.add_argument("--scopes", required=True, type=comma_list, metavar="read,write",
-                        help="comma-separated scopes: read, write, gate, admin")
-    create.set_defaults(run=run_token_create)
-
-
 def add_gate_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate gate` subcommand."""
     gate = commands.add_parser(
@@ -452,21 +321,65 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
     gate.set_defaults(run=run_gate)
 
 
-def build_parser() -> Parser:
+LIBRARY_COMMANDS = (add_compare_command, add_train_command, add_experiment_command,
+                    add_demo_command, add_gate_command)
+SERVER_MISSING = ("; the server's commands (serve, worker, migrate, token) come with flipgate's "
+                  "server packages, which are not installed")
+
+
+def build_parser(argv: list[str]) -> Parser:
+    """The `flipgate` parser: the library's commands, then those other installed packages
+    contribute (flipgate.commands), loaded only when `argv` may need them."""
     parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for add_command in (add_compare_command, add_train_command, add_experiment_command,
-                        add_demo_command, add_migrate_command, add_serve_command,
-                        add_worker_command, add_token_command, add_gate_command):
+    for add_command in LIBRARY_COMMANDS:
         add_command(commands)
+    if requested_command(argv) not in commands.choices and not add_contributed_commands(commands):
+        parser.hint = SERVER_MISSING
     return parser
 
 
+def requested_command(argv: list[str]) -> str | None:
+    """The subcommand `argv` names (the first word that is not an option), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def add_contributed_commands(commands: argparse._SubParsersAction) -> int:
+    """Add the subcommands of the entry-point group flipgate.commands and count them; one
+    whose package cannot be imported is still listed and says why when it runs."""
+    contributed = entry_points(group=COMMAND_GROUP)
+    for entry in contributed:
+        try:
+            add_command = entry.load()
+        except ImportError as error:
+            add_unavailable_command(commands, entry.name, error)
+        else:
+            add_command(commands)
+    return len(contributed)
+
+
+def add_unavailable_command(commands: argparse._SubParsersAction, name: str,
+                            error: ImportError) -> None:
+    """A placeholder for a contributed command whose package does not import."""
+    reason = (f"`flipgate {name}` needs flipgate's server packages, which cannot be imported "
+              f"here ({error}); install flipgate with its server dependencies")
+
+    def refuse(_args: argparse.Namespace) -> int:
+        raise InputError("server_not_installed", reason)
+
+    # no option prefix: whatever follows the name, --help included, reaches `refuse`
+    unavailable = commands.add_parser(name, help="(not available: server packages missing)",
+                                      add_help=False, prefix_chars="\0")
+    unavailable.add_argument("ignored", nargs="*")
+    unavailable.set_defaults(run=refuse)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         return args.run(args)
-    except InvalidInput as error:
+    except InputError as error:
         print(f"flipgate {args.command}: error: {error.message}", file=sys.stderr)
         return 2
 

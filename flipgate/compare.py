@@ -5,10 +5,11 @@ from pathlib import Path
 
 import numpy as np
 
-from flipgate.errors import InvalidInput
+from flipgate.errors import InputError
 from flipgate.formats import EvalSet, check_logits_match, load_logits
-from flipgate.inference import DEFAULT_BATCH_SIZE, OnnxClassifier, Progress
+from flipgate.inference import DEFAULT_BATCH_SIZE, OnnxClassifier
 from flipgate.metrics.report import PairAnalysis
+from flipgate.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def score(
         model = OnnxClassifier(source, device)
         model.check_evalset(evalset)
         return Scores(source, model.predict(evalset.x, batch_size, progress), model.provider)
-    raise InvalidInput("unknown_model_format", f"{source}: a model must be an .onnx file or "
+    raise InputError("unknown_model_format", f"{source}: a model must be an .onnx file or "
                        ".npy logits")
 
 
@@ -45,6 +46,6 @@ def analyse(old: Scores, new: Scores, evalset: EvalSet) -> PairAnalysis:
     """The per-sample comparison of two scored models; they must agree on the classes."""
     old_classes, new_classes = old.logits.shape[1], new.logits.shape[1]
     if old_classes != new_classes:
-        raise InvalidInput("class_count_mismatch", f"{old.source} has {old_classes} classes "
+        raise InputError("class_count_mismatch", f"{old.source} has {old_classes} classes "
                            f"but {new.source} has {new_classes}")
     return PairAnalysis(old.logits, new.logits, evalset.y)

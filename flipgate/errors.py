@@ -1,7 +1,7 @@
 """Errors the library raises for input a user got wrong."""
 
 
-class InvalidInput(ValueError):
+class InputError(ValueError):
     """Input that flipgate refuses; `code` is machine-readable, the message is for people."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -1,7 +1,7 @@
 """Reading and validating what users hand to flipgate: eval sets, logits and ONNX models.
 
 Nothing here unpickles: arrays are read with allow_pickle=False and ONNX files are parsed
-as protobuf. Every refusal is an InvalidInput with a machine-readable code.
+as protobuf. Every refusal is an InputError with a machine-readable code.
 """
 
 import zipfile
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from flipgate.errors import InvalidInput
+from flipgate.errors import InputError
 
 NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile)
 
@@ -38,12 +38,12 @@ def load_evalset(path: str | Path) -> EvalSet:
     try:
         archive = np.load(path, allow_pickle=False)
         if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise InvalidInput("evalset_not_npz", f"{path}: expected an .npz archive holding "
+            raise InputError("evalset_not_npz", f"{path}: expected an .npz archive holding "
                                "arrays 'x' and 'y', found a single array")
         with archive:
             missing = {"x", "y"} - set(archive.files)
             if missing:
-                raise InvalidInput("evalset_missing_array", f"{path}: the archive has no "
+                raise InputError("evalset_missing_array", f"{path}: the archive has no "
                                    f"array {' or '.join(sorted(missing))!r} (it has "
                                    f"{sorted(archive.files)})")
             x, y = archive["x"], archive["y"]
@@ -55,16 +55,16 @@ def load_evalset(path: str | Path) -> EvalSet:
 def validate_evalset(x: np.ndarray, y: np.ndarray, *, source: str = "eval set") -> EvalSet:
     """Check shapes, dtypes and values of an eval set held in memory."""
     if x.ndim < 1 or not np.issubdtype(x.dtype, np.floating):
-        raise InvalidInput("evalset_x_dtype", f"{source}: x must be a float array with the "
+        raise InputError("evalset_x_dtype", f"{source}: x must be a float array with the "
                            f"samples on the first axis, got {x.dtype} with shape {x.shape}")
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
-        raise InvalidInput("evalset_y_dtype", f"{source}: y must be a 1-D array of integer "
+        raise InputError("evalset_y_dtype", f"{source}: y must be a 1-D array of integer "
                            f"labels, got {y.dtype} with shape {y.shape}")
     if x.shape[0] != y.size:
-        raise InvalidInput("length_mismatch", f"{source}: x has {x.shape[0]} samples but y "
+        raise InputError("length_mismatch", f"{source}: x has {x.shape[0]} samples but y "
                            f"has {y.size} labels")
     if y.size == 0:
-        raise InvalidInput("empty", f"{source}: the eval set has no samples")
+        raise InputError("empty", f"{source}: the eval set has no samples")
     _require_finite(x, f"{source}: x")
     check_labels(y, None, source=source)
     return EvalSet(x=np.ascontiguousarray(x, dtype=np.float32), y=y.astype(np.int64))
@@ -76,7 +76,7 @@ def check_labels(labels: np.ndarray, num_classes: int | None, *, source: str) ->
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         allowed = "be >= 0" if num_classes is None else f"lie in [0, {num_classes})"
-        raise InvalidInput("labels_out_of_range", f"{source}: labels must {allowed}; label "
+        raise InputError("labels_out_of_range", f"{source}: labels must {allowed}; label "
                            f"{int(labels[first])} at index {first} does not")
 
 
@@ -89,7 +89,7 @@ def load_logits(path: str | Path) -> np.ndarray:
         raise _unreadable(error, path, "logits_corrupt", "a readable .npy array") from error
     if not isinstance(logits, np.ndarray):
         logits.close()
-        raise InvalidInput("logits_not_npy", f"{path}: expected one .npy array of logits, "
+        raise InputError("logits_not_npy", f"{path}: expected one .npy array of logits, "
                            "found an .npz archive")
     return validate_logits(logits, source=str(path))
 
@@ -97,9 +97,9 @@ def load_logits(path: str | Path) -> np.ndarray:
 def validate_logits(logits: np.ndarray, *, source: str = "logits") -> np.ndarray:
     """Logits must be a finite float array of shape (N, C) with N >= 1 and C >= 2."""
     if not np.issubdtype(logits.dtype, np.floating):
-        raise InvalidInput("logits_dtype", f"{source}: logits must be floats, got {logits.dtype}")
+        raise InputError("logits_dtype", f"{source}: logits must be floats, got {logits.dtype}")
     if logits.ndim != 2 or logits.shape[0] == 0 or logits.shape[1] < 2:
-        raise InvalidInput("logits_shape", f"{source}: logits must have shape (N, C) with "
+        raise InputError("logits_shape", f"{source}: logits must have shape (N, C) with "
                            f"N >= 1 and C >= 2, got {logits.shape}")
     _require_finite(logits, source)
     return logits
@@ -108,7 +108,7 @@ def validate_logits(logits: np.ndarray, *, source: str = "logits") -> np.ndarray
 def check_logits_match(logits: np.ndarray, evalset: EvalSet, *, source: str) -> None:
     """Logits must have one row per eval-set sample and a column for every label."""
     if logits.shape[0] != evalset.n:
-        raise InvalidInput("length_mismatch", f"{source}: {logits.shape[0]} rows of logits "
+        raise InputError("length_mismatch", f"{source}: {logits.shape[0]} rows of logits "
                            f"for an eval set of {evalset.n} samples")
     check_labels(evalset.y, logits.shape[1], source=f"eval set scored by {source}")
 
@@ -135,7 +135,7 @@ class OnnxSpec:
         )
         if not fits:
             shown = tuple("N" if d is None else d for d in self.input_shape)
-            raise InvalidInput("onnx_input_shape", f"{source}: the model takes input of shape "
+            raise InputError("onnx_input_shape", f"{source}: the model takes input of shape "
                                f"{shown} but the eval set's samples have shape {sample_shape}")
 
 
@@ -146,10 +146,10 @@ def inspect_onnx(path: str | Path) -> OnnxSpec:
         model = onnx.load(str(path), load_external_data=False)
         _check_external_data(model, path)
         onnx.checker.check_model(model)
-    except InvalidInput:
+    except InputError:
         raise
     except Exception as error:  # protobuf and checker raise many types for corrupt input
-        raise InvalidInput("onnx_corrupt", f"{path}: not a valid ONNX model "
+        raise InputError("onnx_corrupt", f"{path}: not a valid ONNX model "
                            f"({_explain(error)})") from error
     return OnnxSpec(*_single_input(model, path), *_logits_output(model, path))
 
@@ -158,24 +158,24 @@ def _single_input(model: onnx.ModelProto, path: Path) -> tuple[str, tuple[int | 
     initializers = {tensor.name for tensor in model.graph.initializer}
     inputs = [value for value in model.graph.input if value.name not in initializers]
     if len(inputs) != 1:
-        raise InvalidInput("onnx_inputs", f"{path}: a classifier must have exactly one input, "
+        raise InputError("onnx_inputs", f"{path}: a classifier must have exactly one input, "
                            f"this model has {len(inputs)}")
     tensor_type = inputs[0].type.tensor_type
     if tensor_type.elem_type != onnx.TensorProto.FLOAT:
         kind = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
-        raise InvalidInput("onnx_input_type", f"{path}: the input must be float32, not {kind}")
+        raise InputError("onnx_input_type", f"{path}: the input must be float32, not {kind}")
     return inputs[0].name, _dims(tensor_type)
 
 
 def _logits_output(model: onnx.ModelProto, path: Path) -> tuple[str, int]:
     outputs = model.graph.output
     if len(outputs) != 1:
-        raise InvalidInput("onnx_outputs", f"{path}: a classifier must have exactly one output "
+        raise InputError("onnx_outputs", f"{path}: a classifier must have exactly one output "
                            f"(logits), this model has {len(outputs)}")
     dims = _dims(outputs[0].type.tensor_type)
     if len(dims) != 2 or dims[1] is None or dims[1] < 2:
         shown = tuple("?" if d is None else d for d in dims)
-        raise InvalidInput("onnx_output_shape", f"{path}: the output must be logits of shape "
+        raise InputError("onnx_output_shape", f"{path}: the output must be logits of shape "
                            f"(N, C) with a fixed C >= 2, got {shown}")
     return outputs[0].name, dims[1]
 
@@ -193,10 +193,10 @@ def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
         location = next((e.value for e in tensor.external_data if e.key == "location"), "")
         target = (folder / location).resolve()
         if not target.is_relative_to(folder) or target == folder:
-            raise InvalidInput("onnx_external_data", f"{path}: tensor {tensor.name!r} points "
+            raise InputError("onnx_external_data", f"{path}: tensor {tensor.name!r} points "
                                f"to external data {location!r} outside the model's folder")
         if not target.is_file():
-            raise InvalidInput("onnx_external_data", f"{path}: tensor {tensor.name!r} needs "
+            raise InputError("onnx_external_data", f"{path}: tensor {tensor.name!r} needs "
                                f"external data file {location!r}, which does not exist")
 
 
@@ -213,23 +213,23 @@ def _all_tensors(graph: onnx.GraphProto):
                 yield from _all_tensors(subgraph)
 
 
-def _unreadable(error: Exception, path: Path, code: str, expected: str) -> InvalidInput:
+def _unreadable(error: Exception, path: Path, code: str, expected: str) -> InputError:
     if "allow_pickle" in str(error):
-        return InvalidInput("object_array", f"{path}: holds an array of Python objects; "
+        return InputError("object_array", f"{path}: holds an array of Python objects; "
                             "flipgate never unpickles data, store plain numeric arrays")
-    return InvalidInput(code, f"{path}: not {expected} ({_explain(error)})")
+    return InputError(code, f"{path}: not {expected} ({_explain(error)})")
 
 
 def _require_finite(array: np.ndarray, source: str) -> None:
     bad = np.size(array) - np.count_nonzero(np.isfinite(array))
     if bad:
-        raise InvalidInput("non_finite", f"{source} contains {bad} NaN or infinite values")
+        raise InputError("non_finite", f"{source} contains {bad} NaN or infinite values")
 
 
 def _existing(path: str | Path, what: str) -> Path:
     path = Path(path)
     if not path.is_file():
-        raise InvalidInput("file_not_found", f"{path}: no such {what} file")
+        raise InputError("file_not_found", f"{path}: no such {what} file")
     return path
 
 

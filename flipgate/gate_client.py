@@ -12,7 +12,7 @@ from typing import TextIO
 
 import httpx
 
-from flipgate.errors import InvalidInput
+from flipgate.errors import InputError
 from flipgate.signing import signature
 
 RETRIES = 3
@@ -77,7 +77,7 @@ def encode(request: dict) -> bytes:
 
 class GateClient:
     """POST /gate and GET /gate/decisions/{id} on one server, retrying transport errors and
-    5xx answers with exponential backoff; 4xx answers raise InvalidInput with the server's
+    5xx answers with exponential backoff; 4xx answers raise InputError with the server's
     error code and message."""
 
     def __init__(self, http: httpx.Client, credentials: Credentials, *, retries: int = RETRIES,
@@ -106,7 +106,7 @@ class GateClient:
             try:
                 response = self.http.request(method, url, **options)
             except httpx.TransportError as error:
-                failure = InvalidInput("unreachable", f"cannot reach {self.http.base_url}: "
+                failure = InputError("unreachable", f"cannot reach {self.http.base_url}: "
                                        f"{error or type(error).__name__}")
                 continue
             if response.status_code < 500:
@@ -116,13 +116,13 @@ class GateClient:
 
 
 def answer(response: httpx.Response) -> dict:
-    """The JSON object of a 2xx answer; a 4xx raises its error as InvalidInput."""
+    """The JSON object of a 2xx answer; a 4xx raises its error as InputError."""
     if response.is_error:
         raise refusal(response)
     try:
         return response.json()
     except ValueError as error:
-        raise InvalidInput("invalid_response", f"{response.request.url} answered "
+        raise InputError("invalid_response", f"{response.request.url} answered "
                            f"{response.status_code} without JSON") from error
 
 
@@ -130,19 +130,19 @@ def as_decision(body: dict) -> dict:
     """`body` once it looks like a decision: a JSON object with an id and a known verdict."""
     if not (isinstance(body, dict) and "decision_id" in body
             and body.get("verdict") in (*EXIT_CODES, "pending")):
-        raise InvalidInput("invalid_response", f"the server's answer is not a decision: "
+        raise InputError("invalid_response", f"the server's answer is not a decision: "
                            f"{json.dumps(body)[:300]}")
     return body
 
 
-def refusal(response: httpx.Response) -> InvalidInput:
-    """The server's `{"error": {"code", "message"}}` (or the raw body) as InvalidInput."""
+def refusal(response: httpx.Response) -> InputError:
+    """The server's `{"error": {"code", "message"}}` (or the raw body) as InputError."""
     try:
         error = response.json()["error"]
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
         code, message = "http_error", response.text.strip()[:300] or response.reason_phrase
-    return InvalidInput(code, f"HTTP {response.status_code} {code}: {message}")
+    return InputError(code, f"HTTP {response.status_code} {code}: {message}")
 
 
 def decide(client: GateClient, request: dict, delivery: str, *, timeout: float, poll: float,

@@ -4,33 +4,32 @@ The CUDA execution provider is used when it really works: ORT silently falls bac
 CPU when CUDA libraries are missing, so the providers of the created session are checked.
 """
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from flipgate.errors import InvalidInput
+from flipgate.errors import InputError
 from flipgate.formats import EvalSet, OnnxSpec, check_labels, inspect_onnx
+from flipgate.progress import Progress
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 DEVICES = ("auto", "cuda", "cpu")
 DEFAULT_BATCH_SIZE = 512
 
-Progress = Callable[[int, int], None]
 
 
 def create_session(path: Path, device: str = "auto") -> ort.InferenceSession:
     """An inference session on CUDA when asked for or available ("auto"), else on the CPU."""
     if device not in DEVICES:
-        raise InvalidInput("invalid_device", f"device must be one of {DEVICES}, not {device!r}")
+        raise InputError("invalid_device", f"device must be one of {DEVICES}, not {device!r}")
     if device != "cpu" and CUDA in ort.get_available_providers():
         session = _quiet_session(path, [CUDA, CPU])
         if session.get_providers()[0] == CUDA:
             return session
     if device == "cuda":
-        raise InvalidInput("cuda_unavailable", "the CUDA execution provider is not usable "
+        raise InputError("cuda_unavailable", "the CUDA execution provider is not usable "
                            "here (no GPU, or its CUDA/cuDNN libraries are missing)")
     return _quiet_session(path, [CPU])
 
@@ -41,7 +40,7 @@ def _quiet_session(path: Path, providers: list[str]) -> ort.InferenceSession:
     try:
         return ort.InferenceSession(str(path), providers=providers)
     except Exception as error:  # ORT raises its own exception types for models it can't load
-        raise InvalidInput("onnx_unloadable", f"{path}: ONNX Runtime cannot load the model "
+        raise InputError("onnx_unloadable", f"{path}: ONNX Runtime cannot load the model "
                            f"({str(error).strip().splitlines()[0]})") from error
     finally:
         ort.set_default_logger_severity(2)
@@ -74,7 +73,7 @@ class OnnxClassifier:
     ) -> np.ndarray:
         """Logits (N, C) as float32, computed `batch_size` samples at a time."""
         if batch_size < 1:
-            raise InvalidInput("invalid_batch_size", f"batch size must be >= 1, not {batch_size}")
+            raise InputError("invalid_batch_size", f"batch size must be >= 1, not {batch_size}")
         self.spec.check_sample_shape(tuple(x.shape[1:]), source=str(self.path))
         batch_size = self.spec.fixed_batch or batch_size
         logits = np.empty((x.shape[0], self.num_classes), dtype=np.float32)
@@ -84,7 +83,7 @@ class OnnxClassifier:
             if progress:
                 progress(stop, x.shape[0])
         if not np.isfinite(logits).all():
-            raise InvalidInput("model_output_not_finite", f"{self.path}: the model produced "
+            raise InputError("model_output_not_finite", f"{self.path}: the model produced "
                                "NaN or infinite logits on this eval set")
         return logits
 
@@ -94,7 +93,7 @@ class OnnxClassifier:
             return self._run_padded(batch)
         (out,) = self.session.run([self.spec.output_name], {self.spec.input_name: batch})
         if out.shape != (batch.shape[0], self.num_classes):
-            raise InvalidInput("onnx_output_shape", f"{self.path}: the model returned shape "
+            raise InputError("onnx_output_shape", f"{self.path}: the model returned shape "
                                f"{out.shape} for a batch of {batch.shape[0]}")
         return out
 

@@ -54,8 +54,8 @@ def describe_problems(problems: list[dict]) -> str:
 
 @contextmanager
 def library_input() -> Iterator[None]:
-    """Re-raise the library's InvalidInput (flipgate.errors) as the service's InvalidInput."""
+    """Re-raise the library's InputError (flipgate.errors) as the service's InvalidInput."""
     try:
         yield
-    except flipgate.errors.InvalidInput as error:
+    except flipgate.errors.InputError as error:
         raise InvalidInput(error.code, error.message) from error

@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
@@ -14,12 +14,14 @@ from starlette.exceptions import HTTPException
 import flipgate
 from service import health
 from service.artifacts import ArtifactStore
+from service.auth.router import router as auth_router
 from service.compare.router import router as compare_router
 from service.config import Settings, get_settings
 from service.datasets.router import router as datasets_router
 from service.db import create_db_engine, create_session_factory
 from service.errors import ServiceError, Unauthorized, describe_problems
 from service.gate.router import router as gate_router
+from service.guard import check_request_scalars
 from service.jobs.router import router as jobs_router
 from service.limits import RequestBodyLimit
 from service.migrate import check_current
@@ -29,7 +31,7 @@ from service.registry.router import router as registry_router
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
-           jobs_router, health.router)
+           jobs_router, auth_router, health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
     {"name": "evalsets", "description": "labeled eval sets and training sets (.npz)"},
@@ -37,6 +39,7 @@ TAGS = [
     {"name": "compare", "description": "pair reports and a line's pairwise matrices"},
     {"name": "gate", "description": "policies, the CI webhook, decisions, promotion, repair"},
     {"name": "jobs", "description": "background work and its progress"},
+    {"name": "auth", "description": "API tokens (minted with `flipgate token create`)"},
     {"name": "health", "description": "liveness and readiness probes"},
 ]
 HTTP_ERROR_CODES = {413: "payload_too_large"}
@@ -54,7 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The flipgate API on the database and artifact store of `settings` (default: env)."""
     settings = settings or get_settings()
     app = FastAPI(title="flipgate", version=flipgate.__version__, openapi_tags=TAGS,
-                  lifespan=lifespan, description="A regression gate for classifier updates.")
+                  lifespan=lifespan, description="A regression gate for classifier updates.",
+                  dependencies=[Depends(check_request_scalars)])
     app.add_middleware(RequestBodyLimit,
                        max_bytes=settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.state.settings, app.state.engine = settings, create_db_engine(settings)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from flipgate.errors import InvalidInput
+from flipgate.errors import InputError
 from flipgate.export import AveragedEnsemble, export_onnx
 from flipgate.inference import CUDA, OnnxClassifier
 
@@ -48,7 +48,7 @@ def test_without_a_gpu_auto_runs_on_cpu_and_cuda_is_refused(linear_path):
         pytest.skip("a usable GPU is present")
     assert OnnxClassifier(linear_path).provider == "CPUExecutionProvider"
     assert OnnxClassifier(linear_path, device="cpu").provider == "CPUExecutionProvider"
-    with pytest.raises(InvalidInput, match="CUDA execution provider is not usable") as error:
+    with pytest.raises(InputError, match="CUDA execution provider is not usable") as error:
         OnnxClassifier(linear_path, device="cuda")
     assert error.value.code == "cuda_unavailable"
 
@@ -71,5 +71,5 @@ def test_exported_ensemble_averages_its_members(tmp_path):
 def test_model_producing_nan_is_refused(tmp_path):
     model = OnnxClassifier(linear_onnx(tmp_path / "nan.onnx", WEIGHT, np.full(3, np.nan),
                                        ("N", 6)))
-    with pytest.raises(InvalidInput, match="NaN or infinite logits"):
+    with pytest.raises(InputError, match="NaN or infinite logits"):
         model.predict(RNG.random((3, 6), dtype=np.float32))

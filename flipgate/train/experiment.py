@@ -17,11 +17,11 @@ import torch
 from flipgate.datasets import mnist_digits, split
 from flipgate.formats import EvalSet
 from flipgate.metrics import count_flips
+from flipgate.progress import Progress
 from flipgate.train import methods, recipes
 from flipgate.train.config import TrainConfig
 
 NUM_CLASSES = 10
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)

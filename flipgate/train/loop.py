@@ -7,10 +7,9 @@ import torch
 from torch import Tensor
 
 from flipgate.formats import EvalSet
+from flipgate.progress import Progress
 from flipgate.train.config import TrainConfig
 from flipgate.train.stack import ModelStack
-
-Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)

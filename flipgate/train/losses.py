@@ -3,6 +3,8 @@
 Shapes: logits and targets are (B, C), labels are (B,) class indices. Every ``forward`` returns a
 scalar: per-sample terms are averaged over the batch. Logits that act as fixed targets (teacher,
 old model, reference ensemble) are detached, so no gradient reaches the model that produced them.
+A method's loss takes its defaults from the method's options (flipgate.train.methods), the one
+place they are set.
 """
 
 import math
@@ -11,6 +13,8 @@ from typing import Literal, get_args
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from flipgate.train.methods import FD, KD, AntiDistill, Codistill, Elodi, Entropy
 
 FocalDivergence = Literal["kl", "lm"]
 Selection = Literal["reference", "student", "union"]
@@ -139,7 +143,7 @@ def _tempered_kl(target_logits: Tensor, logits: Tensor, temperature: float) -> T
 class KnowledgeDistillation(nn.Module):
     """Hinton KD: CE + lam * T^2 * KL(softmax(z_t/T) || softmax(z/T)), KL averaged per sample."""
 
-    def __init__(self, lam: float = 1.0, temperature: float = 4.0) -> None:
+    def __init__(self, lam: float = KD.lam, temperature: float = KD.temperature) -> None:
         super().__init__()
         self.lam = _at_least("lam", lam, 0.0)
         self.temperature = _positive("temperature", temperature)
@@ -155,11 +159,11 @@ class FocalDistillation(nn.Module):
 
     def __init__(
         self,
-        alpha: float = 1.0,
-        beta: float = 5.0,
-        temperature: float = 100.0,
-        lam: float = 1.0,
-        divergence: FocalDivergence = "kl",
+        alpha: float = FD.alpha,
+        beta: float = FD.beta,
+        temperature: float = FD.temperature,
+        lam: float = FD.lam,
+        divergence: FocalDivergence = FD.divergence,
     ) -> None:
         super().__init__()
         self.alpha = _at_least("alpha", alpha, 0.0)
@@ -227,10 +231,10 @@ class ELODILoss(nn.Module):
 
     def __init__(
         self,
-        alpha: float = 0.8,
-        k: int | None = 10,
-        p: float = 2.0,
-        select: Selection = "reference",
+        alpha: float = Elodi.alpha,
+        k: int | None = Elodi.k,
+        p: float = Elodi.p,
+        select: Selection = Elodi.select,
         legacy_weight: float | None = None,
     ) -> None:
         super().__init__()
@@ -271,7 +275,10 @@ class MinimumEntropy(nn.Module):
     """
 
     def __init__(
-        self, alpha: float = 0.5, top_k: int | None = None, kind: ConfidenceKind = "entropy"
+        self,
+        alpha: float = Entropy.alpha,
+        top_k: int | None = Entropy.top_k,
+        kind: ConfidenceKind = Entropy.kind,
     ) -> None:
         super().__init__()
         self.alpha = _fraction("alpha", alpha)
@@ -297,11 +304,11 @@ class SymmetricKLCodistillation(nn.Module):
 
     def __init__(
         self,
-        beta: float = 1.0,
-        ramp_steps: int = 0,
-        top_k: int | None = None,
-        entropy_weight: float = 0.0,
-        entropy_kind: ConfidenceKind = "entropy",
+        beta: float = Codistill.beta,
+        ramp_steps: int = Codistill.ramp_steps,
+        top_k: int | None = Codistill.top_k,
+        entropy_weight: float = Codistill.entropy_weight,
+        entropy_kind: ConfidenceKind = Codistill.entropy_kind,
     ) -> None:
         super().__init__()
         self.beta = _at_least("beta", beta, 0.0)
@@ -375,8 +382,8 @@ class AntiDistillation(nn.Module):
 
     def __init__(
         self,
-        lam: float = 1.0,
-        variant: AntiDistillationVariant = "correlation",
+        lam: float = AntiDistill.lam,
+        variant: AntiDistillationVariant = AntiDistill.variant,
         eps: float = 1e-6,
     ) -> None:
         super().__init__()

@@ -5,7 +5,7 @@ import types
 from dataclasses import fields
 from typing import Any, Union, get_args, get_origin
 
-from flipgate.errors import InvalidInput
+from flipgate.errors import InputError
 from flipgate.train.methods import METHODS
 
 NONE_WORDS = ("none", "all")
@@ -57,6 +57,6 @@ def method_options(args: argparse.Namespace, method: str) -> Any:
     foreign = sorted(set(given) - accepted)
     if foreign:
         takes = ", ".join(f"--{n.replace('_', '-')}" for n in sorted(accepted)) or "no options"
-        raise InvalidInput("option_not_applicable", f"--{foreign[0].replace('_', '-')} does "
+        raise InputError("option_not_applicable", f"--{foreign[0].replace('_', '-')} does "
                            f"not apply to --method {method} (it takes {takes})")
     return options_type(**given)

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 from flipgate import __version__
 from flipgate.export import AveragedEnsemble, export_onnx
 from flipgate.formats import EvalSet
+from flipgate.progress import ProgressFactory
 from flipgate.train.config import TrainConfig
 from flipgate.train.loop import Batch, default_device, fit, stacked_cross_entropy
 from flipgate.train.losses import (
@@ -44,11 +45,9 @@ from flipgate.train.methods import (
 )
 from flipgate.train.stack import ModelStack, member_seeds
 
-ProgressFactory = Callable[[str], Callable[[int, int], None]]
-
 
 @dataclass(frozen=True)
-class Context:
+class TrainingSetup:
     """Everything a recipe needs besides its own options."""
 
     arch: str
@@ -91,31 +90,31 @@ class Context:
                           for i in range(0, len(x), chunk)])
 
 
-def _baseline(ctx: Context, options: Baseline) -> nn.Module:
+def _baseline(ctx: TrainingSetup, options: Baseline) -> nn.Module:
     return ctx.single(lambda z, batch: F.cross_entropy(z, batch.y[0]), "training (baseline)")
 
 
-def _kd(ctx: Context, options: KD) -> nn.Module:
+def _kd(ctx: TrainingSetup, options: KD) -> nn.Module:
     loss = KnowledgeDistillation(**asdict(options))
     return ctx.single(lambda z, b: loss(z, b.y[0], ctx.old_logits(b)), "training (KD)")
 
 
-def _fd(ctx: Context, options: FD) -> nn.Module:
+def _fd(ctx: TrainingSetup, options: FD) -> nn.Module:
     loss = FocalDistillation(**asdict(options))
     return ctx.single(lambda z, b: loss(z, b.y[0], ctx.old_logits(b)), "training (FD)")
 
 
-def _entropy(ctx: Context, options: Entropy) -> nn.Module:
+def _entropy(ctx: TrainingSetup, options: Entropy) -> nn.Module:
     loss = MinimumEntropy(**asdict(options))
     return ctx.single(lambda z, b: loss(z, b.y[0]), "training (min-entropy)")
 
 
-def _paragon(ctx: Context, options: Paragon) -> nn.Module:
+def _paragon(ctx: TrainingSetup, options: Paragon) -> nn.Module:
     members = ctx.ensemble(options.members, f"training {options.members} members").members()
     return AveragedEnsemble(members)
 
 
-def _elodi(ctx: Context, options: Elodi) -> nn.Module:
+def _elodi(ctx: TrainingSetup, options: Elodi) -> nn.Module:
     """Teacher ensemble, then the student; the teacher's mean logits are computed once, which
     equals computing them on each batch because the loop applies no augmentation."""
     loss = ELODILoss(alpha=options.alpha, k=options.k, p=options.p, select=options.select,
@@ -130,7 +129,7 @@ def _elodi(ctx: Context, options: Elodi) -> nn.Module:
     return ctx.single(student_loss, "ELODI student")
 
 
-def _codistill(ctx: Context, options: Codistill) -> nn.Module:
+def _codistill(ctx: TrainingSetup, options: Codistill) -> nn.Module:
     loss = SymmetricKLCodistillation(**asdict(options))
     shared_order = [ctx.config.seed] * 2
     stack = ctx.fit(ctx.stack(member_seeds(ctx.config.seed, 2, stream=2)),
@@ -139,7 +138,7 @@ def _codistill(ctx: Context, options: Codistill) -> nn.Module:
     return stack.member(0)
 
 
-def _anti_distill(ctx: Context, options: AntiDistill) -> nn.Module:
+def _anti_distill(ctx: TrainingSetup, options: AntiDistill) -> nn.Module:
     loss = AntiDistillation(lam=options.lam, variant=options.variant)
     shared_order = [ctx.config.seed] * options.members
     stack = ctx.fit(ctx.stack(member_seeds(ctx.config.seed, options.members, stream=3)),
@@ -148,7 +147,7 @@ def _anti_distill(ctx: Context, options: AntiDistill) -> nn.Module:
     return AveragedEnsemble(stack.members())
 
 
-RUNNERS: dict[str, Callable[[Context, Any], nn.Module]] = {
+RUNNERS: dict[str, Callable[[TrainingSetup, Any], nn.Module]] = {
     "baseline": _baseline,
     "kd": _kd,
     "fd": _fd,
@@ -185,7 +184,7 @@ def train(
     options = resolve_options(method, options, has_old=old_logits is not None)
     device = default_device()
     old = None if old_logits is None else torch.from_numpy(old_logits).float().to(device)
-    context = Context(arch, data, num_classes, config, device, old, progress)
+    context = TrainingSetup(arch, data, num_classes, config, device, old, progress)
     started = time.perf_counter()
     module = RUNNERS[method](context, options).cpu().eval()
     record = {

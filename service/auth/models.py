@@ -10,7 +10,8 @@ from service.names import NAME_LENGTH
 
 
 class ApiToken(Record, Base):
-    """A named bearer token; `revoked_at` set means it no longer authenticates."""
+    """A named bearer token; it no longer authenticates once `revoked_at` is set or
+    `expires_at` (None: never) has passed."""
 
     __tablename__ = "api_tokens"
 
@@ -18,3 +19,4 @@ class ApiToken(Record, Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     scopes: Mapped[list[str]] = mapped_column(Json)
     revoked_at: Mapped[datetime | None]
+    expires_at: Mapped[datetime | None]

@@ -1,7 +1,8 @@
-"""Creating, checking and revoking API tokens."""
+"""Creating, checking, expiring and revoking API tokens."""
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,14 +21,21 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(*, session: Session, name: str, scopes: list[str]) -> tuple[ApiToken, str]:
-    """A new token row and its plaintext, which is shown this once and never stored."""
+def create_token(*, session: Session, name: str, scopes: list[str],
+                 expires_in: timedelta | None = None) -> tuple[ApiToken, str]:
+    """A new token row and its plaintext, which is shown this once and never stored; with
+    `expires_in` it stops authenticating that long from now."""
     check_name(name, "token_name")
     if not scopes or not set(scopes) <= set(SCOPES):
         raise InvalidInput("invalid_scopes", f"scopes must be a non-empty subset of {SCOPES}, "
                            f"not {scopes}")
+    if expires_in is not None and expires_in <= timedelta(0):
+        raise InvalidInput("invalid_expiry", f"a token must expire in the future, not in "
+                           f"{expires_in}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    row = ApiToken(name=name, token_hash=hash_token(token), scopes=sorted(set(scopes)))
+    expires_at = None if expires_in is None else utcnow() + expires_in
+    row = ApiToken(name=name, token_hash=hash_token(token), scopes=sorted(set(scopes)),
+                   expires_at=expires_at)
     return insert_or_conflict(session, row, code="token_exists",
                               message=f"a token named {name!r} exists"), token
 
@@ -42,6 +50,9 @@ def authenticate(*, session: Session, token: str) -> ApiToken:
     found = session.scalars(statement).one_or_none()
     if found is None or found.revoked_at is not None:
         raise Unauthorized("invalid_token", "the token is unknown or revoked")
+    if found.expires_at is not None and found.expires_at <= utcnow():
+        raise Unauthorized("token_expired", f"token {found.name!r} expired at "
+                           f"{found.expires_at:%Y-%m-%d %H:%M:%S} UTC")
     return found
 
 

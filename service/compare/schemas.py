@@ -1,19 +1,6 @@
-"""Read schemas of pair metrics and of a line's pairwise matrices."""
-
-from typing import Any
+"""Wire schemas of the compare domain: a line's pairwise matrices and pending answers."""
 
 from pydantic import BaseModel
-
-from service.schemas import RecordRead
-
-
-class PairMetricsRead(RecordRead):
-    """The ids of the triple and the full compare report (every column's value is in it)."""
-
-    old_version_id: int
-    new_version_id: int
-    dataset_id: int
-    report: dict[str, Any]
 
 
 class PairMatrix(BaseModel):

@@ -7,7 +7,6 @@ from sqlalchemy import func, select
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits, pairwise_matrices
 from service.compare.models import PairMetrics
-from service.compare.schemas import PairMetricsRead
 from service.compare.service import store_pair_metrics, versions_matrix
 from service.datasets.models import DatasetRole
 from service.datasets.service import register_dataset
@@ -45,7 +44,7 @@ def test_storing_a_triple_twice_keeps_one_row(session, history):
     first = store_pair(session, history, 0, 1)
     assert store_pair(session, history, 0, 1) is first
     assert session.scalar(select(func.count()).select_from(PairMetrics)) == 1
-    report = PairMetricsRead.model_validate(first).report
+    report = first.report
     assert (first.nfr, first.nfr_ci_low, first.n) == (report["nfr"], report["nfr_ci"][0], 200)
     assert len(report["per_class"]) == 3
 

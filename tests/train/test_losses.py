@@ -17,6 +17,7 @@ from flipgate.train.losses import (
     MinimumEntropy,
     SymmetricKLCodistillation,
 )
+from flipgate.train.methods import FD, KD, AntiDistill, Codistill, Elodi, Entropy
 
 LN2, LN3 = math.log(2), math.log(3)
 # KL([3/4, 1/4] || [1/2, 1/2]) and KL([1/2, 1/2] || [3/4, 1/4]), by hand
@@ -133,7 +134,7 @@ def test_elodi_matches_hand_computation() -> None:
 
 def test_elodi_legacy_term() -> None:
     # LDI to the ensemble = 2, LDI to the old model [2, 0] = 4
-    loss = ELODILoss(alpha=0.8, k=None, legacy_weight=0.25)
+    loss = ELODILoss(alpha=0.8, k=None, p=2.0, legacy_weight=0.25)
     value = loss(t([[0, 0]]), labels(0), t([[1, -1]]), t([[2, 0]]))
     assert_value(value, 0.2 * LN2 + 0.8 * (0.25 * 2 + 0.75 * 4))
 
@@ -184,7 +185,8 @@ def test_codistillation_ramps_beta_linearly(step: int, beta_t: float) -> None:
 
 
 def test_codistillation_without_ramp_uses_full_beta_at_step_zero() -> None:
-    value = SymmetricKLCodistillation(beta=2.0)(t([[LN3, 0]]), t([[0, 0]]), labels(0), 0)
+    loss = SymmetricKLCodistillation(beta=2.0, ramp_steps=0)
+    value = loss(t([[LN3, 0]]), t([[0, 0]]), labels(0), 0)
     assert_value(value, CODISTILL_CE + 2.0 * CODISTILL_SKL)
 
 
@@ -192,7 +194,7 @@ def test_codistillation_top_k_renormalises_over_the_union() -> None:
     # Sample 0: the union of the top-1 classes is {0, 2}, p1 ~ e^[2, 0], p2 ~ e^[0, 2] there;
     # sample 1: both models rank class 1 first, so the support is {1} and SKL = 0.
     z1, z2 = t([[2, 1, 0], [0, 3, 0]]), t([[0, 1, 2], [0, 3, 1]])
-    value = SymmetricKLCodistillation(beta=1.0, top_k=1)(z1, z2, labels(0, 1), 0)
+    value = SymmetricKLCodistillation(beta=1.0, ramp_steps=0, top_k=1)(z1, z2, labels(0, 1), 0)
     s = 1 / (1 + math.exp(-2))  # p1 = [s, 1 - s], p2 = [1 - s, s]
     kl = s * math.log(s / (1 - s)) + (1 - s) * math.log((1 - s) / s)
     e = math.e
@@ -218,7 +220,7 @@ def test_codistillation_entropy_regulariser(kind: str, penalties: float) -> None
 def test_codistillation_sends_gradient_to_both_models() -> None:
     def grads(beta: float) -> tuple[Tensor, Tensor]:
         z1, z2 = t([[LN3, 0]]).requires_grad_(), t([[0, 0]]).requires_grad_()
-        SymmetricKLCodistillation(beta=beta)(z1, z2, labels(0), 0).backward()
+        SymmetricKLCodistillation(beta=beta, ramp_steps=0)(z1, z2, labels(0), 0).backward()
         return z1.grad, z2.grad
 
     (ce_1, ce_2), (full_1, full_2) = grads(0.0), grads(1.0)
@@ -413,3 +415,48 @@ def test_bad_hyperparameters_are_rejected(make: Callable[[], object], match: str
 def test_anti_distillation_needs_member_axis() -> None:
     with pytest.raises(ValueError, match=r"member_logits must be \(J, B, C\)"):
         AntiDistillation()(t([[0, 1]]), labels(0))
+
+
+# --- defaults come from the method options ---------------------------------------------------
+
+
+def test_elodi_with_no_arguments_uses_the_method_defaults() -> None:
+    # Elodi(): alpha 0.5, p 1, all classes of 2 (k 10): LDI([0, 0], [1, -1]) = 1 + 1
+    assert (Elodi.alpha, Elodi.p) == (0.5, 1.0)
+    value = ELODILoss()(t([[0, 0]]), labels(0), t([[1, -1]]))
+    assert_value(value, 0.5 * LN2 + 0.5 * 2)
+
+
+def test_minimum_entropy_with_no_arguments_uses_the_method_defaults() -> None:
+    assert Entropy.alpha == 0.1
+    value = MinimumEntropy()(t([[LN3, 0]]), labels(1))
+    assert_value(value, 0.9 * math.log(4) + 0.1 * ENTROPY_QUARTER)
+
+
+def test_codistillation_with_no_arguments_uses_the_method_defaults() -> None:
+    # Codistill(): beta 5 reached after a 200-step ramp
+    assert (Codistill.beta, Codistill.ramp_steps) == (5.0, 200)
+    loss = SymmetricKLCodistillation()
+    z1, z2 = t([[LN3, 0]]), t([[0, 0]])
+    assert_value(loss(z1, z2, labels(0), 0), CODISTILL_CE)
+    assert_value(loss(z1, z2, labels(0), 100), CODISTILL_CE + 2.5 * CODISTILL_SKL)
+    assert_value(loss(z1, z2, labels(0), 200), CODISTILL_CE + 5.0 * CODISTILL_SKL)
+
+
+@pytest.mark.parametrize(
+    ("loss", "options", "names"),
+    [
+        (KnowledgeDistillation(), KD(), ["lam", "temperature"]),
+        (FocalDistillation(), FD(), ["alpha", "beta", "temperature", "lam", "divergence"]),
+        (ELODILoss(), Elodi(), ["alpha", "legacy_weight"]),
+        (MinimumEntropy(), Entropy(), ["alpha", "top_k", "kind"]),
+        (SymmetricKLCodistillation(), Codistill(),
+         ["beta", "ramp_steps", "top_k", "entropy_weight", "entropy_kind"]),
+        (AntiDistillation(), AntiDistill(), ["lam", "variant"]),
+    ],
+)
+def test_a_loss_built_with_no_arguments_has_its_methods_defaults(loss, options, names) -> None:
+    assert {name: getattr(loss, name) for name in names} == {
+        name: getattr(options, name) for name in names}
+    if isinstance(loss, ELODILoss):
+        assert (loss.ldi.k, loss.ldi.p, loss.ldi.select) == (options.k, options.p, options.select)

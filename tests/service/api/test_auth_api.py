@@ -1,11 +1,16 @@
 """Bearer tokens: the bootstrap admin token, stored tokens and their scopes."""
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from service.auth.models import ApiToken
+from service.auth.service import create_token
 from service.config import Settings, get_settings
+from service.db import utcnow
 from service.main import create_app
 from service.migrate import upgrade
 from tests.service.api.conftest import bearer, error_code
@@ -57,3 +62,52 @@ def test_a_token_minted_by_the_cli_authenticates(environment_settings, run_cli):
         assert error_code(client.get("/models/none"), 404) == "line_not_found"
     duplicate = run_cli("token", "create", "--name", "ci", "--scopes", "read")
     assert duplicate.code == 2 and "exists" in duplicate.err
+
+
+def test_an_admin_revokes_a_token_and_it_stops_authenticating(client, mint, db):
+    token = mint("read")
+    assert client.get("/models", headers=bearer(token)).status_code == 200
+    assert client.delete("/tokens/read").status_code == 204
+    assert error_code(client.get("/models", headers=bearer(token)), 401) == "invalid_token"
+    assert client.delete("/tokens/read").status_code == 204  # again: still revoked
+    with db() as session:
+        row = session.scalars(select(ApiToken).where(ApiToken.name == "read")).one()
+        assert row.revoked_at is not None  # the row stays for the audit trail
+
+
+def test_only_an_admin_revokes_and_only_known_tokens(client, mint, db):
+    writer = mint("write", "gate")
+    refused = client.delete("/tokens/write-gate", headers=bearer(writer))
+    assert error_code(refused, 403) == "missing_scope"
+    with db() as session:
+        assert session.scalars(select(ApiToken.revoked_at)).all() == [None]
+    assert error_code(client.delete("/tokens/nobody"), 404) == "token_not_found"
+
+
+def test_an_expired_token_is_401_token_expired(client, db):
+    with db() as session:
+        row, token = create_token(session=session, name="ci", scopes=["read"],
+                                  expires_in=timedelta(days=1))
+    assert client.get("/models", headers=bearer(token)).status_code == 200
+    with db() as session:
+        session.get(ApiToken, row.id).expires_at = utcnow() - timedelta(minutes=1)
+    response = client.get("/models", headers=bearer(token))
+    assert error_code(response, 401) == "token_expired"
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_the_cli_creates_an_expiring_token_and_revokes_it(environment_settings, run_cli):
+    created = run_cli("token", "create", "--name", "ci", "--scopes", "read",
+                      "--expires-in", "7")
+    assert created.code == 0, created.err
+    assert "expires" in created.err
+    token = created.out.strip()
+    with TestClient(create_app(environment_settings), headers=bearer(token)) as client:
+        assert client.get("/models").status_code == 200
+        revoked = run_cli("token", "revoke", "ci")
+        assert (revoked.code, revoked.err.strip()) == (0, "token 'ci' is revoked")
+        assert error_code(client.get("/models"), 401) == "invalid_token"
+    unknown = run_cli("token", "revoke", "nobody")
+    assert unknown.code == 2 and "no token named 'nobody'" in unknown.err
+    never = run_cli("token", "create", "--name", "x", "--scopes", "read", "--expires-in", "0")
+    assert never.code == 2 and "positive integer" in never.err

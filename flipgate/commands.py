@@ -1,0 +1,32 @@
+"""What the `flipgate` command shares with the subcommands other packages contribute.
+
+A package adds subcommands through the entry-point group COMMAND_GROUP: each entry point
+names a function `add(commands)` that receives the subparsers action of `flipgate`, adds one
+subcommand with `commands.add_parser(NAME, ...)` and sets its `run(args) -> exit code` with
+`set_defaults(run=...)`. The entry point's name is the subcommand's name. A run that raises
+flipgate.errors.InputError prints its message and exits 2, like the library's own commands.
+"""
+
+import argparse
+
+COMMAND_GROUP = "flipgate.commands"
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr and exit code 2."""
+
+    hint = ""  # appended to usage errors, e.g. why a subcommand is missing
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message}{self.hint} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def comma_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]

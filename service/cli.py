@@ -1,0 +1,146 @@
+"""The server's subcommands of `flipgate`: migrate, serve and token.
+
+They reach the `flipgate` command through the entry-point group "flipgate.commands"
+(pyproject.toml, see flipgate/commands.py); the worker package contributes `flipgate worker`
+the same way. The server's modules are imported when a command runs, not when it is parsed.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from flipgate.commands import Parser, comma_list, positive_int
+from flipgate.errors import InputError
+from flipgate.processes import stop_process
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """Create or upgrade the server's database to the newest schema and print its revision."""
+    from service.config import get_settings
+    from service.migrate import upgrade
+
+    settings = get_settings()
+    revision = upgrade(settings)
+    print(f"{settings.safe_database_url}: at revision {revision}")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve the API with uvicorn, with a worker subprocess unless --api-only."""
+    import uvicorn
+
+    from service.config import get_settings
+    from service.main import create_app
+    from service.migrate import upgrade
+
+    settings = get_settings()
+    if not os.environ.get("FLIPGATE_DATABASE_URL"):  # embedded mode: its own SQLite file
+        upgrade(settings)
+    worker = None if args.api_only else subprocess.Popen(
+        [sys.executable, "-m", "flipgate.cli", "worker", "--queues", "gpu,default"])
+    # uvicorn re-raises SIGTERM after its graceful shutdown: exit normally so `finally` runs
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        uvicorn.run(create_app(settings), host=args.host, port=args.port)
+    finally:
+        if worker is not None:
+            stop_process(worker)
+    return 0
+
+
+@contextmanager
+def token_session() -> Iterator["Session"]:
+    """A committing session on the server's database; service refusals become InputError."""
+    from service.config import get_settings
+    from service.db import settings_session
+    from service.errors import ServiceError
+
+    try:
+        with settings_session(get_settings()) as session:
+            yield session
+    except ServiceError as error:
+        raise InputError(error.code, error.message) from error
+
+
+def run_token_create(args: argparse.Namespace) -> int:
+    """Mint an API token in the server's database and print its plaintext, shown only once."""
+    from service.auth.service import create_token
+
+    expires_in = None if args.expires_in is None else timedelta(days=args.expires_in)
+    with token_session() as session:
+        row, token = create_token(session=session, name=args.name, scopes=args.scopes,
+                                  expires_in=expires_in)
+        expiry = "" if row.expires_at is None else f", expires {row.expires_at:%Y-%m-%d %H:%M} UTC"
+    print(token)
+    print(f"token {row.name!r} with scopes {','.join(row.scopes)}{expiry}; it is not shown again",
+          file=sys.stderr)
+    return 0
+
+
+def run_token_revoke(args: argparse.Namespace) -> int:
+    """Stop a stored token from authenticating (its row stays for the audit trail)."""
+    from service.auth.service import revoke_token
+
+    with token_session() as session:
+        revoke_token(session=session, name=args.name)
+    print(f"token {args.name!r} is revoked", file=sys.stderr)
+    return 0
+
+
+def add_migrate_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate migrate` subcommand."""
+    migrate = commands.add_parser(
+        "migrate", help="create or upgrade the server's database to the newest schema",
+        description="Applies the Alembic migrations to $FLIPGATE_DATABASE_URL (default: the "
+                    "SQLite file flipgate.db in $FLIPGATE_DATA_DIR or ./flipgate-data).")
+    migrate.set_defaults(run=run_migrate)
+
+
+def add_serve_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate serve` subcommand."""
+    serve = commands.add_parser(
+        "serve", help="serve the HTTP API, with a worker unless --api-only",
+        description="With no FLIPGATE_DATABASE_URL the database is the SQLite file in "
+                    "$FLIPGATE_DATA_DIR (migrated here) and the broker a folder beside it; "
+                    "otherwise run `flipgate migrate` first.")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=positive_int, default=8000)
+    serve.add_argument("--api-only", action="store_true",
+                       help="start no worker (run `flipgate worker` elsewhere)")
+    serve.set_defaults(run=run_serve)
+
+
+TOKEN_STORE = ("The token's hash is kept in the server's database ($FLIPGATE_DATABASE_URL or "
+               "flipgate.db in $FLIPGATE_DATA_DIR).")
+
+
+def add_token_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate token` subcommand: create and revoke."""
+    token = commands.add_parser("token", help="manage the server's API tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True,
+                                          parser_class=Parser)
+    create = token_commands.add_parser(
+        "create", help="mint a bearer token and print it (only this once)",
+        description=TOKEN_STORE)
+    create.add_argument("--name", required=True, help="a unique name, e.g. ci")
+    create.add_argument("--scopes", required=True, type=comma_list, metavar="read,write",
+                        help="comma-separated scopes: read, write, gate, admin")
+    create.add_argument("--expires-in", type=positive_int, metavar="DAYS",
+                        help="the token stops authenticating after this many days "
+                             "(default: never)")
+    create.set_defaults(run=run_token_create)
+    revoke = token_commands.add_parser(
+        "revoke", help="stop a token from authenticating, at once and for good",
+        description=TOKEN_STORE)
+    revoke.add_argument("name", metavar="NAME", help="the name the token was created with")
+    revoke.set_defaults(run=run_token_revoke)
+

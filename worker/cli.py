@@ -1,0 +1,28 @@
+"""`flipgate worker`, contributed to the `flipgate` command through the entry-point group
+"flipgate.commands" (pyproject.toml, see flipgate/commands.py)."""
+
+import argparse
+
+from flipgate.commands import positive_int
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Run a Celery worker that takes the server's jobs from the broker."""
+    from worker.app import app
+
+    app.worker_main(["worker", f"--queues={args.queues}", f"--concurrency={args.concurrency}",
+                     "--loglevel=INFO"])
+    return 0
+
+
+def add_worker_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate worker` subcommand."""
+    worker = commands.add_parser(
+        "worker", help="run a worker for inference, metrics, training and callback jobs",
+        description="Takes jobs from $FLIPGATE_REDIS_URL, or from the folder broker in "
+                    "$FLIPGATE_DATA_DIR when it is unset.")
+    worker.add_argument("--queues", default="gpu,default",
+                        help="comma-separated queues: gpu (inference, training), default "
+                             "(metrics, callbacks)")
+    worker.add_argument("--concurrency", type=positive_int, default=1)
+    worker.set_defaults(run=run_worker)
