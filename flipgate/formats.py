@@ -45,20 +45,21 @@ class EvalSet:
         return tuple(self.x.shape[1:])
 
 
-def load_evalset(path: str | Path, *, max_bytes: int | None = None, mmap: bool = False,
-                 source: str | None = None) -> EvalSet:
+def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,
+                 mmap: bool = False, source: str | None = None) -> EvalSet:
     """Load an eval set .npz with arrays `x` (float, first axis N), `y` (integer labels) and an
     optional `groups` (one integer or string per sample).
 
-    The array headers are checked before anything is allocated: their decompressed size may
-    not exceed `max_bytes`. With `mmap`, a float32 `x` stored uncompressed (np.savez) is
+    The array headers are checked before anything is allocated: every header must agree with
+    the bytes the file holds, and compressed arrays may not expand beyond
+    `max_decompressed_bytes` together. With `mmap`, a float32 `x` stored uncompressed (np.savez) is
     memory-mapped instead of read; values are checked chunk by chunk either way. Messages
     name the file as `source` (default: its path)."""
     path = _existing(path, "eval set", source)
     source = source or str(path)
     try:
         headers = npz_headers(path, source=source)
-        _check_evalset_headers(headers, max_bytes, source)
+        _check_evalset_headers(headers, max_decompressed_bytes, source)
         x = _read_member(path, "x", headers["x"], mmap=mmap)
         y, groups = (np.load(path, allow_pickle=False)[name] if name in headers else None
                      for name in ("y", "groups"))
@@ -152,18 +153,19 @@ def read_npy_header(handle: BinaryIO, *, source: str) -> tuple[tuple[int, ...], 
     return tuple(shape), fortran_order, dtype
 
 
-def _check_evalset_headers(headers: dict[str, _Header], max_bytes: int | None,
+def _check_evalset_headers(headers: dict[str, _Header], max_decompressed_bytes: int | None,
                            source: str) -> None:
-    """Arrays present, of the right kinds and shapes, and within the size limit."""
+    """Arrays present, of the right kinds and shapes, compressed ones within the limit."""
     missing = {"x", "y"} - set(headers)
     if missing:
         raise InvalidInput("evalset_missing_array", f"{source}: the archive has no array "
                            f"{' or '.join(sorted(missing))!r} (it has {sorted(headers)})")
     _check_x_y(headers["x"], headers["y"], source)
-    total = sum(header.nbytes for header in headers.values())
-    if max_bytes is not None and total > max_bytes:
-        raise InvalidInput("evalset_too_large", f"{source}: its arrays hold {total} bytes "
-                           f"once decompressed, above the limit of {max_bytes}")
+    total = sum(header.nbytes for header in headers.values() if header.data_offset is None)
+    if max_decompressed_bytes is not None and total > max_decompressed_bytes:
+        raise InvalidInput("evalset_too_large", f"{source}: its compressed arrays expand to "
+                           f"{total} bytes, above the limit of {max_decompressed_bytes}; store "
+                           "large eval sets uncompressed (np.savez)")
 
 
 def _check_x_y(x: _Header, y: _Header, source: str) -> None:
@@ -226,10 +228,10 @@ def check_labels(labels: np.ndarray, num_classes: int | None, *, source: str) ->
                            f"{label} at index {first} does not")
 
 
-def load_logits(path: str | Path, *, max_bytes: int | None = None, mmap: bool = False,
+def load_logits(path: str | Path, *, mmap: bool = False,
                 source: str | None = None) -> np.ndarray:
     """Load (N, C) float logits from a .npy file, memory-mapped with `mmap`; the header is
-    checked (and the size against `max_bytes`) before the data is read."""
+    checked against the file before the data is read."""
     path = _existing(path, "logits", source)
     source = source or str(path)
     try:
@@ -239,7 +241,7 @@ def load_logits(path: str | Path, *, max_bytes: int | None = None, mmap: bool = 
         with path.open("rb") as handle:
             shape, _, dtype = read_npy_header(handle, source=source)
             header = _Header(shape, dtype, data_offset=handle.tell())
-        _check_logits_header(header, max_bytes, source)
+        _check_logits_header(header, source)
         if path.stat().st_size != header.data_offset + header.nbytes:
             raise ValueError(f"the header declares {header.nbytes} bytes of data, the file "
                              f"holds {path.stat().st_size - header.data_offset}")
@@ -251,8 +253,8 @@ def load_logits(path: str | Path, *, max_bytes: int | None = None, mmap: bool = 
     return validate_logits(logits, source=source)
 
 
-def _check_logits_header(header: _Header, max_bytes: int | None, source: str) -> None:
-    """Floats of shape (N, C) with N >= 1 and 2 <= C <= MAX_CLASSES, within the limit."""
+def _check_logits_header(header: _Header, source: str) -> None:
+    """Floats of shape (N, C) with N >= 1 and 2 <= C <= MAX_CLASSES."""
     if not np.issubdtype(header.dtype, np.floating):
         raise InvalidInput("logits_dtype", f"{source}: logits must be floats, "
                            f"got {header.dtype}")
@@ -263,14 +265,11 @@ def _check_logits_header(header: _Header, max_bytes: int | None, source: str) ->
     if shape[1] > MAX_CLASSES:
         raise InvalidInput("too_many_classes", f"{source}: {shape[1]} classes, above the "
                            f"limit of {MAX_CLASSES}")
-    if max_bytes is not None and header.nbytes > max_bytes:
-        raise InvalidInput("logits_too_large", f"{source}: {header.nbytes} bytes of logits, "
-                           f"above the limit of {max_bytes}")
 
 
 def validate_logits(logits: np.ndarray, *, source: str = "logits") -> np.ndarray:
     """Logits must be a finite float array of shape (N, C) with N >= 1 and C >= 2."""
-    _check_logits_header(_Header.of(logits), None, source)
+    _check_logits_header(_Header.of(logits), source)
     _require_finite(logits, source)
     return logits
 

@@ -51,8 +51,10 @@ def test_a_compressed_archive_over_the_limit_is_refused_from_its_headers(tmp_pat
     path = tmp_path / "bomb.npz"
     np.savez_compressed(path, x=np.zeros((50_000, 256), np.float32), y=np.zeros(50_000, int))
     assert path.stat().st_size < 1 << 20  # 51 MB of zeros in a few hundred kB
-    assert code_of(load_evalset, path, max_bytes=10 << 20) == "evalset_too_large"
-    assert load_evalset(path, max_bytes=60 << 20).n == 50_000
+    assert code_of(load_evalset, path, max_decompressed_bytes=10 << 20) == "evalset_too_large"
+    assert load_evalset(path, max_decompressed_bytes=60 << 20).n == 50_000
+    np.savez(stored := tmp_path / "stored.npz", x=np.zeros((3, 4), np.float32), y=np.zeros(3, int))
+    assert load_evalset(stored, max_decompressed_bytes=1, mmap=True).n == 3  # bounded by its file
 
 
 @pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
@@ -71,11 +73,11 @@ def test_logits_whose_header_declares_more_than_the_file_holds_are_refused(tmp_p
     assert code_of(load_logits, path) == "too_many_classes"
 
 
-def test_logits_over_the_limit_and_object_headers_are_refused(tmp_path):
+def test_logits_are_memory_mapped_and_object_headers_refused(tmp_path):
     path = tmp_path / "big.npy"
-    np.save(path, np.zeros((1000, 10), np.float32))
-    assert code_of(load_logits, path, max_bytes=39_999) == "logits_too_large"
-    assert load_logits(path, max_bytes=40_000).shape == (1000, 10)
+    np.save(path, logits := RNG.random((1000, 10)).astype(np.float32))
+    mapped = load_logits(path, mmap=True)
+    assert isinstance(mapped, np.memmap) and np.array_equal(mapped, logits)
     np.save(path, np.array([None, 1.0], dtype=object))
     assert code_of(load_logits, path) == "object_array"
 
