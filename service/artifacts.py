@@ -47,6 +47,26 @@ class ArtifactStore:
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
 
+    @property
+    def staging(self) -> Path:
+        """Where uploads are written while they are checked."""
+        return self.root.parent / "staging"
+
+    def addresses(self) -> Iterator[str]:
+        """The sha256 of every artifact in the store."""
+        for path in self.root.glob("??/*"):
+            if SHA256_PATTERN.fullmatch(address := path.parent.name + path.name):
+                yield address
+
+    def partial_files(self) -> Iterator[Path]:
+        """Uploads under way or abandoned: staging folders and unfinished store writes."""
+        yield from self.staging.glob("*")
+        yield from self.root.glob(".upload-*")
+
+    def remove(self, sha256: str) -> None:
+        """Delete an artifact (garbage collection only: requests never delete)."""
+        self.path(sha256).unlink(missing_ok=True)
+
     def open(self, sha256: str) -> BinaryIO:
         """The artifact opened for reading in binary mode."""
         try:
@@ -89,9 +109,8 @@ class ArtifactStore:
     def stage(self, readable: BinaryIO, *, filename: str, max_bytes: int) -> Iterator[Path]:
         """An upload streamed (at most `max_bytes`) into a fresh folder of its own, so that
         nothing it names relative to itself can reach other files; removed afterwards."""
-        staging = self.root.parent / "staging"
-        staging.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=staging) as folder:
+        self.staging.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.staging) as folder:
             path = Path(folder) / filename
             with path.open("wb") as handle:
                 _copy_hashing(readable, handle, max_bytes)
