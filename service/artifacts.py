@@ -3,7 +3,9 @@
 import hashlib
 import os
 import re
+import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,6 +47,26 @@ class ArtifactStore:
     def exists(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
 
+    @property
+    def staging(self) -> Path:
+        """Where uploads are written while they are checked."""
+        return self.root.parent / "staging"
+
+    def addresses(self) -> Iterator[str]:
+        """The sha256 of every artifact in the store."""
+        for path in self.root.glob("??/*"):
+            if SHA256_PATTERN.fullmatch(address := path.parent.name + path.name):
+                yield address
+
+    def partial_files(self) -> Iterator[Path]:
+        """Uploads under way or abandoned: staging folders and unfinished store writes."""
+        yield from self.staging.glob("*")
+        yield from self.root.glob(".upload-*")
+
+    def remove(self, sha256: str) -> None:
+        """Delete an artifact (garbage collection only: requests never delete)."""
+        self.path(sha256).unlink(missing_ok=True)
+
     def open(self, sha256: str) -> BinaryIO:
         """The artifact opened for reading in binary mode."""
         try:
@@ -52,10 +74,21 @@ class ArtifactStore:
         except FileNotFoundError as error:
             raise NotFound("artifact_not_found", f"no artifact {sha256}") from error
 
-    def put_file(self, path: Path) -> StoredArtifact:
-        """Copy a local file into the store."""
-        with Path(path).open("rb") as readable:
-            return self.put_stream(readable)
+    def put_file(self, path: Path, sha256: str | None = None) -> StoredArtifact:
+        """Place a local file (whose digest is `sha256`, when known) into the store: linked
+        when it lies on the store's file system, else copied."""
+        path = Path(path)
+        artifact = StoredArtifact(sha256 or file_sha256(path), path.stat().st_size)
+        if self.exists(artifact.sha256):
+            return artifact
+        self.root.mkdir(parents=True, exist_ok=True)
+        temporary = self.root / f".upload-{uuid.uuid4().hex}"
+        try:
+            _link_or_copy(path, temporary)
+            self._place(temporary, artifact.sha256)
+        finally:
+            temporary.unlink(missing_ok=True)
+        return artifact
 
     def put_stream(self, readable: BinaryIO, max_bytes: int | None = None) -> StoredArtifact:
         """Stream into the store while hashing; more than `max_bytes` is PayloadTooLarge."""
@@ -76,9 +109,8 @@ class ArtifactStore:
     def stage(self, readable: BinaryIO, *, filename: str, max_bytes: int) -> Iterator[Path]:
         """An upload streamed (at most `max_bytes`) into a fresh folder of its own, so that
         nothing it names relative to itself can reach other files; removed afterwards."""
-        staging = self.root.parent / "staging"
-        staging.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=staging) as folder:
+        self.staging.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.staging) as folder:
             path = Path(folder) / filename
             with path.open("wb") as handle:
                 _copy_hashing(readable, handle, max_bytes)
@@ -92,6 +124,30 @@ class ArtifactStore:
         target.parent.mkdir(exist_ok=True)
         temporary.chmod(0o444)
         os.replace(temporary, target)
+
+
+def upload_name(field: str, filename: str | None) -> str:
+    """How messages name an upload: its form field and the client's file name (its last path
+    part, printable, at most 100 characters), never where the server staged it."""
+    base = re.split(r"[/\\]", filename or "")[-1]
+    shown = "".join(c for c in base if c.isprintable())[:100]
+    return f"{field} ({shown})" if shown else field
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in chunks: its address in the store."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as readable:
+        while chunk := readable.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def _copy_hashing(source: BinaryIO, target: BinaryIO, max_bytes: int | None) -> StoredArtifact:

@@ -23,7 +23,9 @@ class Settings(BaseSettings):
     database_url: str = ""  # empty: the SQLite file <data_dir>/flipgate.db
     redis_url: str | None = None
     admin_token: SecretStr | None = None
-    max_upload_mb: int = 512
+    max_upload_mb: int = Field(default=512, ge=1)  # request bodies (uploads) at most
+    max_decompressed_mb: int = Field(default=2048, ge=1)  # compressed .npz arrays, expanded
+    staging_idle_minutes: float = Field(default=15, gt=0)  # then an upload's files are junk
     shard_size: int = Field(default=50_000, ge=1)  # eval sets with more samples are sharded
     public_url: str | None = None  # the API's address in links; default: the request's
     callback_attempts: int = Field(default=6, ge=1)  # deliveries of a decision's status
@@ -50,6 +52,10 @@ class Settings(BaseSettings):
     @property
     def max_upload_bytes(self) -> int:
         return self.max_upload_mb * 2**20
+
+    @property
+    def max_decompressed_bytes(self) -> int:
+        return self.max_decompressed_mb * 2**20
 
     @property
     def safe_database_url(self) -> str:

@@ -1,5 +1,7 @@
 """The FastAPI application: routers, error rendering and the database check at start-up."""
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -22,6 +24,7 @@ from service.db import create_db_engine, create_session_factory
 from service.errors import ServiceError, Unauthorized, describe_problems
 from service.gate.router import router as gate_router
 from service.guard import check_request_scalars
+from service.housekeeping import sweep_partial_files
 from service.jobs.router import router as jobs_router
 from service.limits import RequestBodyLimit
 from service.migrate import check_current
@@ -43,14 +46,30 @@ TAGS = [
     {"name": "health", "description": "liveness and readiness probes"},
 ]
 HTTP_ERROR_CODES = {413: "payload_too_large"}
+logger = logging.getLogger(__name__)
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Refuse to serve a database that is not migrated; release connections at exit."""
+    """Refuse to serve a database that is not migrated; sweep abandoned uploads while
+    serving; release connections at exit."""
     check_current(app.state.engine)
+    sweeper = asyncio.create_task(sweep_abandoned_uploads(app.state.store, app.state.settings))
     yield
+    sweeper.cancel()
     app.state.engine.dispose()
+
+
+async def sweep_abandoned_uploads(store: ArtifactStore, settings: Settings) -> None:
+    """At start and then every half idle period: remove the partial files of uploads that
+    stopped writing (a killed server's, or a client that went away)."""
+    idle_seconds = settings.staging_idle_minutes * 60
+    while True:
+        try:
+            await asyncio.to_thread(sweep_partial_files, store=store, idle_seconds=idle_seconds)
+        except OSError:
+            logger.exception("could not sweep abandoned uploads")
+        await asyncio.sleep(idle_seconds / 2)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

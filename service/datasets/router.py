@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
 
+from service.artifacts import upload_name
 from service.datasets import service
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.schemas import DatasetRead
@@ -31,8 +32,10 @@ def register(session: SessionDep, store: StoreDep, settings: SettingsDep, name: 
              data: UploadFile, role: DatasetRole) -> Dataset:
     """Stage the upload under the size limit and store it as a data set of `role`."""
     with store.stage(data.file, filename="data.npz", max_bytes=settings.max_upload_bytes) as path:
-        return service.register_dataset(session=session, store=store, name=name, role=role,
-                                        npz_path=path)
+        return service.register_dataset(
+            session=session, store=store, name=name, role=role, npz_path=path,
+            source=upload_name("data", data.filename),
+            max_decompressed_bytes=settings.max_decompressed_bytes)
 
 
 @router.get("/evalsets", response_model=list[DatasetRead], dependencies=[READ])

@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.formats import check_labels, load_evalset
-from service.artifacts import ArtifactStore
+from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import library_input
@@ -16,18 +16,24 @@ from service.names import check_name
 
 def register_dataset(
     *, session: Session, store: ArtifactStore, name: str, role: DatasetRole, npz_path: Path,
-    num_classes: int | None = None,
+    num_classes: int | None = None, source: str | None = None,
+    max_decompressed_bytes: int | None = None,
 ) -> Dataset:
-    """Store a labeled .npz under a new name; classes default to the largest label + 1."""
+    """Store a labeled .npz under a new name; classes default to the largest label + 1.
+    The file is validated (memory-mapped where it can be) and the row inserted before the
+    file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
     with library_input():
-        data = load_evalset(npz_path)
+        data = load_evalset(npz_path, mmap=True, source=source,
+                            max_decompressed_bytes=max_decompressed_bytes)
         check_labels(data.y, num_classes, source=name)
-    row = Dataset(name=name, role=role, sha256=store.put_file(npz_path).sha256, n=data.n,
+    row = Dataset(name=name, role=role, sha256=file_sha256(npz_path), n=data.n,
                   num_classes=num_classes or int(data.y.max()) + 1,
                   sample_shape=list(data.sample_shape))
-    return insert_or_conflict(session, row, code="dataset_exists",
-                              message=f"data set {name!r} already exists")
+    insert_or_conflict(session, row, code="dataset_exists",
+                       message=f"data set {name!r} already exists")
+    store.put_file(npz_path, row.sha256)
+    return row
 
 
 def get_dataset(*, session: Session, name: str) -> Dataset:

@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
 
+from service.artifacts import upload_name
 from service.datasets.service import get_dataset
 from service.deps import WRITE, SessionDep, SettingsDep, StoreDep
 from service.predictions import service
@@ -24,5 +25,6 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
                      max_bytes=settings.max_upload_bytes) as path:
         return service.store_uploaded_logits(
             session=session, store=store, npy_path=path,
+            source=upload_name("logits", logits.filename),
             version=find_version(session=session, line_name=name, version=version),
             dataset=get_dataset(session=session, name=evalset))

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from flipgate.formats import load_evalset, load_logits, validate_logits
 from flipgate.inference import OnnxClassifier, Progress
-from service.artifacts import ArtifactStore
+from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, library_input
@@ -25,8 +25,18 @@ def store_predictions(
     logits: np.ndarray, source: PredictionSource, provider: str | None = None,
 ) -> Prediction:
     """Keep a version's logits on a data set; the same logits again change nothing."""
-    _check_logits(logits, version, dataset)
+    with library_input():
+        validate_logits(logits, source=f"logits of version {version.id}")
+    _check_shape(logits, version, dataset)
     sha256 = store_logits(store=store, logits=logits)
+    return _prediction_row(session=session, version=version, dataset=dataset, sha256=sha256,
+                           source=source, provider=provider)
+
+
+def _prediction_row(*, session: Session, version: ModelVersion, dataset: Dataset, sha256: str,
+                    source: PredictionSource, provider: str | None = None) -> Prediction:
+    """The row pointing at logits `sha256`: inserted, or the existing one when it points at
+    the same logits (other logits are a Conflict)."""
     existing = session.scalars(_prediction_of(version, dataset)).one_or_none()
     clash = f"version {version.id} already has other logits on data set {dataset.name!r}"
     if existing is None:
@@ -50,24 +60,27 @@ def score_version(*, store: ArtifactStore, version: ModelVersion, dataset: Datas
     with ONNX Runtime, and the provider used."""
     with library_input():
         classifier = OnnxClassifier(store.path(version.artifact_sha256))
-        evalset = load_evalset(store.path(dataset.sha256))
+        evalset = load_evalset(store.path(dataset.sha256), mmap=True)
         classifier.check_evalset(evalset)
         return classifier.predict(evalset.x[rows], progress=progress), classifier.provider
 
 
 def store_uploaded_logits(*, session: Session, store: ArtifactStore, version: ModelVersion,
-                          dataset: Dataset, npy_path: Path) -> Prediction:
-    """Keep logits that a team computed itself, read from an uploaded .npy file."""
+                          dataset: Dataset, npy_path: Path, source: str | None = None,
+                          ) -> Prediction:
+    """Keep logits that a team computed itself: the uploaded .npy is checked memory-mapped,
+    chunk by chunk, and enters the store as it is once its row is in."""
     with library_input():
-        logits = load_logits(npy_path)
-    return store_predictions(session=session, store=store, version=version, dataset=dataset,
-                             logits=logits, source=PredictionSource.UPLOADED)
+        logits = load_logits(npy_path, mmap=True, source=source)
+    _check_shape(logits, version, dataset)
+    row = _prediction_row(session=session, version=version, dataset=dataset,
+                          sha256=file_sha256(npy_path), source=PredictionSource.UPLOADED)
+    store.put_file(npy_path, row.logits_sha256)
+    return row
 
 
-def _check_logits(logits: np.ndarray, version: ModelVersion, dataset: Dataset) -> None:
-    """Finite float logits with one row per sample and one column per class of the version."""
-    with library_input():
-        validate_logits(logits, source=f"logits of version {version.id}")
+def _check_shape(logits: np.ndarray, version: ModelVersion, dataset: Dataset) -> None:
+    """One row of logits per sample and one column per class of the version."""
     expected = (dataset.n, version.num_classes)
     if logits.shape != expected or dataset.num_classes > version.num_classes:
         raise InvalidInput("logits_shape", f"logits of shape {logits.shape} do not fit data "

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, UploadFile
 from pydantic import BaseModel
 
+from service.artifacts import upload_name
 from service.datasets.service import get_dataset
 from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
 from service.errors import InvalidInput
@@ -15,6 +16,8 @@ from service.registry.models import ModelLine, ModelVersion
 from service.registry.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
 
 router = APIRouter(prefix="/models", tags=["models"])
+METADATA_MAX_CHARS = 64 * 1024
+METADATA_MAX_DEPTH = 32
 
 
 @router.post("", status_code=201, response_model=ModelVersionRead, dependencies=[WRITE])
@@ -31,20 +34,48 @@ def register_version(
                      max_bytes=settings.max_upload_bytes) as path:
         row = service.register_version(session=session, store=store, line_name=name,
                                        version=version, onnx_path=path, parent=parent,
-                                       metadata=parse_metadata(metadata))
+                                       metadata=parse_metadata(metadata),
+                                       source=upload_name("artifact", artifact.filename))
     queue_follow_up(session=session, version=row)
     return row
 
 
 def parse_metadata(text: str | None) -> dict[str, Any] | None:
-    """The `metadata` form field, which must hold a JSON object."""
+    """The `metadata` form field, which must hold a JSON object of at most METADATA_MAX_CHARS
+    characters, nested at most METADATA_MAX_DEPTH deep, without NaN, infinities or NULs."""
+    if text is None:
+        return None
+    if len(text) > METADATA_MAX_CHARS:
+        raise InvalidInput("invalid_metadata", f"metadata is longer than {METADATA_MAX_CHARS} "
+                           "characters")
     try:
-        value = None if text is None else json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidInput("invalid_metadata", f"metadata is not JSON: {error}") from error
-    if value is not None and not isinstance(value, dict):
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (json.JSONDecodeError, RecursionError, ValueError) as error:
+        raise InvalidInput("invalid_metadata", f"metadata is not plain JSON: {error}") from error
+    if not isinstance(value, dict):
         raise InvalidInput("invalid_metadata", "metadata must be a JSON object")
+    _check_metadata_value(value, depth=1)
     return value
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_metadata_value(value: Any, depth: int) -> None:
+    """Nested at most METADATA_MAX_DEPTH deep; no NUL character in any key or string."""
+    if depth > METADATA_MAX_DEPTH:
+        raise InvalidInput("invalid_metadata", f"metadata is nested deeper than "
+                           f"{METADATA_MAX_DEPTH} levels")
+    if not isinstance(value, dict | list):
+        return
+    children = list(value.values()) if isinstance(value, dict) else value
+    strings = [*(value if isinstance(value, dict) else []),
+               *(child for child in children if isinstance(child, str))]
+    if any("\0" in string for string in strings):
+        raise InvalidInput("invalid_metadata", "metadata may not contain NUL characters")
+    for child in children:
+        _check_metadata_value(child, depth + 1)
 
 
 @router.get("", response_model=list[ModelLineRead], dependencies=[READ])

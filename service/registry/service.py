@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.formats import inspect_onnx
-from service.artifacts import ArtifactStore
+from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import InvalidInput, NotFound, library_input
@@ -44,21 +44,26 @@ def get_line(*, session: Session, name: str) -> ModelLine:
 def register_version(
     *, session: Session, store: ArtifactStore, line_name: str, version: str, onnx_path: Path,
     parent: str | None = None, produced_by: dict[str, Any] | None = None,
-    metadata: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None, source: str | None = None,
 ) -> ModelVersion:
-    """Store an ONNX classifier as a new version of a line, creating the line on first use."""
+    """Store an ONNX classifier as a new version of a line, creating the line on first use.
+    The row is inserted before the file enters the store: a refusal leaves nothing behind."""
     check_name(version, "version", VERSION)
     with library_input():
-        spec = inspect_onnx(onnx_path)
+        spec = inspect_onnx(onnx_path, source=source)
+    line = _line_with_classes(session=session, name=line_name, num_classes=spec.num_classes)
+    _check_input_signature(session=session, line=line, input_shape=spec.input_shape)
     row = ModelVersion(
-        line=_line_with_classes(session=session, name=line_name, num_classes=spec.num_classes),
-        version=version, artifact_sha256=store.put_file(onnx_path).sha256,
+        line=line,
+        version=version, artifact_sha256=file_sha256(onnx_path),
         input_name=spec.input_name, input_shape=list(spec.input_shape),
         num_classes=spec.num_classes, produced_by=produced_by, meta=metadata or {},
         parent=None if parent is None else resolve_reference(session=session, reference=parent),
     )
-    return insert_or_conflict(session, row, code="version_exists",
-                              message=f"version {line_name}:{version} already exists")
+    insert_or_conflict(session, row, code="version_exists",
+                       message=f"version {line_name}:{version} already exists")
+    store.put_file(onnx_path, row.artifact_sha256)
+    return row
 
 
 def _line_with_classes(*, session: Session, name: str, num_classes: int) -> ModelLine:
@@ -70,6 +75,23 @@ def _line_with_classes(*, session: Session, name: str, num_classes: int) -> Mode
         raise InvalidInput("class_count_mismatch", f"model line {name!r} has "
                            f"{line.num_classes} classes but the model outputs {num_classes}")
     return line
+
+
+def _check_input_signature(*, session: Session, line: ModelLine,
+                           input_shape: tuple[int | None, ...]) -> None:
+    """Versions of a line take samples of one shape (their batch axes may differ)."""
+    if line.id is None:
+        return
+    other = session.scalars(select(ModelVersion.input_shape)
+                            .where(ModelVersion.line_id == line.id).limit(1)).first()
+    if other is not None and list(other[1:]) != list(input_shape[1:]):
+        raise InvalidInput("input_signature_mismatch", f"model line {line.name!r} takes "
+                           f"samples of shape {_shown(other[1:])}, this model "
+                           f"{_shown(input_shape[1:])}")
+
+
+def _shown(dims) -> tuple:
+    return tuple("?" if dim is None else dim for dim in dims)
 
 
 def get_version(*, session: Session, version_id: int) -> ModelVersion:

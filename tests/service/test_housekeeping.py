@@ -1,0 +1,106 @@
+"""Abandoned uploads are swept, unreferenced artifacts reported and collected, and nothing a
+row references is ever removed."""
+
+import os
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.datasets.models import DatasetRole
+from service.datasets.service import register_dataset
+from service.db import Base
+from service.housekeeping import (
+    ARTIFACT_COLUMNS,
+    NOT_ARTIFACT_COLUMNS,
+    check_store,
+    collect_garbage,
+    sweep_partial_files,
+)
+from service.main import create_app
+from service.registry.service import register_version
+
+HOUR = 3600
+
+
+def age(path, seconds: float) -> None:
+    """Make a file (and everything in a folder) look untouched for `seconds`."""
+    stamp = time.time() - seconds
+    for item in [path, *(path.rglob("*") if path.is_dir() else [])]:
+        os.utime(item, (stamp, stamp))
+
+
+def partial_upload(store, name: str):
+    folder = store.staging / name
+    folder.mkdir(parents=True)
+    (folder / "data.npz").write_bytes(b"half an upload")
+    return folder
+
+
+def test_only_partial_files_idle_for_the_period_are_swept(store):
+    stale, fresh = partial_upload(store, "tmp-stale"), partial_upload(store, "tmp-fresh")
+    store.root.mkdir(parents=True, exist_ok=True)
+    unfinished = store.root / ".upload-abandoned"
+    unfinished.write_bytes(b"x")
+    age(stale, 2 * HOUR)
+    age(unfinished, 2 * HOUR)
+    age(fresh, 2 * HOUR)
+    (fresh / "data.npz").touch()  # an upload still writing
+    swept = sweep_partial_files(store=store, idle_seconds=HOUR)
+    assert sorted(swept) == sorted([stale, unfinished])
+    assert fresh.exists() and not stale.exists() and not unfinished.exists()
+
+
+def test_the_api_sweeps_abandoned_uploads_when_it_starts(engine, tmp_path):
+    from service.config import Settings
+    settings = Settings(database_url=engine.url.render_as_string(hide_password=False),
+                        data_dir=tmp_path / "data", staging_idle_minutes=1)
+    app = create_app(settings)
+    stale = partial_upload(app.state.store, "tmp-killed-server")
+    age(stale, 120)
+    with TestClient(app):
+        deadline = time.monotonic() + 10
+        while stale.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert not stale.exists()
+
+
+@pytest.fixture
+def registered(session, store, npz_file, onnx_file):
+    dataset = register_dataset(session=session, store=store, name="eval",
+                               role=DatasetRole.EVAL, npz_path=npz_file())
+    version = register_version(session=session, store=store, line_name="digits", version="1",
+                               onnx_path=onnx_file())
+    session.flush()
+    return {dataset.sha256, version.artifact_sha256}
+
+
+def test_check_reports_unreferenced_artifacts_and_rows_without_one(session, store, registered,
+                                                                   tmp_path):
+    orphan = tmp_path / "orphan.bin"
+    orphan.write_bytes(b"left by a crash")
+    stray = store.put_file(orphan).sha256
+    lost = sorted(registered)[0]
+    store.remove(lost)
+    report = check_store(session=session, store=store)
+    assert (report.unreferenced, report.missing) == ([stray], [lost])
+
+
+def test_gc_removes_only_old_unreferenced_artifacts(session, store, registered, tmp_path):
+    (old := tmp_path / "old.bin").write_bytes(b"old orphan")
+    (young := tmp_path / "young.bin").write_bytes(b"a registration not yet committed")
+    old_sha, young_sha = store.put_file(old).sha256, store.put_file(young).sha256
+    age(store.path(old_sha), 2 * HOUR)
+    for sha256 in registered:
+        age(store.path(sha256), 2 * HOUR)
+    assert collect_garbage(session=session, store=store, min_age_seconds=HOUR) == [old_sha]
+    assert set(store.addresses()) == registered | {young_sha}
+
+
+def test_every_sha256_column_is_declared_an_artifact_or_not():
+    """A new artifact column that gc does not know would have its artifacts collected."""
+    declared = {f"{attribute.property.columns[0].table.name}.{attribute.key}"
+                for attribute in ARTIFACT_COLUMNS}
+    columns = {f"{table.name}.{column.name}" for table in Base.metadata.tables.values()
+               for column in table.columns if column.name.endswith("sha256")}
+    assert columns == declared | NOT_ARTIFACT_COLUMNS
