@@ -20,6 +20,7 @@ from service.datasets.router import router as datasets_router
 from service.db import create_db_engine, create_session_factory
 from service.errors import ServiceError, Unauthorized, describe_problems
 from service.gate.router import router as gate_router
+from service.gate.webhook_secrets import cipher
 from service.jobs.router import router as jobs_router
 from service.limits import RequestBodyLimit
 from service.migrate import check_current
@@ -44,8 +45,10 @@ HTTP_ERROR_CODES = {413: "payload_too_large"}
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Refuse to serve a database that is not migrated; release connections at exit."""
+    """Refuse to serve a database that is not migrated, or without the key of the webhook
+    secrets outside development; release connections at exit."""
     check_current(app.state.engine)
+    cipher(app.state.settings)
     yield
     app.state.engine.dispose()
 

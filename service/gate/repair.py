@@ -16,9 +16,9 @@ from flipgate.train.methods import METHODS, resolve_options
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset
 from service.errors import Conflict, InvalidInput
+from service.gate.decisions import get_decision
 from service.gate.models import Decision, Verdict
 from service.gate.schemas import RepairRequest
-from service.gate.service import get_decision
 from service.jobs.models import Job, JobKind
 from service.jobs.service import create_job
 from service.names import VERSION, check_name
