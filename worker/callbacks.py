@@ -58,9 +58,10 @@ def post_status(settings: Settings, url: str, body: bytes, secret: str | None,
     if secret is not None:
         headers[HEADER] = signature(secret, body)
     try:
-        response = httpx.post(target.url, content=body, headers=headers,
-                              follow_redirects=False, extensions={"sni_hostname": target.host},
-                              timeout=settings.callback_timeout_seconds)
+        with httpx.Client(timeout=settings.callback_timeout_seconds,
+                          follow_redirects=False) as client:
+            response = client.post(target.url, content=body, headers=headers,
+                                   extensions={"sni_hostname": target.host})
     except httpx.HTTPError as error:
         return None, f"transport error ({type(error).__name__})"
     return response.status_code, None if response.is_success else (

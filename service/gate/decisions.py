@@ -10,12 +10,13 @@ from sqlalchemy.orm import Session
 
 from service.compare.service import find_pair_metrics
 from service.config import Settings
-from service.datasets.models import Dataset
+from service.datasets.models import Dataset, DatasetRole
+from service.datasets.service import get_dataset_of_role
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.outbound import check_callback_url
-from service.gate.policies import current_policy, eval_dataset
+from service.gate.policies import current_policy
 from service.gate.rules import DEFAULT_POLICY, Policy, check, measured_metrics
 from service.gate.schemas import GateRequest
 from service.gate.verdicts import finalize, note
@@ -123,7 +124,8 @@ def _gate_datasets(session: Session, line: ModelLine, policy: Policy, requested:
     """The policy's eval sets and the requested ones; by default those the line was
     measured on. Without policy eval sets, each must hold at least `min_samples`."""
     names = list(dict.fromkeys([*policy.evalsets, *requested]))
-    datasets = ([eval_dataset(session=session, name=name) for name in names]
+    datasets = ([get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
+                 for name in names]
                 or measured_datasets(session=session, line_id=line.id))
     if not datasets:
         raise InvalidInput("no_evalsets", "name the eval sets in the request or the policy; "

@@ -46,12 +46,13 @@ class WebhookSecret(Record, Base):
     line_id: Mapped[int] = mapped_column(ForeignKey("model_lines.id"), unique=True)
     secret: Mapped[str] = mapped_column(Text)
     rotated_at: Mapped[datetime | None]
-    previous_secret: Mapped[str | None] = mapped_column(Text)
     previous_until: Mapped[datetime | None]
+    previous_secret: Mapped[str | None] = mapped_column(Text)
 
 
 class Decision(Record, Base):
-    """One answer of the gate: append-only, and never changed once its verdict is final."""
+    """One answer of the gate: append-only, and never changed once its verdict is final.
+    A delivery id names one decision of its line, so a retried webhook finds it again."""
 
     __tablename__ = "gate_decisions"
     __table_args__ = (UniqueConstraint("line_id", "delivery_id"),)

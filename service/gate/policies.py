@@ -4,10 +4,9 @@ is set."""
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.datasets.models import Dataset, DatasetRole
-from service.datasets.service import get_dataset
+from service.datasets.models import DatasetRole
+from service.datasets.service import get_dataset_of_role
 from service.db import insert_or_conflict, one_or_not_found
-from service.errors import InvalidInput
 from service.gate.models import GatePolicy
 from service.gate.rules import DEFAULT_POLICY, Policy
 from service.gate.schemas import PolicyRead
@@ -20,7 +19,7 @@ def put_policy(*, session: Session, line_name: str, policy: Policy,
     """Store `policy` as the line's next policy version; its eval sets must exist."""
     line = get_line(session=session, name=line_name)
     for name in policy.evalsets:
-        eval_dataset(session=session, name=name)
+        get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
     latest = session.scalar(select(func.max(GatePolicy.version))
                             .where(GatePolicy.line_id == line.id)) or 0
     row = GatePolicy(line_id=line.id, version=latest + 1, created_by=created_by,
@@ -51,11 +50,3 @@ def policy_read(*, name: str, row: GatePolicy | None) -> PolicyRead:
                           created_at=None)
     return PolicyRead(model=name, version=row.version, rules=row.rules,
                       created_by=row.created_by, created_at=row.created_at)
-
-
-def eval_dataset(*, session: Session, name: str) -> Dataset:
-    """The named data set, which must be an eval set."""
-    dataset = get_dataset(session=session, name=name)
-    if dataset.role != DatasetRole.EVAL:
-        raise InvalidInput("not_an_evalset", f"data set {name!r} is a {dataset.role} set")
-    return dataset

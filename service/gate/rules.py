@@ -29,12 +29,12 @@ class Policy(BaseModel):
 
     max_nfr: Rate | None = None
     max_nfr_upper: Rate | None = Field(None, description="upper end of NFR's Wilson 95% interval")
-    max_rel_nfr: RelativeRate | None = None
+    max_rel_nfr: RelativeRate | None = Field(None, description="NFR / ((1 - ER_old) * ER_new)")
     max_churn: Rate | None = None
     max_er_increase: RateChange | None = None
     max_class_nfr: Rate | None = Field(None, description="the NFR of the worst true class")
-    min_er_decrease: RateChange | None = None
-    significance: Probability | None = None
+    min_er_decrease: RateChange | None = Field(None, description="ER_old - ER_new at least")
+    significance: Probability | None = Field(None, description="McNemar level (see above)")
     evalsets: list[EvalsetName] = Field(default_factory=list, max_length=MAX_POLICY_EVALSETS,
                                         description="eval sets every gate uses")
 
