@@ -5,7 +5,7 @@ import hashlib
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
@@ -36,6 +36,7 @@ from service.jobs.schemas import JobRead
 from service.registry.service import get_line
 
 router = APIRouter(tags=["gate"])
+DecisionId = Annotated[int, Path(ge=1, lt=2**31)]
 
 
 @router.put("/models/{name}/policy", response_model=PolicyRead, dependencies=[ADMIN])
@@ -115,7 +116,7 @@ def parse_gate_request(body: bytes) -> GateRequest:
 
 @router.get("/gate/decisions/{decision_id}", response_model=DecisionRead,
             dependencies=[require("read", "gate")])
-def read_decision(decision_id: int, session: SessionDep) -> DecisionRead:
+def read_decision(decision_id: DecisionId, session: SessionDep) -> DecisionRead:
     """A decision; poll it while it is pending (it is settled when its jobs end)."""
     decision = decisions.get_decision(session=session, decision_id=decision_id)
     return decision_view(session=session, decision=decision)
@@ -124,7 +125,8 @@ def read_decision(decision_id: int, session: SessionDep) -> DecisionRead:
 @router.get("/models/{name}/decisions", response_model=list[DecisionRead], dependencies=[READ])
 def list_decisions(name: str, session: SessionDep, candidate: str | None = None,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                   before: Annotated[int | None, Query(description="older ids only")] = None,
+                   before: Annotated[int | None, Query(ge=1, lt=2**31,
+                                                       description="older ids only")] = None,
                    ) -> list[DecisionRead]:
     """The line's audit log of decisions, newest first."""
     rows = decisions.list_decisions(session=session, line_name=name, candidate=candidate,
@@ -134,7 +136,7 @@ def list_decisions(name: str, session: SessionDep, candidate: str | None = None,
 
 @router.post("/gate/decisions/{decision_id}/repair", response_model=RepairQueued,
              status_code=202, dependencies=[WRITE])
-def repair_candidate(decision_id: int, body: RepairRequest, session: SessionDep,
+def repair_candidate(decision_id: DecisionId, body: RepairRequest, session: SessionDep,
                      token: TokenDep) -> RepairQueued:
     """Retrain a blocked candidate (default: ELODI, with the legacy term towards a baseline
     not trained with ELODI); the job registers the new version and gates it again."""

@@ -7,13 +7,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.compare.models import PairMetrics
 from service.gate.models import Verdict
+from service.names import NAME
 
 # Limits are JSON numbers (strict: "0.1", true and false are refused), finite and bounded.
 Rate = Annotated[float, Field(ge=0.0, le=1.0, strict=True, allow_inf_nan=False)]
 RateChange = Annotated[float, Field(ge=-1.0, le=1.0, strict=True, allow_inf_nan=False)]
 RelativeRate = Annotated[float, Field(ge=0.0, le=1e6, strict=True, allow_inf_nan=False)]
 Probability = Annotated[float, Field(gt=0.0, lt=1.0, strict=True, allow_inf_nan=False)]
-EvalsetName = Annotated[str, Field(min_length=1, max_length=100)]
+EvalsetName = Annotated[str, Field(pattern=f"^{NAME.pattern}$")]
 MAX_POLICY_EVALSETS = 50
 
 
