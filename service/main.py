@@ -20,7 +20,7 @@ from service.datasets.router import router as datasets_router
 from service.db import create_db_engine, create_session_factory
 from service.errors import ServiceError, Unauthorized, describe_problems
 from service.gate.router import router as gate_router
-from service.gate.webhook_secrets import cipher
+from service.gate.webhook_secrets import require_secret_key
 from service.jobs.router import router as jobs_router
 from service.limits import RequestBodyLimit
 from service.migrate import check_current
@@ -48,7 +48,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Refuse to serve a database that is not migrated, or without the key of the webhook
     secrets outside development; release connections at exit."""
     check_current(app.state.engine)
-    cipher(app.state.settings)
+    require_secret_key(app.state.settings)
     yield
     app.state.engine.dispose()
 

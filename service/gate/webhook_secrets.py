@@ -25,16 +25,19 @@ class MissingSecretKey(RuntimeError):
     """Outside development the server needs FLIPGATE_SECRET_KEY."""
 
 
-def cipher(settings: Settings) -> Fernet:
-    """The Fernet cipher of FLIPGATE_SECRET_KEY; in development without one, of a random key
-    kept in the data folder."""
-    if settings.secret_key is not None:
-        key = settings.secret_key.get_secret_value()
-    elif settings.environment == "development":
-        key = _development_key(settings.data_dir / DEVELOPMENT_KEY_FILE)
-    else:
+def require_secret_key(settings: Settings) -> None:
+    """Refuse (MissingSecretKey) to run outside development without FLIPGATE_SECRET_KEY."""
+    if settings.secret_key is None and settings.environment != "development":
         raise MissingSecretKey("set FLIPGATE_SECRET_KEY (it encrypts the webhook secrets) "
                                f"outside development (environment={settings.environment!r})")
+
+
+def cipher(settings: Settings) -> Fernet:
+    """The Fernet cipher of FLIPGATE_SECRET_KEY; in development without one, of a random key
+    kept in the data folder (made on first use)."""
+    require_secret_key(settings)
+    key = (settings.secret_key.get_secret_value() if settings.secret_key is not None
+           else _development_key(settings.data_dir / DEVELOPMENT_KEY_FILE))
     return Fernet(base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest()))
 
 
