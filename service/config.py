@@ -2,10 +2,10 @@
 
 from functools import cache
 from pathlib import Path
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
 PLACEHOLDER_SECRETS = frozenset({"", "changethis", "changeme", "change-me", "secret", "admin",
@@ -31,6 +31,19 @@ class Settings(BaseSettings):
     callback_attempts: int = Field(default=6, ge=1)  # deliveries of a decision's status
     callback_backoff_seconds: float = Field(default=5.0, ge=0)  # doubled after each failure
     callback_timeout_seconds: float = Field(default=10.0, gt=0)
+    # hosts or CIDRs a callback may reach although they are loopback, private or reserved
+    callback_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    signature_tolerance_seconds: int = Field(default=300, ge=1, le=86_400)
+    # encrypts webhook secrets at rest; development without one: a key file in data_dir
+    secret_key: SecretStr | None = None
+    secret_grace_seconds: int = Field(default=3600, ge=0, le=30 * 86_400)  # old secret valid
+    min_gate_samples: int = Field(default=100, ge=1)  # eval sets a default-policy gate uses
+
+    @field_validator("callback_allowlist", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return [item.strip() for item in value.split(",") if item.strip()] if isinstance(
+            value, str) else value
 
     @model_validator(mode="after")
     def _default_database(self) -> Self:
@@ -47,6 +60,15 @@ class Settings(BaseSettings):
             raise ValueError(f"FLIPGATE_ADMIN_TOKEN is a placeholder or shorter than "
                              f"{MIN_SECRET_LENGTH} characters; set a real secret outside "
                              f"development (environment={self.environment!r})")
+        return self
+
+    @model_validator(mode="after")
+    def _refuse_placeholder_secret_key(self) -> Self:
+        key = self.secret_key and self.secret_key.get_secret_value()
+        if key is not None and (key.lower() in PLACEHOLDER_SECRETS
+                                or len(key) < MIN_SECRET_LENGTH):
+            raise ValueError(f"FLIPGATE_SECRET_KEY is a placeholder or shorter than "
+                             f"{MIN_SECRET_LENGTH} characters")
         return self
 
     @property

@@ -23,6 +23,7 @@ from service.datasets.router import router as datasets_router
 from service.db import create_db_engine, create_session_factory
 from service.errors import ServiceError, Unauthorized, describe_problems
 from service.gate.router import router as gate_router
+from service.gate.webhook_secrets import require_secret_key
 from service.guard import check_request_scalars
 from service.housekeeping import sweep_partial_files
 from service.jobs.router import router as jobs_router
@@ -51,9 +52,11 @@ logger = logging.getLogger(__name__)
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Refuse to serve a database that is not migrated; sweep abandoned uploads while
-    serving; release connections at exit."""
+    """Refuse to serve a database that is not migrated, or without the key of the webhook
+    secrets outside development; sweep abandoned uploads while serving; release connections
+    at exit."""
     check_current(app.state.engine)
+    require_secret_key(app.state.settings)
     sweeper = asyncio.create_task(sweep_abandoned_uploads(app.state.store, app.state.settings))
     yield
     sweeper.cancel()

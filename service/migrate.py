@@ -45,7 +45,9 @@ def upgrade(settings: Settings) -> str:
     engine = create_db_engine(settings)
     try:
         with engine.begin() as connection:
-            command.upgrade(alembic_config(connection), "head")
+            config = alembic_config(connection)
+            config.attributes["settings"] = settings  # revisions that need the server key
+            command.upgrade(config, "head")
             return current_revision(connection)
     finally:
         engine.dispose()

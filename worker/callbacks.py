@@ -6,11 +6,13 @@ import logging
 import httpx
 from celery import Task
 
-from flipgate.signing import signature
-from service.config import get_settings
+from flipgate.signing import HEADER, signature
+from service.config import Settings, get_settings
 from service.db import session_scope
+from service.errors import InvalidInput
 from service.gate.callbacks import delivery, queued_callback, record_attempt
 from service.gate.models import CallbackState
+from service.gate.outbound import check_callback_url
 from service.queue import CALLBACK_TASK
 from worker.app import app
 from worker.tasks import context
@@ -26,8 +28,9 @@ def deliver_callback(task: Task, decision_id: int) -> None:
     with session_scope(sessions) as session:
         if queued_callback(session=session, decision_id=decision_id) is None:
             return
-        url, body, secret = delivery(session=session, decision_id=decision_id)
-    status, error = post_status(url, json.dumps(body).encode(), secret, decision_id)
+        url, body, secret = delivery(session=session, settings=settings,
+                                     decision_id=decision_id)
+    status, error = post_status(settings, url, json.dumps(body).encode(), secret, decision_id)
     with session_scope(sessions) as session:
         callback = queued_callback(session=session, decision_id=decision_id)
         if callback is None:
@@ -42,15 +45,24 @@ def deliver_callback(task: Task, decision_id: int) -> None:
         raise task.retry(countdown=delay)
 
 
-def post_status(url: str, body: bytes, secret: str | None,
+def post_status(settings: Settings, url: str, body: bytes, secret: str | None,
                 decision_id: int) -> tuple[int | None, str | None]:
-    """The HTTP status of one POST, or None and the transport error."""
-    headers = {"Content-Type": "application/json", "X-Flipgate-Decision": str(decision_id)}
-    if secret is not None:
-        headers["X-Flipgate-Signature-256"] = signature(secret, body)
+    """The HTTP status of one POST to the address checked just now (redirects are not
+    followed), or None; the error is a fixed message, never the receiver's answer."""
     try:
-        response = httpx.post(url, content=body, headers=headers,
-                              timeout=get_settings().callback_timeout_seconds)
+        target = check_callback_url(url, settings.callback_allowlist)
+    except InvalidInput as refused:
+        return None, refused.code
+    headers = {"Content-Type": "application/json", "X-Flipgate-Decision": str(decision_id),
+               "Host": target.host_header}
+    if secret is not None:
+        headers[HEADER] = signature(secret, body)
+    try:
+        with httpx.Client(timeout=settings.callback_timeout_seconds,
+                          follow_redirects=False) as client:
+            response = client.post(target.url, content=body, headers=headers,
+                                   extensions={"sni_hostname": target.host})
     except httpx.HTTPError as error:
-        return None, f"{type(error).__name__}: {error}"
-    return response.status_code, None if response.is_success else response.text[:500]
+        return None, f"transport error ({type(error).__name__})"
+    return response.status_code, None if response.is_success else (
+        f"HTTP {response.status_code}: the receiver did not accept the status")

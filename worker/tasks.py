@@ -26,7 +26,7 @@ from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import ServiceError
-from service.gate.service import settle_pending
+from service.gate.settling import settle_pending
 from service.jobs.enqueue import enqueue_after_commit
 from service.jobs.models import Job, JobState
 from service.jobs.orchestration import send_ready_metrics

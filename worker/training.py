@@ -14,11 +14,12 @@ from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from flipgate.train.recipes import ProgressFactory
+from service.config import get_settings
 from service.datasets.service import get_dataset
 from service.db import session_scope
+from service.gate.decisions import gate, get_decision
 from service.gate.models import Decision
 from service.gate.schemas import GateRequest
-from service.gate.service import gate, get_decision
 from service.jobs.orchestration import queue_follow_up
 from service.predictions.service import score_version
 from service.queue import TRAIN_TASK
@@ -97,6 +98,7 @@ def gate_again(session: Session, job_id: int, version: ModelVersion,
         baseline=get_version(session=session, version_id=original.baseline_id).version,
         evalsets=original.evalsets, ci=original.ci, callback_url=original.callback_url)
     body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
-    return gate(session=session, request=request, requested_by=f"repair job {job_id}",
+    return gate(session=session, settings=get_settings(), request=request,
+                requested_by=f"repair job {job_id}",
                 base_url=original.base_url, request_sha256=hashlib.sha256(body).hexdigest(),
                 repair_of=original)

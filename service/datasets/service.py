@@ -10,7 +10,7 @@ from flipgate.formats import check_labels, load_evalset
 from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
-from service.errors import library_input
+from service.errors import InvalidInput, library_input
 from service.names import check_name
 
 
@@ -40,6 +40,18 @@ def get_dataset(*, session: Session, name: str) -> Dataset:
     """The data set called `name`."""
     return one_or_not_found(session, select(Dataset).where(Dataset.name == name),
                             code="dataset_not_found", message=f"no data set {name!r}")
+
+
+ROLE_MISMATCH_CODES = {DatasetRole.EVAL: "not_an_evalset", DatasetRole.TRAIN: "not_a_training_set"}
+
+
+def get_dataset_of_role(*, session: Session, name: str, role: DatasetRole) -> Dataset:
+    """The data set called `name`, which must be a `role` set (422 otherwise)."""
+    dataset = get_dataset(session=session, name=name)
+    if dataset.role != role:
+        raise InvalidInput(ROLE_MISMATCH_CODES[role], f"data set {name!r} is a {dataset.role} "
+                           f"set, not a {role} set")
+    return dataset
 
 
 def list_datasets(*, session: Session, role: DatasetRole) -> list[Dataset]:

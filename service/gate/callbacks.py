@@ -6,9 +6,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.config import Settings
 from service.db import utcnow
+from service.gate.decisions import get_decision
 from service.gate.models import Callback, CallbackState, Decision, Verdict
-from service.gate.service import decision_view, get_decision, line_secret
+from service.gate.views import decision_view
+from service.gate.webhook_secrets import signing_secret
 from service.registry.models import ModelLine
 
 STATES = {Verdict.APPROVE: "success", Verdict.BLOCK: "failure", Verdict.PENDING: "pending"}
@@ -36,12 +39,13 @@ def queued_callback(*, session: Session, decision_id: int) -> Callback | None:
     return callback if callback is not None and callback.state == CallbackState.QUEUED else None
 
 
-def delivery(*, session: Session, decision_id: int) -> tuple[str, dict[str, Any], str | None]:
+def delivery(*, session: Session, settings: Settings,
+             decision_id: int) -> tuple[str, dict[str, Any], str | None]:
     """The URL, body and signing secret (the line's webhook secret, if any) of a callback."""
     decision = get_decision(session=session, decision_id=decision_id)
     line = session.get_one(ModelLine, decision.line_id)
     return (decision.callback_url, callback_body(session=session, decision=decision),
-            line_secret(session=session, line_name=line.name))
+            signing_secret(session=session, settings=settings, line_name=line.name))
 
 
 def record_attempt(*, callback: Callback, status: int | None, error: str | None,

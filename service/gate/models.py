@@ -10,7 +10,6 @@ from sqlalchemy.orm import Mapped, mapped_column
 from service.db import Base, Json, Record, str_enum
 from service.names import NAME_LENGTH
 
-SECRET_LENGTH = 64
 DELIVERY_LENGTH = 200
 
 
@@ -39,17 +38,21 @@ class GatePolicy(Record, Base):
 
 
 class WebhookSecret(Record, Base):
-    """The secret a line's webhook deliveries are signed with (HMAC-SHA256)."""
+    """The secret a line's webhook deliveries are signed with (HMAC-SHA256), encrypted with
+    the server key; after a rotation the previous one stays valid until `previous_until`."""
 
     __tablename__ = "webhook_secrets"
 
     line_id: Mapped[int] = mapped_column(ForeignKey("model_lines.id"), unique=True)
-    secret: Mapped[str] = mapped_column(String(SECRET_LENGTH))
+    secret: Mapped[str] = mapped_column(Text)
     rotated_at: Mapped[datetime | None]
+    previous_until: Mapped[datetime | None]
+    previous_secret: Mapped[str | None] = mapped_column(Text)
 
 
 class Decision(Record, Base):
-    """One answer of the gate: append-only, and never changed once its verdict is final."""
+    """One answer of the gate: append-only, and never changed once its verdict is final.
+    A delivery id names one decision of its line, so a retried webhook finds it again."""
 
     __tablename__ = "gate_decisions"
     __table_args__ = (UniqueConstraint("line_id", "delivery_id"),)

@@ -5,8 +5,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict
+from service.gate.decisions import production_version
 from service.gate.models import Decision, Promotion, Verdict
-from service.gate.service import production_version
 from service.jobs.orchestration import PRODUCTION
 from service.registry.models import ModelVersion
 from service.registry.service import find_version, get_line, set_alias

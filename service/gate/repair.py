@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS, resolve_options
 from service.datasets.models import Dataset, DatasetRole
-from service.datasets.service import get_dataset
+from service.datasets.service import get_dataset_of_role
 from service.errors import Conflict, InvalidInput
+from service.gate.decisions import get_decision
 from service.gate.models import Decision, Verdict
 from service.gate.schemas import RepairRequest
-from service.gate.service import get_decision
 from service.jobs.models import Job, JobKind
 from service.jobs.service import create_job
 from service.names import VERSION, check_name
@@ -103,10 +103,7 @@ def _training_dataset(session: Session, repair: RepairRequest, decision: Decisio
                                "data set: set one with PUT /models/{name}/training-dataset "
                                "or name one in the request")
         return session.get_one(Dataset, line.training_dataset_id)
-    dataset = get_dataset(session=session, name=name)
-    if dataset.role != DatasetRole.TRAIN:
-        raise InvalidInput("not_a_training_set", f"data set {name!r} is an eval set")
-    return dataset
+    return get_dataset_of_role(session=session, name=name, role=DatasetRole.TRAIN)
 
 
 def _new_version_name(session: Session, repair: RepairRequest, candidate: ModelVersion) -> str:

@@ -7,9 +7,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.compare.models import PairMetrics
 from service.gate.models import Verdict
+from service.names import NAME
 
-Rate = Annotated[float, Field(ge=0.0, le=1.0)]
-RateChange = Annotated[float, Field(ge=-1.0, le=1.0)]
+# Limits are JSON numbers (strict: "0.1", true and false are refused), finite and bounded.
+Rate = Annotated[float, Field(ge=0.0, le=1.0, strict=True, allow_inf_nan=False)]
+RateChange = Annotated[float, Field(ge=-1.0, le=1.0, strict=True, allow_inf_nan=False)]
+RelativeRate = Annotated[float, Field(ge=0.0, le=1e6, strict=True, allow_inf_nan=False)]
+Probability = Annotated[float, Field(gt=0.0, lt=1.0, strict=True, allow_inf_nan=False)]
+EvalsetName = Annotated[str, Field(pattern=f"^{NAME.pattern}$")]
+MAX_POLICY_EVALSETS = 50
 
 
 class Policy(BaseModel):
@@ -24,13 +30,14 @@ class Policy(BaseModel):
 
     max_nfr: Rate | None = None
     max_nfr_upper: Rate | None = Field(None, description="upper end of NFR's Wilson 95% interval")
-    max_rel_nfr: Annotated[float, Field(ge=0.0)] | None = None
+    max_rel_nfr: RelativeRate | None = Field(None, description="NFR / ((1 - ER_old) * ER_new)")
     max_churn: Rate | None = None
     max_er_increase: RateChange | None = None
     max_class_nfr: Rate | None = Field(None, description="the NFR of the worst true class")
-    min_er_decrease: RateChange | None = None
-    significance: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
-    evalsets: list[str] = Field(default_factory=list, description="eval sets every gate uses")
+    min_er_decrease: RateChange | None = Field(None, description="ER_old - ER_new at least")
+    significance: Probability | None = Field(None, description="McNemar level (see above)")
+    evalsets: list[EvalsetName] = Field(default_factory=list, max_length=MAX_POLICY_EVALSETS,
+                                        description="eval sets every gate uses")
 
     @field_validator("evalsets")
     @classmethod

@@ -6,8 +6,11 @@ from typing import Annotated, Any
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from service.gate.models import Verdict
-from service.gate.rules import Policy
+from service.gate.rules import MAX_POLICY_EVALSETS, EvalsetName, Policy
 from service.jobs.schemas import JobRead
+from service.names import NAME, VERSION
+
+VersionName = Annotated[str, Field(pattern=f"^{VERSION.pattern}$")]
 
 
 class CiContext(BaseModel):
@@ -27,11 +30,12 @@ class GateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str
-    candidate: str
-    baseline: str | None = Field(None, description="a version of the line; default: production")
-    evalsets: list[str] = Field(default_factory=list,
-                                description="added to the policy's eval sets")
+    model: Annotated[str, Field(pattern=f"^{NAME.pattern}$")]
+    candidate: VersionName
+    baseline: VersionName | None = Field(None,
+                                         description="a version of the line; default: production")
+    evalsets: list[EvalsetName] = Field(default_factory=list, max_length=MAX_POLICY_EVALSETS,
+                                        description="added to the policy's eval sets")
     ci: CiContext | None = None
     callback_url: AnyHttpUrl | None = Field(None, description="receives the final status")
 

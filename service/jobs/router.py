@@ -3,7 +3,7 @@
 from fastapi import APIRouter
 
 from service.deps import READ, WRITE, SessionDep
-from service.gate.service import settle_pending
+from service.gate.settling import settle_pending
 from service.jobs import service
 from service.jobs.models import Job
 from service.jobs.schemas import JobRead

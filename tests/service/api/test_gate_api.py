@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from flipgate.signing import signature
+from service.gate.settling import settle_pending
 from service.jobs.models import JobState
 from service.jobs.service import finish_job, get_job, start_job
 from tests.service.api.conftest import bearer, error_code
@@ -128,6 +129,7 @@ def test_unmeasured_pairs_are_pending_and_a_failed_job_blocks(line, db):
         job = start_job(session=session, job=get_job(session=session,
                                                      job_id=decision["waiting_for"][0]))
         finish_job(session=session, job=job, state=JobState.FAILED, error="out of memory")
+        settle_pending(session=session, job_ids=[job.id])  # what the worker runs at a job's end
     final = line.get(f"/gate/decisions/{decision['decision_id']}").json()
     assert final["verdict"] == "block" and final["waiting_for"] == []
     assert final["reasons"][0]["code"] == "measurement_failed"
@@ -167,6 +169,7 @@ def test_webhook_signatures_are_checked_against_the_line_secret(line):
     response = signed_post(line, None, body.replace(b'"1"', b'"2"'), **tampered)
     assert error_code(response, 401) == "invalid_signature"
     assert error_code(signed_post(line, None, body), 401) == "missing_credentials"
+    line.app.state.settings.secret_grace_seconds = 0  # the old secret stops at once
     rotated = line.post("/models/digits/webhook-secret").json()["secret"]
     assert error_code(signed_post(line, secret, body), 401) == "invalid_signature"
     assert signed_post(line, rotated, body).is_success
@@ -223,6 +226,7 @@ def test_an_approval_against_the_current_production_allows_promotion(line):
 
 
 def test_a_final_decision_with_a_callback_url_queues_its_delivery(line):
+    line.app.state.settings.callback_allowlist = ["127.0.0.1"]
     decision = gate(line, candidate="1", callback_url="http://127.0.0.1:9/status").json()
     assert decision["callback"]["state"] == "queued"
     assert decision["callback"]["attempts"] == 0

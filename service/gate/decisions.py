@@ -1,0 +1,174 @@
+"""The gate's decisions: may a candidate replace the baseline?
+
+A decision whose pair metrics are all stored is final at once. Otherwise it is `pending`:
+it waits for the inference and metrics jobs it queued (gate_decision_jobs) and is settled
+(service.gate.settling) when they end. A final decision is never changed.
+"""
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.compare.service import find_pair_metrics
+from service.config import Settings
+from service.datasets.models import Dataset, DatasetRole
+from service.datasets.service import get_dataset_of_role
+from service.db import insert_or_conflict, one_or_not_found
+from service.errors import Conflict, InvalidInput
+from service.gate.models import Decision, DecisionJob, Verdict
+from service.gate.outbound import check_callback_url
+from service.gate.policies import current_policy
+from service.gate.rules import DEFAULT_POLICY, Policy, check, measured_metrics
+from service.gate.schemas import GateRequest
+from service.gate.verdicts import finalize, note
+from service.jobs.models import Job
+from service.jobs.orchestration import PRODUCTION, measured_datasets, queue_metrics
+from service.predictions.service import queue_missing_inference
+from service.registry.models import Alias, ModelLine, ModelVersion
+from service.registry.service import find_version, get_line, get_version
+
+
+def gate(*, session: Session, settings: Settings, request: GateRequest, requested_by: str,
+         base_url: str, request_sha256: str, delivery_id: str | None = None,
+         repair_of: Decision | None = None) -> Decision:
+    """The decision on `request`: final when every pair metric is stored, else pending on
+    the jobs it queued. A delivery id seen before answers with that delivery's decision."""
+    line = get_line(session=session, name=request.model)
+    if delivery_id is not None and (earlier := _delivered(session, line, delivery_id)):
+        return _replayed(earlier, request_sha256)
+    if request.callback_url is not None:
+        check_callback_url(str(request.callback_url), settings.callback_allowlist)
+    candidate = find_version(session=session, line_name=line.name, version=request.candidate)
+    baseline = _baseline(session, line, request.baseline)
+    stored_policy = current_policy(session=session, line=line)
+    policy = Policy.model_validate(stored_policy.rules) if stored_policy else DEFAULT_POLICY
+    decision = Decision(
+        line_id=line.id, candidate_id=candidate.id, verdict=Verdict.PENDING, reasons=[],
+        baseline_id=None if baseline is None else baseline.id, metrics={}, evalsets=[],
+        policy_version=stored_policy and stored_policy.version, policy=policy.model_dump(
+            exclude_none=True), requested_by=requested_by, base_url=base_url,
+        ci=request.ci and request.ci.model_dump(exclude_none=True), delivery_id=delivery_id,
+        callback_url=request.callback_url and str(request.callback_url),
+        request_sha256=request_sha256, repair_of_id=repair_of and repair_of.id)
+    datasets = _gate_datasets(session, line, policy, request.evalsets,
+                              settings.min_gate_samples) if _compares(candidate, baseline) else []
+    try:
+        insert_or_conflict(session, decision, code="delivery_exists", message="")
+    except Conflict:  # the same delivery arrived twice at once
+        return _replayed(_delivered(session, line, delivery_id), request_sha256)
+    _measure_or_decide(session, decision, candidate, baseline, policy, datasets)
+    return decision
+
+
+def _delivered(session: Session, line: ModelLine, delivery_id: str) -> Decision | None:
+    statement = select(Decision).where(Decision.line_id == line.id,
+                                       Decision.delivery_id == delivery_id)
+    return session.scalars(statement).one_or_none()
+
+
+def _replayed(decision: Decision, request_sha256: str) -> Decision:
+    """The decision of a delivery sent again; a different body under its id is refused."""
+    if decision.request_sha256 != request_sha256:
+        raise Conflict("delivery_reused", f"delivery {decision.delivery_id!r} was already "
+                       "used for a different request body")
+    return decision
+
+
+def _baseline(session: Session, line: ModelLine, version: str | None) -> ModelVersion | None:
+    """The named version of the line, else its production version (None if it has none)."""
+    if version is not None:
+        return find_version(session=session, line_name=line.name, version=version)
+    return production_version(session=session, line=line)
+
+
+def production_version(*, session: Session, line: ModelLine,
+                       lock: bool = False) -> ModelVersion | None:
+    """The version the line's production alias points at, if any (`lock`: its alias row)."""
+    statement = select(Alias).where(Alias.line_id == line.id, Alias.name == PRODUCTION)
+    alias = session.scalars(statement.with_for_update() if lock else statement).one_or_none()
+    return None if alias is None else get_version(session=session, version_id=alias.version_id)
+
+
+def _compares(candidate: ModelVersion, baseline: ModelVersion | None) -> bool:
+    """Whether the decision measures a pair (not a first version or the baseline itself)."""
+    return baseline is not None and baseline.id != candidate.id
+
+
+def _measure_or_decide(session: Session, decision: Decision, candidate: ModelVersion,
+                       baseline: ModelVersion | None, policy: Policy,
+                       datasets: list[Dataset]) -> None:
+    """Decide now, or queue the missing measurements and leave the decision pending."""
+    if baseline is None:
+        return finalize(session=session, decision=decision, verdict=Verdict.APPROVE,
+                        reasons=[note("first_version", "the line has no production version; "
+                                      "the candidate may be the first")])
+    if not _compares(candidate, baseline):
+        return finalize(session=session, decision=decision, verdict=Verdict.APPROVE,
+                        reasons=[note("already_baseline", "the candidate is the baseline")])
+    decision.evalsets = [dataset.name for dataset in datasets]
+    stored = {dataset.name: find_pair_metrics(session=session, old=baseline, new=candidate,
+                                              dataset=dataset) for dataset in datasets}
+    if all(stored.values()):
+        measured = {name: measured_metrics(row) for name, row in stored.items()}
+        verdict, reasons = check(policy, measured)
+        return finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
+                        metrics=measured)
+    jobs = [job for dataset in datasets if stored[dataset.name] is None
+            for job in _queue_measurement(session, baseline, candidate, dataset)]
+    session.add_all(DecisionJob(decision_id=decision.id, job_id=job_id)
+                    for job_id in dict.fromkeys(job.id for job in jobs))
+    session.flush()
+
+
+def _gate_datasets(session: Session, line: ModelLine, policy: Policy, requested: list[str],
+                   min_samples: int) -> list[Dataset]:
+    """The policy's eval sets and the requested ones; by default those the line was
+    measured on. Without policy eval sets, each must hold at least `min_samples`."""
+    names = list(dict.fromkeys([*policy.evalsets, *requested]))
+    datasets = ([get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
+                 for name in names]
+                or measured_datasets(session=session, line_id=line.id))
+    if not datasets:
+        raise InvalidInput("no_evalsets", "name the eval sets in the request or the policy; "
+                           "the line has not been measured on any yet")
+    small = [dataset for dataset in datasets if dataset.n < min_samples]
+    if small and not policy.evalsets:
+        raise InvalidInput("evalset_too_small", f"eval set {small[0].name!r} has "
+                           f"{small[0].n} samples; without eval sets in the line's policy "
+                           f"the gate decides on sets of at least {min_samples} "
+                           "(FLIPGATE_MIN_GATE_SAMPLES)")
+    return datasets
+
+
+def _queue_measurement(session: Session, baseline: ModelVersion, candidate: ModelVersion,
+                       dataset: Dataset) -> list[Job]:
+    """The jobs that store baseline → candidate's metrics on `dataset`."""
+    inference = queue_missing_inference(session=session, versions=[baseline, candidate],
+                                        dataset=dataset)
+    return [*inference, queue_metrics(session=session, old=baseline, new=candidate,
+                                      dataset=dataset, after=inference)]
+
+
+def waited_jobs(*, session: Session, decision: Decision) -> list[Job]:
+    """The jobs the decision waits (or waited) for."""
+    statement = (select(Job).join(DecisionJob, DecisionJob.job_id == Job.id)
+                 .where(DecisionJob.decision_id == decision.id).order_by(Job.id))
+    return list(session.scalars(statement))
+
+
+def get_decision(*, session: Session, decision_id: int) -> Decision:
+    """The decision with this id."""
+    return one_or_not_found(session, select(Decision).where(Decision.id == decision_id),
+                            code="decision_not_found", message=f"no decision {decision_id}")
+
+
+def list_decisions(*, session: Session, line_name: str, candidate: str | None = None,
+                   limit: int = 100, before: int | None = None) -> list[Decision]:
+    """The line's decisions, newest first (`before`: only older ids than this)."""
+    line = get_line(session=session, name=line_name)
+    statement = select(Decision).where(Decision.line_id == line.id)
+    if candidate is not None:
+        version = find_version(session=session, line_name=line_name, version=candidate)
+        statement = statement.where(Decision.candidate_id == version.id)
+    if before is not None:
+        statement = statement.where(Decision.id < before)
+    return list(session.scalars(statement.order_by(Decision.id.desc()).limit(limit)))

@@ -1,0 +1,52 @@
+"""A line's gate policy: versioned, never changed once stored; the default applies until one
+is set."""
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.datasets.models import DatasetRole
+from service.datasets.service import get_dataset_of_role
+from service.db import insert_or_conflict, one_or_not_found
+from service.gate.models import GatePolicy
+from service.gate.rules import DEFAULT_POLICY, Policy
+from service.gate.schemas import PolicyRead
+from service.registry.models import ModelLine
+from service.registry.service import get_line
+
+
+def put_policy(*, session: Session, line_name: str, policy: Policy,
+               created_by: str) -> GatePolicy:
+    """Store `policy` as the line's next policy version; its eval sets must exist."""
+    line = get_line(session=session, name=line_name)
+    for name in policy.evalsets:
+        get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
+    latest = session.scalar(select(func.max(GatePolicy.version))
+                            .where(GatePolicy.line_id == line.id)) or 0
+    row = GatePolicy(line_id=line.id, version=latest + 1, created_by=created_by,
+                     rules=policy.model_dump(exclude_none=True))
+    return insert_or_conflict(session, row, code="policy_changed", message=f"the policy of "
+                              f"{line_name!r} changed meanwhile; send it again")
+
+
+def current_policy(*, session: Session, line: ModelLine) -> GatePolicy | None:
+    """The line's newest policy version, if one was ever set."""
+    statement = select(GatePolicy).where(GatePolicy.line_id == line.id)
+    return session.scalars(statement.order_by(GatePolicy.version.desc()).limit(1)).first()
+
+
+def get_policy(*, session: Session, line_name: str, version: int) -> GatePolicy:
+    """One stored version of a line's policy."""
+    line = get_line(session=session, name=line_name)
+    statement = select(GatePolicy).where(GatePolicy.line_id == line.id,
+                                         GatePolicy.version == version)
+    return one_or_not_found(session, statement, code="policy_not_found",
+                            message=f"{line_name!r} has no policy version {version}")
+
+
+def policy_read(*, name: str, row: GatePolicy | None) -> PolicyRead:
+    """A stored policy version, or the default policy when none was ever set."""
+    if row is None:
+        return PolicyRead(model=name, version=None, rules=DEFAULT_POLICY, created_by=None,
+                          created_at=None)
+    return PolicyRead(model=name, version=row.version, rules=row.rules,
+                      created_by=row.created_by, created_at=row.created_at)

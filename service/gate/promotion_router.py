@@ -1,0 +1,36 @@
+"""Endpoints that move a line's aliases: `production` only with the gate's approval."""
+
+from fastapi import APIRouter
+
+from service.deps import READ, WRITE, SessionDep, TokenDep
+from service.errors import Forbidden
+from service.gate import promotion
+from service.gate.models import Promotion
+from service.gate.schemas import AliasMove, PromotionRead
+from service.jobs.orchestration import PRODUCTION
+from service.registry.models import Alias
+from service.registry.schemas import AliasRead
+from service.registry.service import get_alias, set_alias
+
+router = APIRouter(tags=["gate"])
+
+
+@router.post("/models/{name}/aliases/{alias}", response_model=AliasRead, dependencies=[WRITE])
+def move_alias(name: str, alias: str, body: AliasMove, session: SessionDep,
+               token: TokenDep) -> Alias:
+    """Point an alias at a version. `production` moves only to a version with an approving
+    decision against the current production version, unless `force` (scope admin)."""
+    if alias != PRODUCTION:
+        return set_alias(session=session, line_name=name, alias=alias, version=body.version)
+    if body.force and "admin" not in token.scopes:
+        raise Forbidden("missing_scope", "forcing a promotion needs the 'admin' scope")
+    promotion.promote(session=session, line_name=name, version=body.version,
+                      requested_by=token.name, force=body.force)
+    return get_alias(session=session, line_name=name, alias=PRODUCTION)
+
+
+@router.get("/models/{name}/promotions", response_model=list[PromotionRead],
+            dependencies=[READ])
+def list_promotions(name: str, session: SessionDep) -> list[Promotion]:
+    """Every move of the line's production alias, with the decision that allowed it."""
+    return promotion.list_promotions(session=session, line_name=name)

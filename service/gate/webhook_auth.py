@@ -1,0 +1,52 @@
+"""Who asks the gate: a bearer token with scope `gate`, or a CI system that signs the raw
+body with the line's webhook secret (flipgate.signing: `t=<unix>,v1=<hex>`)."""
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.orm import Session
+
+from flipgate.signing import HEADER, SignatureError, verify
+from service.auth.models import ApiToken
+from service.auth.service import require_scope
+from service.config import Settings
+from service.deps import Credentials, current_token
+from service.errors import Unauthorized
+from service.gate.models import DELIVERY_LENGTH
+from service.gate.webhook_secrets import valid_secrets
+
+SignatureHeader = Annotated[str | None, Header(alias=HEADER, max_length=500)]
+DeliveryHeader = Annotated[str | None, Header(alias="X-Flipgate-Delivery",
+                                              max_length=DELIVERY_LENGTH)]
+
+
+async def raw_body(request: Request) -> bytes:
+    """The request body exactly as sent (the webhook signature covers these bytes)."""
+    return await request.body()
+
+
+RawBody = Annotated[bytes, Depends(raw_body)]
+
+
+def gate_caller(session: Session, settings: Settings, credentials: Credentials) -> str:
+    """The name of a bearer token allowed to ask the gate."""
+    token: ApiToken = current_token(session, settings, credentials)
+    require_scope(token, "gate")
+    return token.name
+
+
+def webhook_caller(*, session: Session, settings: Settings, line_name: str, body: bytes,
+                   signature: str | None) -> str:
+    """"webhook" when the body carries a fresh, valid signature under one of the line's
+    secrets; 401 `missing_credentials`, `malformed_signature`, `stale_signature` or
+    `invalid_signature` otherwise."""
+    if signature is None:
+        raise Unauthorized("missing_credentials", "send 'Authorization: Bearer <token>' or "
+                           f"'{HEADER}: t=<unix seconds>,v1=<hex HMAC of \"<t>.<body>\">'")
+    secrets = valid_secrets(session=session, settings=settings, line_name=line_name)
+    try:
+        verify(secrets, body, signature, tolerance_seconds=settings.signature_tolerance_seconds)
+    except SignatureError as error:
+        raise Unauthorized(error.code, f"{error.message} (the webhook secret of "
+                           f"{line_name!r})") from error
+    return "webhook"

@@ -1,0 +1,102 @@
+"""Webhook secrets: one per line, encrypted at rest with the server key (Fernet); a rotated
+secret stays valid for FLIPGATE_SECRET_GRACE_SECONDS so CI systems can be updated."""
+
+import base64
+import hashlib
+import os
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+from cryptography.fernet import Fernet
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.db import insert_or_conflict, utcnow
+from service.gate.models import WebhookSecret
+from service.registry.models import ModelLine
+from service.registry.service import get_line
+
+DEVELOPMENT_KEY_FILE = "secret.key"
+
+
+class MissingSecretKey(RuntimeError):
+    """Outside development the server needs FLIPGATE_SECRET_KEY."""
+
+
+def require_secret_key(settings: Settings) -> None:
+    """Refuse (MissingSecretKey) to run outside development without FLIPGATE_SECRET_KEY."""
+    if settings.secret_key is None and settings.environment != "development":
+        raise MissingSecretKey("set FLIPGATE_SECRET_KEY (it encrypts the webhook secrets) "
+                               f"outside development (environment={settings.environment!r})")
+
+
+def cipher(settings: Settings) -> Fernet:
+    """The Fernet cipher of FLIPGATE_SECRET_KEY; in development without one, of a random key
+    kept in the data folder (made on first use)."""
+    require_secret_key(settings)
+    key = (settings.secret_key.get_secret_value() if settings.secret_key is not None
+           else _development_key(settings.data_dir / DEVELOPMENT_KEY_FILE))
+    return Fernet(base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest()))
+
+
+def _development_key(path: Path) -> str:
+    """The key in `path`, created (readable by its owner only) by the first process."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text()
+    with os.fdopen(descriptor, "w") as file:
+        file.write(key := secrets.token_urlsafe(32))
+    return key
+
+
+def rotate_secret(*, session: Session, settings: Settings, line_name: str) -> str:
+    """A new webhook secret for the line, shown to the caller once; the one it replaces
+    stays valid for the grace period."""
+    line = get_line(session=session, name=line_name)
+    secret, box = secrets.token_hex(32), cipher(settings)
+    row = session.scalars(select(WebhookSecret).where(WebhookSecret.line_id == line.id)
+                          .with_for_update()).one_or_none()
+    if row is None:
+        insert_or_conflict(session, WebhookSecret(line_id=line.id, secret=_seal(box, secret)),
+                           code="secret_changed", message="the secret changed meanwhile")
+        return secret
+    row.previous_secret, row.secret = row.secret, _seal(box, secret)
+    row.rotated_at = utcnow()
+    row.previous_until = row.rotated_at + timedelta(seconds=settings.secret_grace_seconds)
+    session.flush()
+    return secret
+
+
+def valid_secrets(*, session: Session, settings: Settings, line_name: str) -> list[str]:
+    """The secrets a delivery to the named line may be signed with: the current one, and
+    the previous one during its grace period."""
+    row = _line_row(session, line_name)
+    if row is None:
+        return []
+    box = cipher(settings)
+    in_grace = row.previous_secret is not None and utcnow() < row.previous_until
+    return [_open(box, row.secret), *([_open(box, row.previous_secret)] if in_grace else [])]
+
+
+def signing_secret(*, session: Session, settings: Settings, line_name: str) -> str | None:
+    """The current secret of the named line (callbacks are signed with it), if any."""
+    row = _line_row(session, line_name)
+    return None if row is None else _open(cipher(settings), row.secret)
+
+
+def _line_row(session: Session, line_name: str) -> WebhookSecret | None:
+    statement = (select(WebhookSecret).join(ModelLine, ModelLine.id == WebhookSecret.line_id)
+                 .where(ModelLine.name == line_name))
+    return session.scalars(statement).one_or_none()
+
+
+def _seal(box: Fernet, secret: str) -> str:
+    return box.encrypt(secret.encode()).decode()
+
+
+def _open(box: Fernet, sealed: str) -> str:
+    return box.decrypt(sealed.encode()).decode()

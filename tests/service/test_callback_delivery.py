@@ -1,0 +1,83 @@
+"""The callback task's POST (worker.callbacks.post_status) against a real HTTP server on
+loopback: it goes only where the settings allow at delivery time, to the address it has
+just checked, follows no redirect, is signed, and never keeps the receiver's answer."""
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
+import pytest
+
+from flipgate.signing import HEADER, signature_matches
+from service.config import Settings
+from worker.callbacks import post_status
+
+BODY = b'{"state":"failure"}'
+INTERNAL_PAGE = "root:x:0:0 internal page"
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """200 on /ok, 500 with an internal page on /fail, a redirect to /ok on /moved."""
+
+    seen: ClassVar[list[tuple[str, dict, bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append((self.path, dict(self.headers), body))
+        status = {"/ok": 200, "/fail": 500, "/moved": 302}[self.path]
+        self.send_response(status)
+        if status == 302:
+            self.send_header("Location", "/ok")
+        self.end_headers()
+        self.wfile.write(INTERNAL_PAGE.encode())
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[str]:
+    Receiver.seen = []
+    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def allowing(*entries: str) -> Settings:
+    return Settings(callback_allowlist=list(entries), callback_timeout_seconds=5)
+
+
+def test_an_allowlisted_receiver_gets_the_signed_status(receiver):
+    port = receiver.split(":")[1]
+    status, error = post_status(allowing("localhost"), f"http://localhost:{port}/ok", BODY,
+                                "s3cret", 7)
+    assert (status, error) == (200, None)
+    path, headers, body = Receiver.seen[0]
+    assert (path, body, headers["Host"]) == ("/ok", BODY, f"localhost:{port}")
+    assert signature_matches("s3cret", body, headers[HEADER])
+
+
+def test_delivery_checks_the_address_again_and_sends_nothing_when_refused(receiver):
+    assert post_status(allowing(), f"http://{receiver}/ok", BODY, None, 7) == (
+        None, "callback_url_refused")
+    assert Receiver.seen == []
+
+
+def test_the_receivers_answer_is_never_kept(receiver):
+    status, error = post_status(allowing("127.0.0.0/8"), f"http://{receiver}/fail", BODY,
+                                None, 7)
+    assert status == 500 and INTERNAL_PAGE not in error and "500" in error
+
+
+def test_redirects_are_not_followed(receiver):
+    status, _error = post_status(allowing("127.0.0.1"), f"http://{receiver}/moved", BODY,
+                                 None, 7)
+    assert status == 302 and [path for path, *_ in Receiver.seen] == ["/moved"]
+
+
+def test_an_unreachable_receiver_is_a_transport_error(receiver):
+    closed = receiver.rsplit(":", 1)[0] + ":9"
+    assert post_status(allowing("127.0.0.1"), f"http://{closed}/ok", BODY, None, 7) == (
+        None, "transport error (ConnectError)")
