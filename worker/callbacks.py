@@ -13,7 +13,7 @@ from service.gate.callbacks import delivery, queued_callback, record_attempt
 from service.gate.models import CallbackState
 from service.queue import CALLBACK_TASK
 from worker.app import app
-from worker.tasks import context
+from worker.runtime import context
 
 logger = logging.getLogger(__name__)
 

@@ -38,11 +38,10 @@ from service.gate.schemas import (
     RepairRequest,
     SecretCreated,
 )
-from service.jobs.orchestration import PRODUCTION
 from service.jobs.schemas import JobRead
 from service.registry.models import Alias
 from service.registry.schemas import AliasRead
-from service.registry.service import get_alias, get_line, set_alias
+from service.registry.service import PRODUCTION, get_alias, get_line, set_alias
 
 router = APIRouter(tags=["gate"])
 SignatureHeader = Annotated[str | None, Header(alias="X-Flipgate-Signature-256")]

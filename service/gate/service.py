@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.compare.service import find_pair_metrics
+from service.compare.service import Pair, find_pair_metrics, queue_measurement
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset
 from service.db import insert_or_conflict, one_or_not_found, utcnow
@@ -27,13 +27,13 @@ from service.gate.models import (
 )
 from service.gate.rules import DEFAULT_POLICY, Policy, check, measured_metrics
 from service.gate.schemas import CallbackRead, DecisionRead, GateRequest
+from service.jobs.enqueue import send_task_after_commit
 from service.jobs.models import Job, JobState
-from service.jobs.orchestration import PRODUCTION, measured_datasets, queue_metrics
-from service.jobs.service import OPEN_STATES, send_task_after_commit
-from service.predictions.service import queue_missing_inference
+from service.jobs.service import OPEN_STATES
+from service.predictions.service import measured_datasets
 from service.queue import CALLBACK_TASK
 from service.registry.models import Alias, ModelLine, ModelVersion
-from service.registry.service import find_version, get_line, get_version
+from service.registry.service import PRODUCTION, find_version, get_line, get_version
 
 
 def put_policy(*, session: Session, line_name: str, policy: Policy,
@@ -194,10 +194,7 @@ def _eval_dataset(session: Session, name: str) -> Dataset:
 def _queue_measurement(session: Session, baseline: ModelVersion, candidate: ModelVersion,
                        dataset: Dataset) -> list[Job]:
     """The jobs that store baseline → candidate's metrics on `dataset`."""
-    inference = queue_missing_inference(session=session, versions=[baseline, candidate],
-                                        dataset=dataset)
-    return [*inference, queue_metrics(session=session, old=baseline, new=candidate,
-                                      dataset=dataset, after=inference)]
+    return queue_measurement(session=session, pair=Pair(baseline, candidate, dataset))
 
 
 def settle_pending(*, session: Session) -> list[Decision]:

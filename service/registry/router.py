@@ -6,10 +6,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, UploadFile
 from pydantic import BaseModel
 
+from service import flows
 from service.datasets.service import get_dataset
 from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
 from service.errors import InvalidInput
-from service.jobs.orchestration import queue_follow_up
 from service.registry import service
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
@@ -32,7 +32,7 @@ def register_version(
         row = service.register_version(session=session, store=store, line_name=name,
                                        version=version, onnx_path=path, parent=parent,
                                        metadata=parse_metadata(metadata))
-    queue_follow_up(session=session, version=row)
+    flows.version_registered(session=session, version=row)
     return row
 
 
