@@ -1,13 +1,14 @@
 """The migrations build exactly the schema the ORM models describe, on both backends."""
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import column, inspect, select, table, text
 
 from service.config import Settings
-from service.db import create_db_engine
-from service.migrate import DatabaseNotCurrent, check_current, head_revision
+from service.db import Json, create_db_engine, utcnow
+from service.migrate import DatabaseNotCurrent, alembic_config, check_current, head_revision
 from service.tables import metadata
 from tests.service.conftest import postgres_schema
 
@@ -38,5 +39,41 @@ def refuse_unmigrated(url: str) -> None:
     try:
         with pytest.raises(DatabaseNotCurrent, match=f"none.*needs {head_revision()}.*migrate"):
             check_current(engine)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0003_moves_after_lists_into_job_dependencies_and_back(backend, tmp_path):
+    if backend == "sqlite":
+        migrate_after_lists(f"sqlite:///{tmp_path / 'jobs.db'}")
+        return
+    with postgres_schema() as url:
+        migrate_after_lists(url)
+
+
+def migrate_after_lists(url: str) -> None:
+    """Jobs stored at revision 0002 with params "after" wait for the same jobs at 0003."""
+    engine = create_db_engine(Settings(database_url=url))
+    jobs = table("jobs", column("id"), column("kind"), column("state"), column("progress"),
+                 column("params", Json), column("created_at"))
+    params = [{"version_id": 1}, {"version_id": 2},
+              {"old_version_id": 1, "new_version_id": 2, "evalset": "e", "after": [1, 2]}]
+    try:
+        with engine.begin() as connection:
+            command.upgrade(alembic_config(connection), "0002")
+            connection.execute(jobs.insert(), [
+                {"id": index + 1, "kind": "inference" if index < 2 else "metrics",
+                 "state": "queued", "progress": 0.0, "params": value, "created_at": utcnow()}
+                for index, value in enumerate(params)])
+            command.upgrade(alembic_config(connection), "0003")
+            assert connection.execute(select(jobs.c.params).where(jobs.c.id == 3)).scalar() == {
+                "old_version_id": 1, "new_version_id": 2, "evalset": "e"}
+            assert connection.execute(text(
+                "SELECT job_id, waits_for_id FROM job_dependencies ORDER BY waits_for_id")
+            ).all() == [(3, 1), (3, 2)]
+            command.downgrade(alembic_config(connection), "0002")
+            assert connection.execute(select(jobs.c.params).where(jobs.c.id == 3)).scalar() == (
+                params[2])
     finally:
         engine.dispose()
