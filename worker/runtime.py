@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import flows
@@ -58,6 +58,17 @@ Work = Callable[[WorkerContext, int, dict[str, Any]], None]
 def context() -> WorkerContext:
     """This process's context, from the FLIPGATE_* settings."""
     return WorkerContext.from_settings(get_settings(), app)
+
+
+def job_task(name: str, work: Work) -> Task:
+    """A task of the worker's app, registered under `name`, that runs `work` on the job whose
+    id it is sent (`run_job`)."""
+
+    def run(job_id: int) -> None:
+        run_job(job_id, work)
+
+    run.__doc__ = work.__doc__
+    return app.task(name=name)(run)
 
 
 def run_job(job_id: int, work: Work) -> None:

@@ -28,20 +28,14 @@ from service.predictions.service import (
 from service.queue import INFERENCE_TASK, METRICS_TASK
 from service.registry.models import ModelVersion
 from service.registry.service import get_version, qualified_name
-from worker.app import app
-from worker.runtime import JobProgress, WorkerContext, finishing, run_job, running_job, succeed
-
-
-@app.task(name=INFERENCE_TASK)
-def inference(job_id: int) -> None:
-    """Compute and store a version's logits on an eval set."""
-    run_job(job_id, infer)
-
-
-@app.task(name=METRICS_TASK)
-def metrics(job_id: int) -> None:
-    """Compute and store the compare report of two versions on an eval set."""
-    run_job(job_id, compare_pair)
+from worker.runtime import (
+    JobProgress,
+    WorkerContext,
+    finishing,
+    job_task,
+    running_job,
+    succeed,
+)
 
 
 def infer(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
@@ -135,3 +129,7 @@ def _version_url(session: Session, version: ModelVersion) -> str:
     return f"/models/{line}/versions/{name}"
 
 
+
+
+inference = job_task(INFERENCE_TASK, infer)
+metrics = job_task(METRICS_TASK, compare_pair)

@@ -25,18 +25,12 @@ from service.predictions.service import score_version
 from service.queue import TRAIN_TASK
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, register_version
-from worker.app import app
-from worker.runtime import JobProgress, WorkerContext, finishing, run_job
-
-
-@app.task(name=TRAIN_TASK)
-def train(job_id: int) -> None:
-    """Retrain a blocked candidate with a flip-reducing method (service.gate.repair)."""
-    run_job(job_id, repair)
+from worker.runtime import JobProgress, WorkerContext, finishing, job_task
 
 
 def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
-    """Train, then register the new version with its lineage and gate it like the original."""
+    """Retrain a blocked candidate with a flip-reducing method (service.gate.repair), then
+    register the new version with its lineage and gate it like the original."""
     with session_scope(ctx.sessions) as session:
         line = session.get_one(ModelLine, get_decision(
             session=session, decision_id=params["decision_id"]).line_id)
@@ -101,3 +95,6 @@ def gate_again(session: Session, job_id: int, version: ModelVersion,
     return gate(session=session, request=request, requested_by=f"repair job {job_id}",
                 base_url=original.base_url, request_sha256=hashlib.sha256(body).hexdigest(),
                 repair_of=original)
+
+
+train = job_task(TRAIN_TASK, repair)

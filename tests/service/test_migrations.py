@@ -1,5 +1,9 @@
 """The migrations build exactly the schema the ORM models describe, on both backends."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -25,12 +29,19 @@ def test_check_current_passes_after_upgrade(engine):
     check_current(engine)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_check_current_refuses_an_empty_database(backend, tmp_path):
+@contextmanager
+def empty_database(backend: str, folder: Path) -> Iterator[str]:
+    """The URL of an empty database of `backend` (a SQLite file in `folder`)."""
     if backend == "sqlite":
-        refuse_unmigrated(f"sqlite:///{tmp_path / 'empty.db'}")
+        yield f"sqlite:///{folder / 'empty.db'}"
         return
     with postgres_schema() as url:
+        yield url
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_check_current_refuses_an_empty_database(backend, tmp_path):
+    with empty_database(backend, tmp_path) as url:
         refuse_unmigrated(url)
 
 
@@ -45,10 +56,7 @@ def refuse_unmigrated(url: str) -> None:
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_0003_moves_after_lists_into_job_dependencies_and_back(backend, tmp_path):
-    if backend == "sqlite":
-        migrate_after_lists(f"sqlite:///{tmp_path / 'jobs.db'}")
-        return
-    with postgres_schema() as url:
+    with empty_database(backend, tmp_path) as url:
         migrate_after_lists(url)
 
 
