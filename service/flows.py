@@ -24,20 +24,25 @@ from service.gate.service import settle_pending
 from service.jobs import service as jobs
 from service.jobs.enqueue import release_waiting
 from service.jobs.models import Job, JobState
-from service.predictions.service import measured_datasets, versions_with_predictions
+from service.predictions.service import (
+    measured_datasets,
+    queue_missing_inference,
+    versions_with_predictions,
+)
 from service.registry.models import Alias, ModelVersion
 from service.registry.service import PRODUCTION, get_version
 
 
 def version_registered(*, session: Session, version: ModelVersion) -> list[Job]:
-    """Measure a new version against its parent and its line's production version on every
-    eval set the line was measured on: inference where logits are missing, and metrics jobs
-    that wait for it."""
+    """Score a new version on every eval set its line was measured on, and measure it there
+    against its parent and its line's production version (metrics jobs that wait for the
+    inference they need)."""
     baselines = _baselines(session, version)
     jobs_by_id = {job.id: job for dataset in measured_datasets(session=session,
                                                                line_id=version.line_id)
-                  for old in baselines
-                  for job in queue_measurement(session=session, pair=Pair(old, version, dataset))}
+                  for job in [*queue_missing_inference(session=session, versions=[version],
+                                                       dataset=dataset),
+                              *_measure(session, baselines, version, dataset)]}
     return list(jobs_by_id.values())
 
 
@@ -48,6 +53,12 @@ def logits_stored(*, session: Session, version: ModelVersion, dataset: Dataset) 
         return []
     baselines = versions_with_predictions(session=session, dataset=dataset,
                                           versions=_baselines(session, version))
+    return _measure(session, baselines, version, dataset)
+
+
+def _measure(session: Session, baselines: list[ModelVersion], version: ModelVersion,
+             dataset: Dataset) -> list[Job]:
+    """The jobs that measure each baseline → version on `dataset` (none for stored pairs)."""
     return [job for old in baselines
             for job in queue_measurement(session=session, pair=Pair(old, version, dataset))]
 

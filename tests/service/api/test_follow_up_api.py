@@ -5,7 +5,7 @@ tasks run directly on the client's database and send through its Celery app (fol
 import numpy as np
 import pytest
 from celery import Celery
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits
@@ -16,6 +16,7 @@ from service.jobs.models import Job, JobKind, JobState
 from service.jobs.service import dependencies, get_job, start_job
 from service.predictions.service import get_predictions, read_logits
 from service.queue import ROUTES
+from service.registry.models import Alias
 from service.registry.service import get_version, set_alias
 from worker import tasks
 
@@ -154,3 +155,13 @@ def test_uploaded_logits_are_measured_against_the_parent(client, db, worker, mea
             session=session, dataset=get_dataset(session=session, name="eval"),
             version=get_version(session=session, version_id=measured_line["old_id"])))
     assert report["nfr"] == compare_logits(old, logits, measured_line["labels"])["nfr"]
+
+
+def test_a_version_without_baselines_is_still_scored_on_the_measured_sets(
+        client, db, worker, measured_line, upload_model):
+    with db() as session:
+        session.execute(delete(Alias))  # no production version
+    assert upload_model("line", "2.0", seed=2).status_code == 201  # and no parent
+    [inference] = jobs(db)
+    assert (inference.kind, inference.params["version"]) == (JobKind.INFERENCE, "line:2.0")
+    assert sent(worker.celery) == [("flipgate.inference", inference.id)]
