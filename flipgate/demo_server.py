@@ -57,8 +57,7 @@ def run_through_server(files: DemoFiles, folder: Path) -> ServerDemo:
         decisions.append(repair(client, decisions[-1]["decision_id"]))
         promote(client, decisions[-1]["candidate"])
         report = compare_when_ready(client, f"{LINE}:1", f"{LINE}:3")
-        matrix = checked(client.get(f"/models/{LINE}/matrix", params={"evalset": EVALSET}))
-        return ServerDemo(report, matrix.json(), decisions)
+        return ServerDemo(report, matrix_when_ready(client), decisions)
 
 
 def register_and_gate(client: httpx.Client, version: str, model: Path,
@@ -134,14 +133,27 @@ def upload(client: httpx.Client, path: str, fields: dict, file_field: str, file:
 
 
 def compare_when_ready(client: httpx.Client, old: str, new: str) -> dict:
-    """The compare report, after waiting for the inference jobs a 202 answer names."""
+    """The compare report, after waiting for the jobs that measure the pair (POST /compare)."""
     path, params = f"/compare/{old}/{new}", {"evalset": EVALSET}
-    response = client.get(path, params=params)
+    response = checked(client.post(path, params=params))
     if response.status_code == 202:
-        for job_id in response.json()["job_ids"]:
-            wait_for(lambda job_id=job_id: job_succeeded(client, job_id), f"job {job_id}")
+        wait_for_jobs(client, response.json()["job_ids"])
         response = client.get(path, params=params)
     return checked(response).json()
+
+
+def matrix_when_ready(client: httpx.Client) -> dict:
+    """The line's matrix, after waiting for the metrics jobs of its missing pairs."""
+    path, params = f"/models/{LINE}/matrix", {"evalset": EVALSET}
+    response = checked(client.post(path, params=params))
+    wait_for_jobs(client, [pair["job_id"] for pair in response.json()["missing"]])
+    return checked(client.get(path, params=params)).json()
+
+
+def wait_for_jobs(client: httpx.Client, job_ids: list[int]) -> None:
+    """Wait until every job succeeded."""
+    for job_id in job_ids:
+        wait_for(lambda job_id=job_id: job_succeeded(client, job_id), f"job {job_id}")
 
 
 def job_succeeded(client: httpx.Client, job_id: int) -> bool:

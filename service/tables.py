@@ -12,12 +12,12 @@ from service.gate.models import (
            Promotion,
            WebhookSecret,
 )
-from service.jobs.models import Job
+from service.jobs.models import Job, JobDependency
 from service.predictions.models import Prediction
 from service.registry.models import Alias, ModelLine, ModelVersion
 
 metadata = Base.metadata
 
 __all__ = ["Alias", "ApiToken", "Callback", "Dataset", "Decision", "DecisionJob", "GatePolicy",
-           "Job", "ModelLine", "ModelVersion", "PairMetrics", "Prediction", "Promotion",
-           "WebhookSecret", "metadata"]
+           "Job", "JobDependency", "ModelLine", "ModelVersion", "PairMetrics", "Prediction",
+           "Promotion", "WebhookSecret", "metadata"]

@@ -1,5 +1,6 @@
 """`flipgate gate` against a real server: the app under uvicorn in a thread of this process,
-on a migrated SQLite store; logits are uploaded, so no worker is needed."""
+on a migrated SQLite store; logits are uploaded, and the metrics jobs of the pairs run in this
+process with the worker's task, so no worker process is needed."""
 
 import io
 import json
@@ -22,7 +23,10 @@ from service.config import Settings
 from service.db import settings_session
 from service.main import create_app
 from service.migrate import upgrade
+from service.queue import create_celery_app
 from tests.conftest import linear_onnx
+from worker import runtime, tasks
+from worker.runtime import WorkerContext
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 FEATURES, CLASSES, SAMPLES = 4, 3, 200
@@ -67,7 +71,7 @@ def npy(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def register(admin: httpx.Client, folder: Path) -> None:
+def register(admin: httpx.Client, folder: Path, settings: Settings) -> None:
     """The line's versions, eval set, logits and policy (see Gate)."""
     rng = np.random.default_rng(0)
     labels = np.arange(SAMPLES) % CLASSES
@@ -87,8 +91,12 @@ def register(admin: httpx.Client, folder: Path) -> None:
             checked(admin.post(f"/models/digits/versions/{version}/predictions",
                                data={"evalset": "eval"},
                                files={"logits": ("logits.npy", npy(array))}))
-    for version in ("1.1", "1.2"):
-        checked(admin.get(f"/compare/digits:1.0/digits:{version}", params={"evalset": "eval"}))
+    context = WorkerContext.from_settings(settings, create_celery_app(settings))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runtime, "context", lambda: context)
+        for version in ("1.1", "1.2"):
+            tasks.metrics(checked(admin.post(f"/compare/digits:1.0/digits:{version}",
+                                             params={"evalset": "eval"}))["job_id"])
     checked(admin.put("/models/digits/policy", json={"max_nfr": 0.01, "evalsets": ["eval"]}))
 
 
@@ -107,7 +115,7 @@ def gate(tmp_path_factory) -> Iterator[Gate]:
     with (serve(create_app(settings), free_port()) as url,
           httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
                        timeout=30) as admin):
-        register(admin, folder)
+        register(admin, folder, settings)
         secret = checked(admin.post("/models/digits/webhook-secret"))["secret"]
         yield Gate(url, token, secret, admin)
 

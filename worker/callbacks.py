@@ -15,7 +15,7 @@ from service.gate.models import CallbackState
 from service.gate.outbound import check_callback_url
 from service.queue import CALLBACK_TASK
 from worker.app import app
-from worker.tasks import context
+from worker.runtime import context
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""The training task: repair a blocked candidate, register the result and gate it again."""
+"""The training task: repair a blocked candidate, register the result and gate it again
+(it runs on worker.runtime; the request is checked and queued by service.gate.repair)."""
 
 import hashlib
 import itertools
@@ -14,29 +15,23 @@ from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from flipgate.train.recipes import ProgressFactory
+from service import flows
 from service.config import get_settings
 from service.datasets.service import get_dataset
 from service.db import session_scope
 from service.gate.decisions import gate, get_decision
 from service.gate.models import Decision
 from service.gate.schemas import GateRequest
-from service.jobs.orchestration import queue_follow_up
 from service.predictions.service import score_version
 from service.queue import TRAIN_TASK
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, register_version
-from worker.app import app
-from worker.tasks import Context, JobProgress, finishing, run_job
+from worker.runtime import JobProgress, WorkerContext, finishing, job_task
 
 
-@app.task(name=TRAIN_TASK)
-def train(job_id: int) -> None:
-    """Retrain a blocked candidate with a flip-reducing method (service.gate.repair)."""
-    run_job(job_id, repair)
-
-
-def repair(ctx: Context, job_id: int, params: dict[str, Any]) -> None:
-    """Train, then register the new version with its lineage and gate it like the original."""
+def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
+    """Retrain a blocked candidate with a flip-reducing method (service.gate.repair), then
+    register the new version with its lineage and gate it like the original."""
     with session_scope(ctx.sessions) as session:
         line = session.get_one(ModelLine, get_decision(
             session=session, decision_id=params["decision_id"]).line_id)
@@ -61,18 +56,18 @@ def repair(ctx: Context, job_id: int, params: dict[str, Any]) -> None:
                           decision_url=f"/gate/decisions/{decision.id}")
 
 
-def phase_progress(ctx: Context, job_id: int, phases: int) -> ProgressFactory:
+def phase_progress(ctx: WorkerContext, job_id: int, phases: int) -> ProgressFactory:
     """Progress callbacks for a recipe's phases, each filling its share of the job's 0..1."""
     counter = itertools.count()
 
     def for_phase(_label: str) -> JobProgress:
         index = min(next(counter), phases - 1)
-        return JobProgress(ctx.sessions, job_id, start=index / phases, span=1 / phases)
+        return JobProgress(ctx, job_id, start=index / phases, span=1 / phases)
 
     return for_phase
 
 
-def register_repaired(ctx: Context, session: Session, job_id: int, params: dict[str, Any],
+def register_repaired(ctx: WorkerContext, session: Session, job_id: int, params: dict[str, Any],
                       line: ModelLine, path: Path, record: dict[str, Any]) -> ModelVersion:
     """The trained model as a new version whose parent is the baseline it must replace; its
     follow-up inference and metrics jobs are queued."""
@@ -85,7 +80,7 @@ def register_repaired(ctx: Context, session: Session, job_id: int, params: dict[
         metadata={"arch": params["arch"]}, produced_by={
             "job_id": job_id, "method": params["method"], "repair_of": candidate.version,
             "decision_id": decision.id, "dataset": params["dataset"], "record": record})
-    queue_follow_up(session=session, version=version)
+    flows.version_registered(session=session, version=version)
     return version
 
 
@@ -102,3 +97,6 @@ def gate_again(session: Session, job_id: int, version: ModelVersion,
                 requested_by=f"repair job {job_id}",
                 base_url=original.base_url, request_sha256=hashlib.sha256(body).hexdigest(),
                 repair_of=original)
+
+
+train = job_task(TRAIN_TASK, repair)

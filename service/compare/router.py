@@ -1,52 +1,87 @@
-"""Endpoints of pair reports and a line's pairwise matrices."""
+"""Endpoints of pair reports and a line's pairwise matrices. A GET answers from stored rows;
+a POST queues the metrics jobs (service.compare.service) that store what is missing."""
 
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from sqlalchemy.orm import Session
 
 from service.compare import service
-from service.compare.schemas import PairMatrix, PredictionsPending
+from service.compare.schemas import MeasurementQueued, PairMatrix
 from service.datasets.service import get_dataset
 from service.deps import READ, SessionDep, StoreDep
-from service.predictions.service import queue_missing_inference
+from service.errors import NotFound
+from service.jobs.models import Job
+from service.jobs.service import dependencies
 
 router = APIRouter(tags=["compare"])
-REPORT_RESPONSES = {
-    200: {"description": "the keys of `flipgate compare --json`, or the HTML report",
-          "content": {"application/json": {}, "text/html": {}}},
-    202: {"description": "predictions are missing; inference is queued",
-          "model": PredictionsPending},
-}
+QUEUED = {202: {"description": "the pair is being measured: the jobs to wait for",
+                "model": MeasurementQueued}}
+REPORT = {200: {"description": "the keys of `flipgate compare --json`, or the HTML report",
+                "content": {"application/json": {}, "text/html": {}}}}
+PARTIAL = {202: {"description": "pairs are missing; `missing` lists them with their jobs",
+                 "model": PairMatrix}}
 
 
-@router.get("/compare/{old}/{new}", response_class=Response, responses=REPORT_RESPONSES,
-            dependencies=[READ])
+@router.get("/compare/{old}/{new}", response_class=Response, dependencies=[READ],
+            responses={**REPORT, **QUEUED, 404: {"description": "not measured (not_measured)"}})
 def compare(
     old: str, new: str, evalset: str, session: SessionDep, store: StoreDep,
     report_format: Annotated[Literal["json", "html"], Query(alias="format")] = "json",
 ) -> Response:
-    """Compare two versions ("line:version" or "line@alias") on an eval set.
-
-    With the logits of both versions stored, the report is computed once, stored and
-    returned. Otherwise an inference job is queued per missing version (asking again returns
-    the same open jobs) and the answer is 202 with the job to poll. The jobs are sent to the
-    workers (`flipgate worker`, or the one `flipgate serve` starts) once this request commits.
-    """
+    """The stored report of two versions ("line:version" or "line@alias") on an eval set;
+    202 with the metrics job while it is queued or running; 404 `not_measured` when nothing
+    measures the pair (POST to this address queues it)."""
     pair = service.resolve_pair(session=session, old=old, new=new, evalset=evalset)
-    jobs = queue_missing_inference(session=session, versions=[pair.old, pair.new],
-                                   dataset=pair.dataset)
-    if jobs:
-        pending = PredictionsPending.for_jobs([job.id for job in jobs])
-        return JSONResponse(pending.model_dump(), status_code=202)
+    report = service.stored_report(session=session, pair=pair)
+    if report is None:
+        job = service.open_measurement(session=session, pair=pair)
+        if job is None:
+            raise NotFound("not_measured", f"{old} → {new} is not measured on {evalset!r}; "
+                           f"POST /compare/{old}/{new}?evalset={evalset} measures it")
+        return queued(session, job)
     if report_format == "html":
-        return HTMLResponse(service.pair_html(session=session, store=store, pair=pair))
-    return JSONResponse(service.pair_report(session=session, store=store, pair=pair))
+        return HTMLResponse(service.pair_html(session=session, store=store, pair=pair,
+                                              report=report))
+    return JSONResponse(report)
+
+
+@router.post("/compare/{old}/{new}", response_class=Response, dependencies=[READ],
+             responses={**QUEUED, 200: {"description": "the stored report (JSON)"}})
+def measure(old: str, new: str, evalset: str, session: SessionDep) -> Response:
+    """Measure two versions on an eval set: 202 with the metrics job and the inference jobs
+    it waits for (asking again returns the same open jobs), or 200 with the report when it
+    is stored. The jobs are sent to the workers (`flipgate worker`, or the one `flipgate
+    serve` starts) once this request commits."""
+    pair = service.resolve_pair(session=session, old=old, new=new, evalset=evalset)
+    report = service.stored_report(session=session, pair=pair)
+    if report is not None:
+        return JSONResponse(report)
+    return queued(session, service.queue_measurement(session=session, pair=pair)[-1])
+
+
+def queued(session: Session, job: Job) -> JSONResponse:
+    """202 with a metrics job and the jobs it waits for."""
+    job_ids = [other.id for other in dependencies(session=session, job=job)] + [job.id]
+    return JSONResponse(MeasurementQueued.for_jobs(job_ids).model_dump(), status_code=202)
 
 
 @router.get("/models/{name}/matrix", response_model=PairMatrix, dependencies=[READ])
-def matrix(name: str, evalset: str, session: SessionDep, store: StoreDep) -> PairMatrix:
+def matrix(name: str, evalset: str, session: SessionDep) -> PairMatrix:
     """NFR, PFR and churn of every ordered pair of the line's versions that have logits on
-    the eval set; [i][j] is version i replaced by version j."""
-    return service.complete_matrix(session=session, store=store, line_name=name,
-                                   dataset=get_dataset(session=session, name=evalset))
+    the eval set, as stored; [i][j] is version i replaced by version j. The pairs not stored
+    are listed in `missing` with their open metrics job (POST to this address queues them)."""
+    return service.line_matrix(session=session, line_name=name,
+                               dataset=get_dataset(session=session, name=evalset))
+
+
+@router.post("/models/{name}/matrix", response_model=PairMatrix, dependencies=[READ],
+             responses=PARTIAL)
+def measure_matrix(name: str, evalset: str, session: SessionDep) -> JSONResponse:
+    """Queue a metrics job for every pair of the matrix not stored yet (the open ones are
+    kept); 202 with the matrix and its missing pairs' jobs, or 200 when it is complete."""
+    dataset = get_dataset(session=session, name=evalset)
+    service.queue_missing_pairs(session=session, line_name=name, dataset=dataset)
+    answer = service.line_matrix(session=session, line_name=name, dataset=dataset)
+    return JSONResponse(answer.model_dump(), status_code=202 if answer.missing else 200)

@@ -3,22 +3,34 @@
 from pydantic import BaseModel
 
 
+class MissingPair(BaseModel):
+    """A pair of a matrix whose metrics are not stored: its metrics job, if one is open."""
+
+    old: str
+    new: str
+    job_id: int | None
+
+
 class PairMatrix(BaseModel):
-    """Entry [i][j] compares version i (old) with version j (new); None where not computed."""
+    """Entry [i][j] compares version i (old) with version j (new); None where not stored (the
+    pair is listed in `missing`)."""
 
     versions: list[str]
     nfr: list[list[float | None]]
     pfr: list[list[float | None]]
     churn: list[list[float | None]]
+    missing: list[MissingPair] = []
 
 
-class PredictionsPending(BaseModel):
-    """Answer to a compare whose predictions are missing: the inference jobs to wait for."""
+class MeasurementQueued(BaseModel):
+    """A pair being measured: its metrics job, and every job of `job_ids` (the inference jobs
+    it waits for, then itself) to wait for before the report can be read."""
 
     job_id: int
     status_url: str
     job_ids: list[int]
 
     @classmethod
-    def for_jobs(cls, job_ids: list[int]) -> "PredictionsPending":
-        return cls(job_id=job_ids[0], status_url=f"/jobs/{job_ids[0]}", job_ids=job_ids)
+    def for_jobs(cls, job_ids: list[int]) -> "MeasurementQueued":
+        """The answer for a metrics job, the last of `job_ids`."""
+        return cls(job_id=job_ids[-1], status_url=f"/jobs/{job_ids[-1]}", job_ids=job_ids)

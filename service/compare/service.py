@@ -1,28 +1,39 @@
-"""Storing compare reports and reading them back as a line's pairwise matrices."""
+"""Pair metrics: queueing their measurement, storing the metrics job's report, and reading
+them back as a report or a line's pairwise matrix (a request never computes one)."""
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from itertools import permutations
 from typing import Any
 
-import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.metrics import compare_logits
 from flipgate.metrics.report import PairAnalysis
 from flipgate.reporting.html import render_html
 from service.artifacts import ArtifactStore
 from service.compare.models import REPORT_SCALARS, PairMetrics
-from service.compare.schemas import PairMatrix
+from service.compare.schemas import MissingPair, PairMatrix
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset, read_labels
 from service.db import insert_or_conflict
 from service.errors import InvalidInput
-from service.predictions.service import get_predictions, read_logits, versions_with_predictions
+from service.jobs.enqueue import queue_job
+from service.jobs.models import Job, JobKind
+from service.jobs.service import OPEN_STATES, find_open_job
+from service.predictions.models import Prediction
+from service.predictions.service import (
+    get_predictions,
+    queue_missing_inference,
+    read_logits,
+    versions_with_predictions,
+)
 from service.registry.models import ModelVersion
-from service.registry.service import list_versions, qualified_name, resolve_reference
+from service.registry.service import (
+    get_version,
+    list_versions,
+    qualified_name,
+    resolve_reference,
+)
 
 MATRIX_METRICS = ("nfr", "pfr", "churn")
 
@@ -106,47 +117,41 @@ def resolve_pair(*, session: Session, old: str, new: str, evalset: str) -> Pair:
     return pair
 
 
-def pair_report(*, session: Session, store: ArtifactStore, pair: Pair) -> dict[str, Any]:
-    """The pair's report with the keys of `flipgate compare --json`, stored on first request."""
-    report = _stored_report(session, pair, lambda: _analysis(session, store, pair))
-    return {**report, **_sources(session, pair)}
+def stored_report(*, session: Session, pair: Pair) -> dict[str, Any] | None:
+    """The pair's stored report with the keys of `flipgate compare --json`, if measured."""
+    row = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
+    return None if row is None else {**row.report, **_sources(session, pair)}
 
 
-def pair_html(*, session: Session, store: ArtifactStore, pair: Pair) -> str:
-    """The pair's self-contained HTML report, storing its metrics on first request."""
-    analysis, sources = _analysis(session, store, pair), _sources(session, pair)
-    report = {**_stored_report(session, pair, lambda: analysis), **sources}
-    return render_html(analysis, report, old_name=sources["old"]["source"],
-                       new_name=sources["new"]["source"])
+def pair_html(*, session: Session, store: ArtifactStore, pair: Pair,
+              report: dict[str, Any]) -> str:
+    """The self-contained HTML page of a stored report, drawn from the pair's logits."""
+    analysis = pair_inputs(session=session, pair=pair).analyse(store)
+    return render_html(analysis, report, old_name=report["old"]["source"],
+                       new_name=report["new"]["source"])
 
 
-def _stored_report(session: Session, pair: Pair,
-                   analyse: Callable[[], PairAnalysis]) -> dict[str, Any]:
-    """The stored report of the pair, or the one `analyse` computes, stored now."""
-    stored = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
-    if stored is None:
-        stored = store_pair_metrics(session=session, old=pair.old, new=pair.new,
-                                    dataset=pair.dataset, report=analyse().to_dict())
-    return stored.report
+@dataclass(frozen=True)
+class PairInputs:
+    """The stored logits of both versions and the data set that a pair's report is computed
+    from; reading and analysing them needs no session (the metrics job does it outside any
+    transaction)."""
+
+    old: Prediction
+    new: Prediction
+    dataset: Dataset
+
+    def analyse(self, store: ArtifactStore) -> PairAnalysis:
+        """The per-sample comparison of the two versions' logits."""
+        return PairAnalysis(read_logits(store=store, prediction=self.old),
+                            read_logits(store=store, prediction=self.new),
+                            read_labels(store=store, dataset=self.dataset))
 
 
-def _analysis(session: Session, store: ArtifactStore, pair: Pair) -> PairAnalysis:
-    """The per-sample comparison of the pair's stored logits."""
-    logits = _logits_reader(session, store, pair.dataset)
-    return PairAnalysis(logits(pair.old), logits(pair.new),
-                        read_labels(store=store, dataset=pair.dataset))
-
-
-def _logits_reader(session: Session, store: ArtifactStore,
-                   dataset: Dataset) -> Callable[[ModelVersion], np.ndarray]:
-    """A function that reads (once per version) a version's logits on `dataset`."""
-
-    @cache
-    def logits(version: ModelVersion) -> np.ndarray:
-        prediction = get_predictions(session=session, version=version, dataset=dataset)
-        return read_logits(store=store, prediction=prediction)
-
-    return logits
+def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
+    """The stored predictions of the pair's versions on its data set."""
+    return PairInputs(*(get_predictions(session=session, version=version, dataset=pair.dataset)
+                        for version in (pair.old, pair.new)), pair.dataset)
 
 
 def _sources(session: Session, pair: Pair) -> dict[str, dict[str, str]]:
@@ -162,27 +167,74 @@ def _source(session: Session, version: ModelVersion, dataset: Dataset) -> dict[s
             "provider": prediction.provider or prediction.source.value}
 
 
-def complete_matrix(*, session: Session, store: ArtifactStore, line_name: str,
-                    dataset: Dataset) -> PairMatrix:
-    """The matrix over the line's versions that have logits on `dataset`; pairs not yet
-    stored are computed and stored now."""
-    versions = versions_with_predictions(
-        session=session, dataset=dataset, versions=list_versions(session=session,
-                                                                 line_name=line_name))
+def metrics_params(pair: Pair) -> dict[str, Any]:
+    """The params of the metrics job of a pair (read back by `pair_from_params`)."""
+    return {"old_version_id": pair.old.id, "new_version_id": pair.new.id,
+            "evalset": pair.dataset.name}
+
+
+def pair_from_params(*, session: Session, params: dict[str, Any]) -> Pair:
+    """The pair a metrics job measures."""
+    return Pair(old=get_version(session=session, version_id=params["old_version_id"]),
+                new=get_version(session=session, version_id=params["new_version_id"]),
+                dataset=get_dataset(session=session, name=params["evalset"]))
+
+
+def queue_measurement(*, session: Session, pair: Pair) -> list[Job]:
+    """The jobs that store the pair's metrics: an inference job per version without logits
+    on the data set and the metrics job that waits for them, last (the open ones when they
+    are queued already); none when the metrics are stored."""
+    if find_pair_metrics(session=session, old=pair.old, new=pair.new,
+                         dataset=pair.dataset) is not None:
+        return []
+    inference = queue_missing_inference(session=session, versions=[pair.old, pair.new],
+                                        dataset=pair.dataset)
+    return [*inference, queue_job(session=session, kind=JobKind.METRICS,
+                                  params=metrics_params(pair), waits_for=inference)]
+
+
+def open_measurement(*, session: Session, pair: Pair) -> Job | None:
+    """The queued or running metrics job of the pair, if any."""
+    return find_open_job(session=session, kind=JobKind.METRICS, params=metrics_params(pair))
+
+
+def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMatrix:
+    """The stored matrix over the line's versions that have logits on `dataset`, with the
+    pairs not stored yet and their open metrics jobs."""
+    versions = _versions_with_logits(session, line_name, dataset)
+    open_jobs = _open_metrics_jobs(session, dataset)
+    missing = [MissingPair(old=old.version, new=new.version, job_id=open_jobs.get((old.id, new.id)))
+               for old, new in _missing_pairs(session, versions, dataset)]
+    return versions_matrix(session=session, versions=versions, dataset=dataset).model_copy(
+        update={"missing": missing})
+
+
+def queue_missing_pairs(*, session: Session, line_name: str, dataset: Dataset) -> list[Job]:
+    """A metrics job (the open one, or a new one) per pair of the line's matrix on `dataset`
+    that is not stored yet."""
+    versions = _versions_with_logits(session, line_name, dataset)
+    return [job for old, new in _missing_pairs(session, versions, dataset)
+            for job in queue_measurement(session=session, pair=Pair(old, new, dataset))]
+
+
+def _versions_with_logits(session: Session, line_name: str,
+                          dataset: Dataset) -> list[ModelVersion]:
+    return versions_with_predictions(session=session, dataset=dataset, versions=list_versions(
+        session=session, line_name=line_name))
+
+
+def _missing_pairs(session: Session, versions: list[ModelVersion],
+                   dataset: Dataset) -> list[tuple[ModelVersion, ModelVersion]]:
+    """The ordered pairs of `versions` whose metrics on `dataset` are not stored."""
     stored = {(row.old_version_id, row.new_version_id)
               for row in pair_metrics_among(session=session, versions=versions, dataset=dataset)}
-    missing = [(old, new) for old, new in permutations(versions, 2)
-               if (old.id, new.id) not in stored]
-    if missing:
-        _store_pairs(session, store, dataset, missing)
-    return versions_matrix(session=session, versions=versions, dataset=dataset)
+    return [(old, new) for old, new in permutations(versions, 2)
+            if (old.id, new.id) not in stored]
 
 
-def _store_pairs(session: Session, store: ArtifactStore, dataset: Dataset,
-                 pairs: list[tuple[ModelVersion, ModelVersion]]) -> None:
-    """Compute and store the compare report of each (old, new) pair on `dataset`."""
-    logits, labels = _logits_reader(session, store, dataset), read_labels(store=store,
-                                                                         dataset=dataset)
-    for old, new in pairs:
-        store_pair_metrics(session=session, old=old, new=new, dataset=dataset,
-                           report=compare_logits(logits(old), logits(new), labels))
+def _open_metrics_jobs(session: Session, dataset: Dataset) -> dict[tuple[int, int], int]:
+    """The ids of the open metrics jobs on `dataset`, by (old version id, new version id)."""
+    statement = select(Job).where(Job.kind == JobKind.METRICS, Job.state.in_(OPEN_STATES))
+    return {(job.params["old_version_id"], job.params["new_version_id"]): job.id
+            for job in session.scalars(statement.order_by(Job.id.desc()))
+            if job.params.get("evalset") == dataset.name}

@@ -8,7 +8,7 @@ it waits for the inference and metrics jobs it queued (gate_decision_jobs) and i
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.compare.service import find_pair_metrics
+from service.compare.service import Pair, find_pair_metrics, queue_measurement
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
@@ -21,10 +21,9 @@ from service.gate.rules import DEFAULT_POLICY, Policy, check, measured_metrics
 from service.gate.schemas import GateRequest
 from service.gate.verdicts import finalize, note
 from service.jobs.models import Job
-from service.jobs.orchestration import PRODUCTION, measured_datasets, queue_metrics
-from service.predictions.service import queue_missing_inference
+from service.predictions.service import measured_datasets
 from service.registry.models import Alias, ModelLine, ModelVersion
-from service.registry.service import find_version, get_line, get_version
+from service.registry.service import PRODUCTION, find_version, get_line, get_version
 
 
 def gate(*, session: Session, settings: Settings, request: GateRequest, requested_by: str,
@@ -142,10 +141,7 @@ def _gate_datasets(session: Session, line: ModelLine, policy: Policy, requested:
 def _queue_measurement(session: Session, baseline: ModelVersion, candidate: ModelVersion,
                        dataset: Dataset) -> list[Job]:
     """The jobs that store baseline → candidate's metrics on `dataset`."""
-    inference = queue_missing_inference(session=session, versions=[baseline, candidate],
-                                        dataset=dataset)
-    return [*inference, queue_metrics(session=session, old=baseline, new=candidate,
-                                      dataset=dataset, after=inference)]
+    return queue_measurement(session=session, pair=Pair(baseline, candidate, dataset))
 
 
 def waited_jobs(*, session: Session, decision: Decision) -> list[Job]:

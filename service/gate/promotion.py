@@ -7,9 +7,8 @@ from sqlalchemy.orm import Session
 from service.errors import Conflict
 from service.gate.decisions import production_version
 from service.gate.models import Decision, Promotion, Verdict
-from service.jobs.orchestration import PRODUCTION
 from service.registry.models import ModelVersion
-from service.registry.service import find_version, get_line, set_alias
+from service.registry.service import PRODUCTION, find_version, get_line, set_alias
 
 
 def promote(*, session: Session, line_name: str, version: str, requested_by: str,

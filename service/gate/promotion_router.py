@@ -7,10 +7,9 @@ from service.errors import Forbidden
 from service.gate import promotion
 from service.gate.models import Promotion
 from service.gate.schemas import AliasMove, PromotionRead
-from service.jobs.orchestration import PRODUCTION
 from service.registry.models import Alias
 from service.registry.schemas import AliasRead
-from service.registry.service import get_alias, set_alias
+from service.registry.service import PRODUCTION, get_alias, set_alias
 
 router = APIRouter(tags=["gate"])
 

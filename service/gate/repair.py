@@ -19,8 +19,8 @@ from service.errors import Conflict, InvalidInput
 from service.gate.decisions import get_decision
 from service.gate.models import Decision, Verdict
 from service.gate.schemas import RepairRequest
+from service.jobs.enqueue import create_job
 from service.jobs.models import Job, JobKind
-from service.jobs.service import create_job
 from service.names import VERSION, check_name
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version

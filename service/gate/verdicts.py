@@ -6,7 +6,7 @@ from sqlalchemy.orm import Session
 
 from service.db import utcnow
 from service.gate.models import Callback, Decision, Verdict
-from service.jobs.service import send_task_after_commit
+from service.jobs.enqueue import send_task_after_commit
 from service.queue import CALLBACK_TASK
 
 

@@ -1,4 +1,4 @@
-"""ORM model of a background job."""
+"""ORM models of a background job and of the jobs it waits for."""
 
 from datetime import datetime
 from enum import StrEnum
@@ -42,3 +42,14 @@ class Job(Record, Base):
     finished_at: Mapped[datetime | None]
 
     parent: Mapped["Job | None"] = relationship(remote_side="Job.id", lazy="raise")
+
+
+class JobDependency(Base):
+    """`job_id` is sent to the workers only once `waits_for_id` has succeeded, and is
+    cancelled if that one fails or is cancelled (service.jobs.enqueue, service.flows)."""
+
+    __tablename__ = "job_dependencies"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    waits_for_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True,
+                                              index=True)

@@ -2,8 +2,8 @@
 
 from fastapi import APIRouter
 
+from service import flows
 from service.deps import READ, WRITE, SessionDep
-from service.gate.settling import settle_pending
 from service.jobs import service
 from service.jobs.models import Job
 from service.jobs.schemas import JobRead
@@ -21,6 +21,4 @@ def read_job(job_id: int, session: SessionDep) -> Job:
 def cancel_job(job_id: int, session: SessionDep) -> Job:
     """Cancel a queued or running job (409 when it has already finished); gate decisions
     that waited for it are blocked."""
-    job = service.cancel_job(session=session, job_id=job_id)
-    settle_pending(session=session)
-    return job
+    return flows.cancel_job(session=session, job_id=job_id)

@@ -1,14 +1,15 @@
-"""Creating jobs and moving them through their states."""
+"""Moving jobs through their states, and reading them with their shards and dependencies.
+
+Creating and sending jobs is service.jobs.enqueue; what follows a job's end is service.flows."""
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from service.db import one_or_not_found, utcnow
 from service.errors import Conflict, InvalidInput
-from service.jobs.models import Job, JobKind, JobState
-from service.queue import JOB_TASKS
+from service.jobs.models import Job, JobDependency, JobKind, JobState
 
 NEXT_STATES = {
     JobState.QUEUED: {JobState.RUNNING, JobState.CANCELLED},
@@ -16,36 +17,6 @@ NEXT_STATES = {
 }
 FINAL_STATES = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
 OPEN_STATES = {JobState.QUEUED, JobState.RUNNING}
-TASKS_TO_SEND = "flipgate.tasks_to_send"  # session.info key: (task name, argument) pairs
-
-
-def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
-               parent: Job | None = None, send: bool = True) -> Job:
-    """Queue a job (a shard when `parent` is given), sent after the commit unless `send` is
-    false (a job waiting for others, sent later with `send_after_commit`)."""
-    job = Job(kind=kind, params=params, parent=parent)
-    session.add(job)
-    session.flush()
-    if send:
-        send_after_commit(session=session, job=job)
-    return job
-
-
-def send_after_commit(*, session: Session, job: Job) -> None:
-    """Have the task of a queued job sent once the session commits (service.jobs.enqueue)."""
-    send_task_after_commit(session=session, task=JOB_TASKS[job.kind], argument=job.id)
-
-
-def send_task_after_commit(*, session: Session, task: str, argument: int) -> None:
-    """Have the Celery task `task` sent with one argument once the session commits."""
-    session.info.setdefault(TASKS_TO_SEND, []).append((task, argument))
-
-
-def create_shards(*, session: Session, job: Job, ranges: list[tuple[int, int]]) -> list[Job]:
-    """Queue one shard of `job` per sample range [start, stop), with the job's params."""
-    return [create_job(session=session, kind=job.kind, parent=job,
-                       params={**job.params, "parent_id": job.id, "start": start, "stop": stop})
-            for start, stop in ranges]
 
 
 def list_shards(*, session: Session, job: Job) -> list[Job]:
@@ -53,21 +24,31 @@ def list_shards(*, session: Session, job: Job) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.parent_id == job.id).order_by(Job.id)))
 
 
-def queue_job(*, session: Session, kind: JobKind, params: dict[str, Any],
-              send: bool = True) -> Job:
-    """The open (queued or running) job of this kind with these params, else a new one
-    (sent after the commit unless `send` is false)."""
+def find_open_job(*, session: Session, kind: JobKind, params: dict[str, Any]) -> Job | None:
+    """The oldest queued or running job of this kind with exactly these params."""
     statement = select(Job).where(Job.kind == kind, Job.state.in_(OPEN_STATES)).order_by(Job.id)
-    existing = next((job for job in session.scalars(statement) if job.params == params), None)
-    return existing or create_job(session=session, kind=kind, params=params, send=send)
+    return next((job for job in session.scalars(statement) if job.params == params), None)
 
 
 def waiting_for(*, session: Session, job: Job) -> list[Job]:
-    """The queued jobs that wait for `job` (its id in their params' "after"), locked."""
-    queued = session.execute(select(Job.id, Job.params).where(Job.state == JobState.QUEUED))
-    ids = [row.id for row in queued if job.id in row.params.get("after", [])]
-    statement = select(Job).where(Job.id.in_(ids), Job.state == JobState.QUEUED).order_by(Job.id)
-    return list(session.scalars(statement.with_for_update()
+    """The queued jobs that wait for `job` (job_dependencies), locked."""
+    waiting = select(JobDependency.job_id).where(JobDependency.waits_for_id == job.id)
+    return _lock_all(session, select(Job).where(Job.id.in_(waiting),
+                                                Job.state == JobState.QUEUED))
+
+
+def dependencies(*, session: Session, job: Job, lock: bool = False) -> list[Job]:
+    """The jobs `job` waits for, oldest first (`lock`: locked, in that order)."""
+    statement = select(Job).where(Job.id.in_(
+        select(JobDependency.waits_for_id).where(JobDependency.job_id == job.id)))
+    if lock:
+        return _lock_all(session, statement)
+    return list(session.scalars(statement.order_by(Job.id)))
+
+
+def _lock_all(session: Session, statement: Select[tuple[Job]]) -> list[Job]:
+    """The jobs `statement` selects, locked in id order and read afresh."""
+    return list(session.scalars(statement.order_by(Job.id).with_for_update()
                                 .execution_options(populate_existing=True)))
 
 

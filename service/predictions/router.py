@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
 
+from service import flows
 from service.artifacts import upload_name
 from service.datasets.service import get_dataset
 from service.deps import WRITE, SessionDep, SettingsDep, StoreDep
@@ -20,11 +21,14 @@ router = APIRouter(tags=["predictions"])
 def upload_predictions(name: str, version: str, session: SessionDep, store: StoreDep,
                        settings: SettingsDep, evalset: Annotated[str, Form()],
                        logits: UploadFile) -> Prediction:
-    """Store the (N, C) float logits (.npy) of `name:version` on an eval set."""
+    """Store the (N, C) float logits (.npy) of `name:version` on an eval set; metrics against
+    its parent and `production` are queued where they have logits on it too."""
+    row = find_version(session=session, line_name=name, version=version)
+    dataset = get_dataset(session=session, name=evalset)
     with store.stage(logits.file, filename="logits.npy",
                      max_bytes=settings.max_upload_bytes) as path:
-        return service.store_uploaded_logits(
-            session=session, store=store, npy_path=path,
-            source=upload_name("logits", logits.filename),
-            version=find_version(session=session, line_name=name, version=version),
-            dataset=get_dataset(session=session, name=evalset))
+        prediction = service.store_uploaded_logits(
+            session=session, store=store, npy_path=path, version=row, dataset=dataset,
+            source=upload_name("logits", logits.filename))
+    flows.logits_stored(session=session, version=row, dataset=dataset)
+    return prediction

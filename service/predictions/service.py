@@ -1,4 +1,5 @@
-"""Storing and reading the logits of a version on a data set."""
+"""Storing and reading the logits of a version on a data set, and queueing the inference jobs
+that compute missing ones."""
 
 import io
 from pathlib import Path
@@ -10,11 +11,11 @@ from sqlalchemy.orm import Session
 from flipgate.formats import load_evalset, load_logits, validate_logits
 from flipgate.inference import OnnxClassifier, Progress
 from service.artifacts import ArtifactStore, file_sha256
-from service.datasets.models import Dataset
+from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, library_input
+from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
-from service.jobs.service import queue_job
 from service.predictions.models import Prediction, PredictionSource
 from service.registry.models import ModelVersion
 from service.registry.service import qualified_name
@@ -136,3 +137,12 @@ def queue_missing_inference(*, session: Session, versions: list[ModelVersion],
                 "version_id": version.id, "dataset_id": dataset.id, "evalset": dataset.name,
                 "version": qualified_name(session=session, version=version)})
             for version in versions if version not in present]
+
+
+def measured_datasets(*, session: Session, line_id: int) -> list[Dataset]:
+    """The eval sets on which some version of the line has logits."""
+    measured = (select(Prediction.dataset_id)
+                .join(ModelVersion, ModelVersion.id == Prediction.version_id)
+                .where(ModelVersion.line_id == line_id))
+    return list(session.scalars(select(Dataset).where(
+        Dataset.id.in_(measured), Dataset.role == DatasetRole.EVAL).order_by(Dataset.id)))

@@ -6,11 +6,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Form, UploadFile
 from pydantic import BaseModel
 
+from service import flows
 from service.artifacts import upload_name
 from service.datasets.service import get_dataset
 from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
 from service.errors import InvalidInput
-from service.jobs.orchestration import queue_follow_up
 from service.registry import service
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
@@ -36,7 +36,7 @@ def register_version(
                                        version=version, onnx_path=path, parent=parent,
                                        metadata=parse_metadata(metadata),
                                        source=upload_name("artifact", artifact.filename))
-    queue_follow_up(session=session, version=row)
+    flows.version_registered(session=session, version=row)
     return row
 
 

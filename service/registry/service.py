@@ -16,6 +16,7 @@ from service.names import VERSION, check_name
 from service.registry.models import Alias, ModelLine, ModelVersion
 
 REFERENCE = re.compile(r"(?P<line>[^:@]+)(?P<separator>[:@])(?P<name>[^:@]+)")
+PRODUCTION = "production"  # the alias that only the deploy gate's approvals move
 
 
 def create_line(*, session: Session, name: str, num_classes: int,

@@ -55,7 +55,7 @@ def test_a_worker_on_redis_runs_the_jobs_a_request_queued(tmp_path, redis_url, m
           TestClient(create_app(settings), headers={"Authorization": f"Bearer {TOKEN}"})
           as client):
         register(client, models[:2], evalset)
-        pending = client.get("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
+        pending = client.post("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
         assert pending.status_code == 202
         jobs = wait_for_jobs(client, pending.json()["job_ids"])
         report = client.get("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
@@ -82,8 +82,8 @@ def test_two_workers_share_the_shards_of_a_job(tmp_path, models, evalset):
         client = stack.enter_context(TestClient(
             create_app(settings), headers={"Authorization": f"Bearer {TOKEN}"}))
         register(client, models[:2], evalset)
-        pending = client.get("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
-        jobs = wait_for_jobs(client, pending.json()["job_ids"])
+        pending = client.post("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
+        jobs = wait_for_jobs(client, pending.json()["job_ids"])[:-1]  # the inference jobs
     assert [job["result"]["shards"] for job in jobs] == [15, 15]
     store = ArtifactStore.from_settings(settings)
     with settings_session(settings) as session:

@@ -28,9 +28,18 @@ def ready(client: httpx.Client) -> bool:
 
 
 def queue_compare(client: httpx.Client, old: str, new: str) -> list[int]:
-    response = client.get(f"/compare/{old}/{new}", params={"evalset": "eval"})
+    """The inference jobs and the metrics job (last) that POST /compare queued."""
+    response = client.post(f"/compare/{old}/{new}", params={"evalset": "eval"})
     assert response.status_code == 202, response.text
     return response.json()["job_ids"]
+
+
+def matrix_when_measured(client: httpx.Client) -> dict:
+    """The matrix after POST queued its missing pairs and their jobs ran."""
+    queued = client.post("/models/digits/matrix", params={"evalset": "eval"})
+    assert queued.status_code == 202, queued.text
+    wait_for_jobs(client, [pair["job_id"] for pair in queued.json()["missing"]])
+    return client.get("/models/digits/matrix", params={"evalset": "eval"}).json()
 
 
 def test_serve_runs_inference_and_answers_compare_and_matrix(tmp_path, models, evalset):
@@ -41,12 +50,12 @@ def test_serve_runs_inference_and_answers_compare_and_matrix(tmp_path, models, e
                        headers={"Authorization": f"Bearer {TOKEN}"}) as client):
         wait_for(lambda: ready(client), "/readyz")
         register(client, models, evalset)
-        jobs = queue_compare(client, "digits:1.0", "digits:1.1")
-        jobs += queue_compare(client, "digits:1.1", "digits:1.2")[1:]
-        assert len(jobs) == 3
-        wait_for_jobs(client, jobs)
+        first = queue_compare(client, "digits:1.0", "digits:1.1")
+        second = queue_compare(client, "digits:1.1", "digits:1.2")
+        assert len({*first[:-1], *second[:-1]}) == 3  # one inference job per version
+        wait_for_jobs(client, sorted({*first, *second}))
         report = client.get("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
-        matrix = client.get("/models/digits/matrix", params={"evalset": "eval"}).json()
+        matrix = matrix_when_measured(client)
         worker = child_pids(server.pid)
         assert worker, "serve started no worker"
     assert server.returncode == 0

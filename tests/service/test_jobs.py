@@ -3,9 +3,16 @@
 import pytest
 
 from service.errors import Conflict, InvalidInput
+from service.jobs.enqueue import create_job
 from service.jobs.models import JobKind, JobState
 from service.jobs.schemas import JobRead
-from service.jobs.service import create_job, finish_job, get_job, set_progress, start_job
+from service.jobs.service import (
+    dependencies,
+    finish_job,
+    get_job,
+    set_progress,
+    start_job,
+)
 
 
 def test_a_job_runs_and_succeeds(session):
@@ -51,3 +58,22 @@ def test_progress_lies_between_zero_and_one(session):
                                                     params={}))
     with pytest.raises(InvalidInput):
         set_progress(session=session, job=job, progress=1.5)
+
+
+def test_a_job_waits_for_its_dependencies_and_one_that_failed_cancels_it(session):
+    failed = start_job(session=session, job=create_job(session=session, kind=JobKind.INFERENCE,
+                                                       params={"version_id": 1}))
+    running = start_job(session=session, job=create_job(session=session,
+                                                        kind=JobKind.INFERENCE, params={}))
+    waiting = create_job(session=session, kind=JobKind.METRICS, params={},
+                         waits_for=[failed, running])
+    assert waiting.state == JobState.QUEUED
+    assert [job.id for job in dependencies(session=session, job=waiting)] == [failed.id,
+                                                                              running.id]
+    finish_job(session=session, job=failed, state=JobState.FAILED, error="out of memory")
+    assert (waiting.state, waiting.error) == (JobState.CANCELLED,
+                                              f"job {failed.id}, which it waited for, failed: "
+                                              "out of memory")
+    late = create_job(session=session, kind=JobKind.METRICS, params={}, waits_for=[failed])
+    assert (late.state, late.error) == (JobState.CANCELLED,
+                                        f"job {failed.id}, which it waited for, failed")

@@ -1,13 +1,18 @@
 """The migrations build exactly the schema the ORM models describe, on both backends."""
 
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import Engine, column, inspect, select, table, text
 
 from service.config import Settings
-from service.db import create_db_engine
-from service.migrate import DatabaseNotCurrent, check_current, head_revision
+from service.db import Json, create_db_engine, utcnow
+from service.migrate import DatabaseNotCurrent, alembic_config, check_current, head_revision
 from service.tables import metadata
 from tests.service.conftest import postgres_schema
 
@@ -24,19 +29,44 @@ def test_check_current_passes_after_upgrade(engine):
     check_current(engine)
 
 
+@contextmanager
+def empty_database(backend: str, folder: Path) -> Iterator[Engine]:
+    """An engine on an empty database of `backend` (a SQLite file in `folder`), disposed
+    afterwards."""
+    with ExitStack() as stack:
+        url = (f"sqlite:///{folder / 'empty.db'}" if backend == "sqlite"
+               else stack.enter_context(postgres_schema()))
+        engine = create_db_engine(Settings(database_url=url))
+        stack.callback(engine.dispose)
+        yield engine
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_check_current_refuses_an_empty_database(backend, tmp_path):
-    if backend == "sqlite":
-        refuse_unmigrated(f"sqlite:///{tmp_path / 'empty.db'}")
-        return
-    with postgres_schema() as url:
-        refuse_unmigrated(url)
+    with (empty_database(backend, tmp_path) as engine,
+          pytest.raises(DatabaseNotCurrent, match=f"none.*needs {head_revision()}.*migrate")):
+        check_current(engine)
 
 
-def refuse_unmigrated(url: str) -> None:
-    engine = create_db_engine(Settings(database_url=url))
-    try:
-        with pytest.raises(DatabaseNotCurrent, match=f"none.*needs {head_revision()}.*migrate"):
-            check_current(engine)
-    finally:
-        engine.dispose()
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0003_moves_after_lists_into_job_dependencies_and_back(backend, tmp_path):
+    """Jobs stored at revision 0002 with params "after" wait for the same jobs at 0003."""
+    jobs = table("jobs", column("id"), column("kind"), column("state"), column("progress"),
+                 column("params", Json), column("created_at"))
+    params = [{"version_id": 1}, {"version_id": 2},
+              {"old_version_id": 1, "new_version_id": 2, "evalset": "e", "after": [1, 2]}]
+    with empty_database(backend, tmp_path) as engine, engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0002")
+        connection.execute(jobs.insert(), [
+            {"id": index + 1, "kind": "inference" if index < 2 else "metrics",
+             "state": "queued", "progress": 0.0, "params": value, "created_at": utcnow()}
+            for index, value in enumerate(params)])
+        command.upgrade(alembic_config(connection), "0003")
+        assert connection.execute(select(jobs.c.params).where(jobs.c.id == 3)).scalar() == {
+            "old_version_id": 1, "new_version_id": 2, "evalset": "e"}
+        assert connection.execute(text(
+            "SELECT job_id, waits_for_id FROM job_dependencies ORDER BY waits_for_id")
+        ).all() == [(3, 1), (3, 2)]
+        command.downgrade(alembic_config(connection), "0002")
+        assert connection.execute(select(jobs.c.params).where(jobs.c.id == 3)).scalar() == (
+            params[2])

@@ -14,21 +14,23 @@ from service.config import get_settings
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset, register_dataset
 from service.db import create_session_factory, session_scope
+from service.jobs.enqueue import create_job
 from service.jobs.models import JobKind, JobState
-from service.jobs.service import cancel_job, create_job, get_job, list_shards
+from service.jobs.service import cancel_job, get_job, list_shards
 from service.predictions.service import get_predictions, read_logits
 from service.registry.service import get_version, register_version
-from worker import tasks
+from worker import runtime, tasks
+from worker.app import app as worker_app
 
 
 @pytest.fixture
-def ctx(engine, store, monkeypatch, tmp_path) -> Iterator[tasks.Context]:
+def ctx(engine, store, monkeypatch, tmp_path) -> Iterator[runtime.WorkerContext]:
     """The tasks' context, on the test database and artifact store (and the Celery app's
     folder broker, configured on first use, in a temporary folder)."""
     monkeypatch.setenv("FLIPGATE_DATA_DIR", str(tmp_path / "data"))
     get_settings.cache_clear()
-    context = tasks.Context(create_session_factory(engine), store)
-    monkeypatch.setattr(tasks, "context", lambda: context)
+    context = runtime.WorkerContext(create_session_factory(engine), store, worker_app)
+    monkeypatch.setattr(runtime, "context", lambda: context)
     yield context
     get_settings.cache_clear()
 
@@ -51,23 +53,23 @@ def arrange(ctx, onnx_file, npz_file) -> Callable[..., dict]:
     return create
 
 
-def queue(ctx: tasks.Context, kind: JobKind, **params) -> int:
+def queue(ctx: runtime.WorkerContext, kind: JobKind, **params) -> int:
     with session_scope(ctx.sessions) as session:
         return create_job(session=session, kind=kind, params=params).id
 
 
-def queue_inference(ctx: tasks.Context, data: dict) -> int:
+def queue_inference(ctx: runtime.WorkerContext, data: dict) -> int:
     """An inference job for the first arranged version on the arranged eval set."""
     return queue(ctx, JobKind.INFERENCE, version_id=data["version_ids"][0],
                  evalset=data["evalset"])
 
 
-def job_row(ctx: tasks.Context, job_id: int):
+def job_row(ctx: runtime.WorkerContext, job_id: int):
     with session_scope(ctx.sessions) as session:
         return get_job(session=session, job_id=job_id)
 
 
-def stored_logits(ctx: tasks.Context, version_id: int, evalset: str) -> np.ndarray:
+def stored_logits(ctx: runtime.WorkerContext, version_id: int, evalset: str) -> np.ndarray:
     with session_scope(ctx.sessions) as session:
         prediction = get_predictions(session=session, dataset=get_dataset(
             session=session, name=evalset), version=get_version(session=session,
@@ -111,14 +113,14 @@ def test_a_cancelled_job_is_not_run(ctx, arrange):
 def test_a_job_cancelled_while_it_runs_keeps_nothing(ctx, arrange, monkeypatch):
     data = arrange()
     job_id = queue_inference(ctx, data)
-    write = tasks.JobProgress.__call__
+    write = runtime.JobProgress.__call__
 
-    def cancel_midway(progress: tasks.JobProgress, done: int, total: int) -> None:
+    def cancel_midway(progress: runtime.JobProgress, done: int, total: int) -> None:
         with session_scope(ctx.sessions) as session:
             cancel_job(session=session, job_id=job_id)
         write(progress, done, total)
 
-    monkeypatch.setattr(tasks.JobProgress, "__call__", cancel_midway)
+    monkeypatch.setattr(runtime.JobProgress, "__call__", cancel_midway)
     tasks.inference(job_id)
     assert job_row(ctx, job_id).state == JobState.CANCELLED
     with pytest.raises(Exception, match="has no logits"):
@@ -129,13 +131,13 @@ def test_progress_is_written_in_steps(ctx, arrange, monkeypatch):
     data = arrange(n=2000)  # four batches of 512
     job_id = queue_inference(ctx, data)
     seen: list[float] = []
-    write = tasks.JobProgress.__call__
+    write = runtime.JobProgress.__call__
 
-    def record(progress: tasks.JobProgress, done: int, total: int) -> None:
+    def record(progress: runtime.JobProgress, done: int, total: int) -> None:
         write(progress, done, total)
         seen.append(job_row(ctx, job_id).progress)
 
-    monkeypatch.setattr(tasks.JobProgress, "__call__", record)
+    monkeypatch.setattr(runtime.JobProgress, "__call__", record)
     tasks.inference(job_id)
     assert seen[-1] == 1.0 and seen == sorted(seen) and 0.0 < seen[0] < 1.0
 
@@ -175,7 +177,7 @@ def shard_size(ctx, monkeypatch) -> int:
     return 7
 
 
-def split_inference(ctx: tasks.Context, data: dict) -> tuple[int, list[int]]:
+def split_inference(ctx: runtime.WorkerContext, data: dict) -> tuple[int, list[int]]:
     """A sharded inference job, run once to split it; its id and its shards' ids."""
     job_id = queue_inference(ctx, data)
     tasks.inference(job_id)

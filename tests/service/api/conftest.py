@@ -22,6 +22,7 @@ from service.auth.service import create_token
 from service.config import Settings
 from service.db import session_scope
 from service.main import create_app
+from worker import runtime, tasks
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 
@@ -54,6 +55,42 @@ def client(engine, settings) -> Iterator[TestClient]:
         with TestClient(app, headers=bearer(ADMIN_TOKEN)) as client:
             yield client
         transaction.rollback()
+
+
+def worker_context(client: TestClient) -> runtime.WorkerContext:
+    """A context for the tasks on the client's sessions, artifact store and Celery app."""
+    state = client.app.state
+    return runtime.WorkerContext(state.sessions, state.store, state.celery)
+
+
+@pytest.fixture
+def worker(client, monkeypatch) -> runtime.WorkerContext:
+    """Tasks called in this test run on the client's database (worker_context)."""
+    context = worker_context(client)
+    monkeypatch.setattr(runtime, "context", lambda: context)
+    return context
+
+
+def measure(client: TestClient, old: str, new: str, evalset: str) -> dict:
+    """POST /compare and run the jobs it queued with the worker's tasks, in order; the stored
+    report."""
+    url, params = f"/compare/{old}/{new}", {"evalset": evalset}
+    queued = client.post(url, params=params)
+    assert queued.status_code in (200, 202), queued.text
+    for job_id in queued.json().get("job_ids", []):
+        run_task(client, job_id)
+    return client.get(url, params=params).json()
+
+
+def run_task(client: TestClient, job_id: int) -> None:
+    """Run the task of a queued inference or metrics job in this process, on the client's
+    database."""
+    task = {"inference": tasks.inference, "metrics": tasks.metrics}[
+        client.get(f"/jobs/{job_id}").json()["kind"]]
+    context = worker_context(client)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runtime, "context", lambda: context)
+        task(job_id)
 
 
 @pytest.fixture

@@ -1,12 +1,16 @@
-"""Pair reports, inference jobs for missing predictions, and a line's matrix over HTTP."""
+"""Pair reports and a line's matrix over HTTP: a GET answers from stored rows, a POST queues the
+inference and metrics jobs that store what is missing; the tasks run in this process."""
 
 import numpy as np
 import pytest
 
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits, pairwise_matrices
-from service.registry.service import set_alias
-from tests.service.api.conftest import error_code
+from service.datasets.service import get_dataset
+from service.predictions.service import get_predictions, read_logits
+from service.registry.service import find_version, set_alias
+from tests.service.api.conftest import error_code, measure, run_task
+from worker import tasks
 
 VERSIONS = ("1.0", "1.1", "1.2")
 CLASSES = 5
@@ -29,6 +33,7 @@ def logits(npz_file, upload_model, upload_evalset, upload_logits):
 
 def test_compare_returns_the_numbers_of_compare_logits(client, logits):
     arrays, labels = logits
+    measure(client, "digits:1.0", "digits:1.2", "eval")
     response = client.get("/compare/digits:1.0/digits:1.2", params={"evalset": "eval"})
     assert response.status_code == 200, response.text
     expected = compare_logits(arrays[0], arrays[2], labels)
@@ -41,6 +46,7 @@ def test_compare_returns_the_numbers_of_compare_logits(client, logits):
 
 
 def test_format_html_returns_the_report_page(client, logits):
+    measure(client, "digits:1.0", "digits:1.1", "eval")
     response = client.get("/compare/digits:1.0/digits:1.1",
                           params={"evalset": "eval", "format": "html"})
     assert response.status_code == 200
@@ -51,6 +57,7 @@ def test_format_html_returns_the_report_page(client, logits):
 def test_an_alias_names_the_version_it_points_at(client, db, logits):
     with db() as session:
         set_alias(session=session, line_name="digits", alias="production", version="1.1")
+    measure(client, "digits@production", "digits:1.2", "eval")
     by_alias = client.get("/compare/digits@production/digits:1.2", params={"evalset": "eval"})
     assert by_alias.json() == client.get("/compare/digits:1.1/digits:1.2",
                                          params={"evalset": "eval"}).json()
@@ -64,18 +71,23 @@ def test_missing_predictions_queue_one_inference_job_each(client, logits, upload
     upload_model("digits", "2.0", num_classes=CLASSES, seed=7)
     upload_model("digits", "2.1", num_classes=CLASSES, seed=8)
     url, params = "/compare/digits:2.0/digits:2.1", {"evalset": "eval"}
-    pending = client.get(url, params=params)
+    pending = client.post(url, params=params)
     assert pending.status_code == 202
     body = pending.json()
-    assert len(body["job_ids"]) == 2 and body["job_id"] == body["job_ids"][0]
-    job = client.get(body["status_url"]).json()
+    *inference, metrics = body["job_ids"]
+    assert len(inference) == 2 and body["job_id"] == metrics
+    job = client.get(f"/jobs/{inference[0]}").json()
     assert (job["kind"], job["state"], job["progress"]) == ("inference", "queued", 0.0)
     assert job["params"]["version"] == "digits:2.0" and job["params"]["evalset"] == "eval"
+    assert client.get(body["status_url"]).json()["kind"] == "metrics"
+    assert client.post(url, params=params).json() == body
     assert client.get(url, params=params).json() == body
-    assert client.post(f"/jobs/{body['job_id']}/cancel").json()["state"] == "cancelled"
-    assert error_code(client.post(f"/jobs/{body['job_id']}/cancel"), 409) == "invalid_transition"
-    renewed = client.get(url, params=params).json()
-    assert renewed["job_ids"][1] == body["job_ids"][1] and renewed["job_id"] != body["job_id"]
+    assert client.post(f"/jobs/{inference[0]}/cancel").json()["state"] == "cancelled"
+    assert error_code(client.post(f"/jobs/{inference[0]}/cancel"), 409) == "invalid_transition"
+    assert client.get(body["status_url"]).json()["state"] == "cancelled"
+    renewed = client.post(url, params=params).json()
+    assert len(renewed["job_ids"]) == 3 and inference[1] in renewed["job_ids"]
+    assert inference[0] not in renewed["job_ids"] and renewed["job_id"] != metrics
 
 
 def test_a_version_is_not_compared_with_itself(client, logits):
@@ -86,9 +98,73 @@ def test_a_version_is_not_compared_with_itself(client, logits):
 def test_matrix_equals_pairwise_matrices_of_the_predictions(client, logits, upload_model):
     arrays, labels = logits
     upload_model("digits", "3.0", num_classes=CLASSES, seed=9)  # no predictions: left out
-    client.get("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
+    queued = client.post("/models/digits/matrix", params={"evalset": "eval"})
+    for pair in queued.json()["missing"]:
+        run_task(client, pair["job_id"])
     matrix = client.get("/models/digits/matrix", params={"evalset": "eval"}).json()
     expected = pairwise_matrices(np.stack([array.argmax(axis=1) for array in arrays]), labels)
     assert matrix["versions"] == list(VERSIONS)
     for name in ("nfr", "pfr", "churn"):
         np.testing.assert_allclose(np.array(matrix[name]), expected[name])
+
+
+def test_a_get_reads_only_what_is_stored_and_queues_nothing(client, logits):
+    url, params = "/compare/digits:1.0/digits:1.1", {"evalset": "eval"}
+    assert error_code(client.get(url, params=params), 404) == "not_measured"
+    assert error_code(client.get(url, params={**params, "format": "html"}),
+                      404) == "not_measured"
+    assert error_code(client.get(url, params=params), 404) == "not_measured"
+    matrix = client.get("/models/digits/matrix", params={"evalset": "eval"}).json()
+    assert matrix["nfr"][0] == [0.0, None, None]
+    assert len(matrix["missing"]) == 6 and {pair["job_id"] for pair in matrix["missing"]} == {
+        None}
+
+
+def test_compare_answers_202_with_the_jobs_then_200_once_they_ran(client, db, worker, logits,
+                                                                 upload_model):
+    arrays, labels = logits
+    upload_model("digits", "2.0", num_classes=CLASSES, seed=7)  # no logits: inferred
+    url, params = "/compare/digits:1.0/digits:2.0", {"evalset": "eval"}
+    queued = client.post(url, params=params)
+    assert queued.status_code == 202
+    inference, metrics = queued.json()["job_ids"]
+    assert client.get(url, params=params).json() == queued.json()
+    tasks.inference(inference)
+    still = client.get(url, params=params)
+    assert still.status_code == 202 and still.json() == queued.json()
+    tasks.metrics(metrics)
+    report = client.get(url, params=params)
+    assert report.status_code == 200
+    with db() as session:
+        version = find_version(session=session, line_name="digits", version="2.0")
+        logits_2 = read_logits(store=worker.store, prediction=get_predictions(
+            session=session, version=version, dataset=get_dataset(session=session,
+                                                                  name="eval")))
+    expected = compare_logits(arrays[0], logits_2, labels)
+    assert {key: report.json()[key] for key in expected} == expected
+    assert client.post(url, params=params).json() == report.json()
+    assert client.get(f"/jobs/{metrics}").json()["result"]["compare_url"] == (
+        "/compare/digits:1.0/digits:2.0?evalset=eval")
+
+
+def test_the_matrix_lists_missing_pairs_with_their_jobs_until_they_ran(client, worker, logits):
+    arrays, labels = logits
+    client.post("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
+    params = {"evalset": "eval"}
+    partial = client.get("/models/digits/matrix", params=params).json()
+    queued_one = [pair for pair in partial["missing"] if pair["job_id"] is not None]
+    assert [(pair["old"], pair["new"]) for pair in queued_one] == [("1.0", "1.1")]
+    queued = client.post("/models/digits/matrix", params=params)
+    assert queued.status_code == 202
+    missing = queued.json()["missing"]
+    assert len(missing) == 6 and queued_one[0] in missing
+    assert len({pair["job_id"] for pair in missing} - {None}) == 6
+    assert client.get("/models/digits/matrix", params=params).json() == queued.json()
+    for pair in missing:
+        tasks.metrics(pair["job_id"])
+    complete = client.get("/models/digits/matrix", params=params)
+    assert complete.status_code == 200 and complete.json()["missing"] == []
+    expected = pairwise_matrices(np.stack([array.argmax(axis=1) for array in arrays]), labels)
+    for name in ("nfr", "pfr", "churn"):
+        np.testing.assert_allclose(np.array(complete.json()[name]), expected[name])
+    assert client.post("/models/digits/matrix", params=params).status_code == 200

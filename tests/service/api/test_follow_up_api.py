@@ -5,28 +5,22 @@ tasks run directly on the client's database and send through its Celery app (fol
 import numpy as np
 import pytest
 from celery import Celery
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits
+from service import flows
 from service.compare.service import find_pair_metrics
 from service.datasets.service import get_dataset
 from service.jobs.models import Job, JobKind, JobState
+from service.jobs.service import dependencies, get_job, start_job
 from service.predictions.service import get_predictions, read_logits
 from service.queue import ROUTES
+from service.registry.models import Alias
 from service.registry.service import get_version, set_alias
 from worker import tasks
 
 N = 40
-
-
-@pytest.fixture
-def worker(client, monkeypatch) -> tasks.Context:
-    """The tasks' context: the client's sessions, artifact store and Celery app."""
-    state = client.app.state
-    context = tasks.Context(state.sessions, state.store, state.celery)
-    monkeypatch.setattr(tasks, "context", lambda: context)
-    return context
 
 
 def sent(celery: Celery) -> list[tuple[str, int]]:
@@ -77,8 +71,9 @@ def test_a_version_is_scored_then_compared_with_its_parent_and_production(
     assert (inference.kind, inference.params["version_id"], inference.params["evalset"]) == (
         JobKind.INFERENCE, new_id, "eval")
     assert metrics.kind == JobKind.METRICS and metrics.params == {
-        "old_version_id": old_id, "new_version_id": new_id, "evalset": "eval",
-        "after": [inference.id]}
+        "old_version_id": old_id, "new_version_id": new_id, "evalset": "eval"}
+    with db() as session:
+        assert [job.id for job in dependencies(session=session, job=metrics)] == [inference.id]
     assert sent(worker.celery) == [("flipgate.inference", inference.id)]
 
     tasks.inference(inference.id)
@@ -112,3 +107,61 @@ def test_a_cancelled_inference_cancels_the_metrics_waiting_for_it(
     waiting = client.get(f"/jobs/{metrics.id}").json()
     assert waiting["state"] == JobState.CANCELLED
     assert f"job {inference.id}, which it waited for, cancelled" in waiting["error"]
+
+
+def test_a_metrics_job_is_sent_once_the_last_job_it_waits_for_succeeds(
+        client, db, worker, measured_line, upload_model):
+    upload_model("line", "2.0", seed=2)
+    upload_model("line", "2.1", seed=3)
+    first, second, metrics = client.post("/compare/line:2.0/line:2.1",
+                                         params={"evalset": "eval"}).json()["job_ids"]
+    assert sent(worker.celery) == [("flipgate.inference", first),
+                                   ("flipgate.inference", second)]
+    tasks.inference(second)  # (each version's own measurement against production is sent)
+    assert ("flipgate.metrics", metrics) not in sent(worker.celery)
+    tasks.inference(first)
+    assert ("flipgate.metrics", metrics) in sent(worker.celery)
+
+
+def test_a_failed_inference_cancels_the_measurement_and_asking_again_queues_anew(
+        client, db, worker, measured_line, upload_model):
+    upload_model("line", "2.0", seed=2)
+    url, params = "/compare/line:1.0/line:2.0", {"evalset": "eval"}
+    inference, metrics = client.post(url, params=params).json()["job_ids"]
+    with db() as session:
+        flows.finish_job(session=session, job=start_job(
+            session=session, job=get_job(session=session, job_id=inference)),
+            state=JobState.FAILED, error="out of memory")
+    assert client.get(f"/jobs/{metrics}").json()["state"] == JobState.CANCELLED
+    again = client.post(url, params=params).json()["job_ids"]
+    assert inference not in again and metrics not in again
+
+
+def test_uploaded_logits_are_measured_against_the_parent(client, db, worker, measured_line,
+                                                          upload_model, upload_logits):
+    assert upload_model("line", "2.0", seed=2, parent="line:1.0").status_code == 201
+    inference, metrics = jobs(db)
+    sent(worker.celery)
+    logits = np.random.default_rng(1).normal(size=(N, 3))
+    assert client.post(f"/jobs/{inference.id}/cancel").is_success  # the team uploads instead
+    assert upload_logits("line:2.0", "eval", logits).status_code == 201
+    measuring = jobs(db)[-1]
+    assert measuring.kind == JobKind.METRICS and measuring.id != metrics.id
+    assert sent(worker.celery) == [("flipgate.metrics", measuring.id)]
+    tasks.metrics(measuring.id)
+    report = client.get("/compare/line:1.0/line:2.0", params={"evalset": "eval"}).json()
+    with db() as session:
+        old = read_logits(store=worker.store, prediction=get_predictions(
+            session=session, dataset=get_dataset(session=session, name="eval"),
+            version=get_version(session=session, version_id=measured_line["old_id"])))
+    assert report["nfr"] == compare_logits(old, logits, measured_line["labels"])["nfr"]
+
+
+def test_a_version_without_baselines_is_still_scored_on_the_measured_sets(
+        client, db, worker, measured_line, upload_model):
+    with db() as session:
+        session.execute(delete(Alias))  # no production version
+    assert upload_model("line", "2.0", seed=2).status_code == 201  # and no parent
+    [inference] = jobs(db)
+    assert (inference.kind, inference.params["version"]) == (JobKind.INFERENCE, "line:2.0")
+    assert sent(worker.celery) == [("flipgate.inference", inference.id)]

@@ -16,7 +16,7 @@ from flipgate.signing import signature
 from service.gate.settling import settle_pending
 from service.jobs.models import JobState
 from service.jobs.service import finish_job, get_job, start_job
-from tests.service.api.conftest import bearer, error_code
+from tests.service.api.conftest import bearer, error_code, measure
 
 N, CLASSES = 100, 3
 P_VALUE = 4944 / 32768
@@ -47,8 +47,8 @@ def gate(client, headers=None, **body):
 
 
 def measured(client) -> dict:
-    """Store the pair's metrics (GET /compare computes them in the request) and gate 2."""
-    assert client.get("/compare/digits:1/digits:2", params={"evalset": "ev"}).is_success
+    """Store the pair's metrics (POST /compare, its metrics job run here) and gate 2."""
+    assert measure(client, "digits:1", "digits:2", "ev")["n"] == N
     return gate(client, candidate="2")
 
 

@@ -1,0 +1,105 @@
+"""What follows an event, in one place (the "flows" of Netflix Dispatch): which jobs to queue
+or send, which to cancel, and which pending gate decisions to settle.
+
+Each event calls its flow from one place per origin:
+- a version is registered: POST /models (service.registry.router) and a repair job
+  (worker.training) call `version_registered`;
+- logits are stored: POST .../predictions (service.predictions.router) and an inference job
+  (worker.tasks) call `logits_stored`;
+- a job ends: the worker runtime (worker.runtime) ends it with `finish_job`, POST
+  /jobs/{id}/cancel (service.jobs.router) with `cancel_job`.
+Registering an eval set queues nothing: no line has been measured on it yet.
+
+The domains below (service.compare, service.predictions, service.jobs) know how to queue a
+measurement; this module decides when. Nothing else sends waiting jobs or settles decisions.
+"""
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.compare.service import Pair, queue_measurement
+from service.datasets.models import Dataset, DatasetRole
+from service.gate.models import Decision, DecisionJob, Verdict
+from service.gate.settling import settle_pending
+from service.jobs import service as jobs
+from service.jobs.enqueue import release_waiting
+from service.jobs.models import Job, JobState
+from service.predictions.service import (
+    measured_datasets,
+    queue_missing_inference,
+    versions_with_predictions,
+)
+from service.registry.models import Alias, ModelVersion
+from service.registry.service import PRODUCTION, get_version
+
+
+def version_registered(*, session: Session, version: ModelVersion) -> list[Job]:
+    """Score a new version on every eval set its line was measured on, and measure it there
+    against its parent and its line's production version (metrics jobs that wait for the
+    inference they need)."""
+    baselines = _baselines(session, version)
+    jobs_by_id = {job.id: job for dataset in measured_datasets(session=session,
+                                                               line_id=version.line_id)
+                  for job in [*queue_missing_inference(session=session, versions=[version],
+                                                       dataset=dataset),
+                              *_measure(session, baselines, version, dataset)]}
+    return list(jobs_by_id.values())
+
+
+def logits_stored(*, session: Session, version: ModelVersion, dataset: Dataset) -> list[Job]:
+    """Measure a version whose logits on an eval set were stored against its parent and
+    production version, where they have logits on that set too."""
+    if dataset.role != DatasetRole.EVAL:
+        return []
+    baselines = versions_with_predictions(session=session, dataset=dataset,
+                                          versions=_baselines(session, version))
+    return _measure(session, baselines, version, dataset)
+
+
+def _measure(session: Session, baselines: list[ModelVersion], version: ModelVersion,
+             dataset: Dataset) -> list[Job]:
+    """The jobs that measure each baseline → version on `dataset` (none for stored pairs)."""
+    return [job for old in baselines
+            for job in queue_measurement(session=session, pair=Pair(old, version, dataset))]
+
+
+def _baselines(session: Session, version: ModelVersion) -> list[ModelVersion]:
+    """The version's parent and its line's production version, each once, if comparable."""
+    production = session.scalar(select(Alias.version_id).where(
+        Alias.line_id == version.line_id, Alias.name == PRODUCTION))
+    ids = [id_ for id_ in dict.fromkeys([version.parent_id, production])
+           if id_ not in (None, version.id)]
+    return [baseline for baseline in (get_version(session=session, version_id=id_) for id_ in ids)
+            if baseline.num_classes == version.num_classes]
+
+
+def finish_job(*, session: Session, job: Job, state: JobState, result: dict | None = None,
+               error: str | None = None) -> Job:
+    """End a running job (service.jobs.service.finish_job: a failure also ends its family and
+    cancels the jobs waiting for it); when it succeeded, the jobs waiting for it that are
+    ready now are sent; the decisions waiting for it settle."""
+    jobs.finish_job(session=session, job=job, state=state, result=result, error=error)
+    if state == JobState.SUCCEEDED:
+        release_waiting(session=session, job=job)
+    _settle(session, job)
+    return job
+
+
+def cancel_job(*, session: Session, job_id: int) -> Job:
+    """Cancel a queued or running job with its shards and the jobs waiting for it; the
+    decisions waiting for it are blocked."""
+    job = jobs.cancel_job(session=session, job_id=job_id)
+    _settle(session, job)
+    return job
+
+
+def _settle(session: Session, job: Job) -> list[Decision]:
+    """Settle the pending decisions whose jobs have all ended. Those waiting for `job` (or its
+    parent) are locked first, in a statement of their own: a transaction ending another of
+    their jobs at the same time commits first, and then one of the two sees both ended."""
+    job_ids = [job.id, job.parent_id or job.id]
+    waiting = select(DecisionJob.decision_id).where(DecisionJob.job_id.in_(job_ids))
+    session.scalars(select(Decision.id).where(Decision.id.in_(waiting),
+                                              Decision.verdict == Verdict.PENDING)
+                    .order_by(Decision.id).with_for_update()).all()
+    return settle_pending(session=session, job_ids=job_ids)

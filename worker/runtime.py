@@ -1,0 +1,146 @@
+"""What every task runs on: the process's WorkerContext (sessions on one engine per process,
+the artifact store, the Celery app), and the one way a task touches its job.
+
+A task claims its job, reads what it needs in a short transaction, works outside any
+transaction, then stores its output and ends the job in one commit, only while the job is
+still running (`running_job`, `finishing`). Progress writes and cancellations never wait on a
+long transaction; what follows the job's end is service.flows.
+"""
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from celery import Celery, Task
+from sqlalchemy.orm import Session, sessionmaker
+
+from service import flows
+from service.artifacts import ArtifactStore
+from service.config import Settings, get_settings
+from service.db import create_db_engine, create_session_factory, session_scope
+from service.errors import ServiceError
+from service.jobs.enqueue import enqueue_after_commit
+from service.jobs.models import Job, JobState
+from service.jobs.service import claim_job, lock_running_job, set_progress
+from worker.app import app
+
+PROGRESS_STEP = 0.05
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a task works with: sessions on the server's database, its artifact store, and
+    the Celery app that sends the jobs a task creates or releases."""
+
+    sessions: sessionmaker[Session]
+    store: ArtifactStore
+    celery: Celery
+
+    @classmethod
+    def from_settings(cls, settings: Settings, celery: Celery) -> "WorkerContext":
+        """A context on the database and artifact store of `settings` (a new engine)."""
+        return cls(create_session_factory(create_db_engine(settings)),
+                   ArtifactStore.from_settings(settings), celery)
+
+
+class JobStopped(Exception):
+    """The job was cancelled or finished elsewhere while this task ran."""
+
+
+Work = Callable[[WorkerContext, int, dict[str, Any]], None]
+
+
+@cache
+def context() -> WorkerContext:
+    """This process's context, from the FLIPGATE_* settings."""
+    return WorkerContext.from_settings(get_settings(), app)
+
+
+def job_task(name: str, work: Work) -> Task:
+    """A task of the worker's app, registered under `name`, that runs `work` on the job whose
+    id it is sent (`run_job`)."""
+
+    def run(job_id: int) -> None:
+        run_job(job_id, work)
+
+    run.__doc__ = work.__doc__
+    return app.task(name=name)(run)
+
+
+def run_job(job_id: int, work: Work) -> None:
+    """Claim the job and run `work`; a failure is written to the job row."""
+    ctx = context()
+    with session_scope(ctx.sessions) as session:
+        job = claim_job(session=session, job_id=job_id)
+        params = None if job is None else dict(job.params)
+    if params is None:
+        logger.info("job %s has ended or does not exist; nothing to do", job_id)
+        return
+    try:
+        work(ctx, job_id, params)
+    except JobStopped:
+        logger.info("job %s stopped running while it was worked on", job_id)
+    except Exception as error:
+        logger.exception("job %s failed", job_id)
+        fail(ctx, job_id, error)
+
+
+@contextmanager
+def running_job(ctx: WorkerContext, job_id: int) -> Iterator[tuple[Session, Job]]:
+    """A transaction in which the job is locked while it is running (the tasks it asks for
+    are sent after its commit); JobStopped, and nothing kept, when it no longer runs."""
+    with session_scope(ctx.sessions) as session:
+        enqueue_after_commit(session=session, celery=ctx.celery)
+        job = lock_running_job(session=session, job_id=job_id)
+        if job is None:
+            raise JobStopped
+        yield session, job
+
+
+@contextmanager
+def finishing(ctx: WorkerContext, job_id: int) -> Iterator[tuple[Session, dict[str, Any]]]:
+    """A running_job transaction in which the work stores its output and fills the result;
+    the job succeeds in the same commit."""
+    with running_job(ctx, job_id) as (session, job):
+        result: dict[str, Any] = {}
+        yield session, result
+        succeed(session, job, result)
+
+
+def succeed(session: Session, job: Job, result: dict[str, Any]) -> None:
+    """The job succeeds with `result`, and what follows happens (service.flows)."""
+    flows.finish_job(session=session, job=job, state=JobState.SUCCEEDED, result=result)
+
+
+def fail(ctx: WorkerContext, job_id: int, error: Exception) -> None:
+    """Mark the job failed with a one-line description of `error`, if it is still running."""
+    message = (f"{error.code}: {error.message}" if isinstance(error, ServiceError)
+               else f"{type(error).__name__}: {error}")
+    try:
+        with running_job(ctx, job_id) as (session, job):
+            flows.finish_job(session=session, job=job, state=JobState.FAILED, error=message)
+    except JobStopped:
+        logger.info("job %s ended elsewhere before its failure was recorded", job_id)
+
+
+class JobProgress:
+    """A progress callback that writes the fraction done to the job row every PROGRESS_STEP,
+    and stops the work (JobStopped) once the job is cancelled. A phase of a longer job maps
+    its own 0..1 onto [start, start + span]."""
+
+    def __init__(self, ctx: WorkerContext, job_id: int, start: float = 0.0,
+                 span: float = 1.0) -> None:
+        self.ctx, self.job_id, self.written = ctx, job_id, start
+        self.start, self.span = start, span
+
+    def __call__(self, done: int, total: int) -> None:
+        fraction = min(1.0, self.start + self.span * (done / total if total else 1.0))
+        if fraction - self.written < PROGRESS_STEP and fraction < 1.0:
+            return
+        with running_job(self.ctx, self.job_id) as (session, job):
+            set_progress(session=session, job=job, progress=fraction)
+        self.written = fraction
