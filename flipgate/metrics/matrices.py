@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
+
 CHUNK_SAMPLES = 1 << 15  # samples per block: V versions × 32768 uint16 stay in L2
 
 
@@ -20,14 +22,16 @@ def class_dtype(num_classes: int) -> np.dtype:
     return np.min_scalar_type(max(num_classes - 1, 0))
 
 
-def predicted_classes(logits: np.ndarray, chunk_size: int = CHUNK_SAMPLES) -> np.ndarray:
+def predicted_classes(logits: np.ndarray, chunk_size: int | None = None) -> np.ndarray:
     """argmax of (N, C) logits (an array or a memory-mapped .npy) in `class_dtype(C)`,
-    reading `chunk_size` samples at a time."""
+    reading `chunk_size` samples at a time (by default about 2 MB of logits)."""
     if logits.ndim != 2 or logits.shape[1] < 1:
         raise ValueError(f"logits must be an (N, C) array, got shape {logits.shape}")
     predictions = np.empty(logits.shape[0], dtype=class_dtype(logits.shape[1]))
-    for start in range(0, logits.shape[0], chunk_size):
-        predictions[start : start + chunk_size] = logits[start : start + chunk_size].argmax(axis=1)
+    for start, stop in sample_ranges(logits.shape[0], chunk_rows(logits.shape[1], chunk_size)):
+        chunk = logits[start:stop]
+        predictions[start:stop] = chunk.argmax(axis=1)
+        release(chunk)
     return predictions
 
 

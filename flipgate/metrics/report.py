@@ -16,13 +16,12 @@ from functools import cached_property
 import numpy as np
 
 from flipgate.metrics.calibration import ECE_BINS, calibration_gaps, confidence_gap
+from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
 from flipgate.metrics.displacement import describe, logit_displacement, rank_in_old
 from flipgate.metrics.flips import FlipCounts, SliceCounts, count_flips, flipped_indices
 from flipgate.metrics.kernel import PairChunk, pair_chunk
 from flipgate.metrics.probs import softmax
 from flipgate.metrics.stats import mcnemar_one_sided_p, wilson_interval
-
-CHUNK_ELEMENTS = 1 << 19  # logits per model and chunk by default: 2 MB of float32
 
 Progress = Callable[[int, int], None]
 
@@ -37,13 +36,6 @@ def check_pair(old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarra
         raise ValueError(f"{labels.size} labels for {shape[0]} samples")
     if labels.min() < 0 or labels.max() >= shape[1]:
         raise ValueError(f"labels must lie in [0, {shape[1]})")
-
-
-def chunk_rows(num_classes: int, chunk_size: int | None = None) -> int:
-    """Samples per chunk: `chunk_size`, or as many as keep CHUNK_ELEMENTS logits."""
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk size must be >= 1, not {chunk_size}")
-    return chunk_size or max(1, CHUNK_ELEMENTS // num_classes)
 
 
 def compare_logits(
@@ -62,10 +54,11 @@ def compare_logits(
         raise ValueError(f"alpha must be positive, got {schurn_alpha}")
     n, num_classes = old_logits.shape
     tally = PairTally(n, num_classes, schurn_alpha, Slices.of(groups, n))
-    rows = chunk_rows(num_classes, chunk_size)
-    for start in range(0, n, rows):
-        stop = min(start + rows, n)
-        tally.add(start, old_logits[start:stop], new_logits[start:stop], labels[start:stop])
+    for start, stop in sample_ranges(n, chunk_rows(num_classes, chunk_size)):
+        chunks = old_logits[start:stop], new_logits[start:stop]
+        tally.add(start, *chunks, labels[start:stop])
+        for chunk in chunks:
+            release(chunk)
         if progress:
             progress(stop, n)
     return tally.report()
