@@ -9,12 +9,12 @@ sample for float32 logits) and the confidence gaps and ranks of the negative fli
 and `np.median` / `np.percentile` (linear interpolation) run on them at the end.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cached_property
 
 import numpy as np
 
+from flipgate.inference import Progress
 from flipgate.metrics.calibration import ECE_BINS, calibration_gaps, confidence_gap
 from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
 from flipgate.metrics.displacement import describe, logit_displacement, rank_in_old
@@ -22,8 +22,6 @@ from flipgate.metrics.flips import FlipCounts, SliceCounts, count_flips, flipped
 from flipgate.metrics.kernel import PairChunk, pair_chunk
 from flipgate.metrics.probs import softmax
 from flipgate.metrics.stats import mcnemar_one_sided_p, wilson_interval
-
-Progress = Callable[[int, int], None]
 
 
 def check_pair(old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray) -> None:
