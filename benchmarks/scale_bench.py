@@ -81,9 +81,8 @@ def case_main(case: str, folder: Path, chunk_size: int | None) -> None:
     if case == "floor":
         for logits in (old, new):
             for first, stop in sample_ranges(len(logits), chunk_rows(logits.shape[1], chunk_size)):
-                chunk = logits[first:stop]
-                chunk.argmax(axis=1)
-                release(chunk)
+                logits[first:stop].argmax(axis=1)
+                release(logits, first, stop)
         result = {}
     else:
         report = compare_logits(old, new, labels, chunk_size=chunk_size)

@@ -29,9 +29,8 @@ def predicted_classes(logits: np.ndarray, chunk_size: int | None = None) -> np.n
         raise ValueError(f"logits must be an (N, C) array, got shape {logits.shape}")
     predictions = np.empty(logits.shape[0], dtype=class_dtype(logits.shape[1]))
     for start, stop in sample_ranges(logits.shape[0], chunk_rows(logits.shape[1], chunk_size)):
-        chunk = logits[start:stop]
-        predictions[start:stop] = chunk.argmax(axis=1)
-        release(chunk)
+        predictions[start:stop] = logits[start:stop].argmax(axis=1)
+        release(logits, start, stop)
     return predictions
 
 

@@ -53,10 +53,9 @@ def compare_logits(
     n, num_classes = old_logits.shape
     tally = PairTally(n, num_classes, schurn_alpha, Slices.of(groups, n))
     for start, stop in sample_ranges(n, chunk_rows(num_classes, chunk_size)):
-        chunks = old_logits[start:stop], new_logits[start:stop]
-        tally.add(start, *chunks, labels[start:stop])
-        for chunk in chunks:
-            release(chunk)
+        tally.add(start, old_logits[start:stop], new_logits[start:stop], labels[start:stop])
+        for logits in (old_logits, new_logits):
+            release(logits, start, stop)
         if progress:
             progress(stop, n)
     return tally.report()
