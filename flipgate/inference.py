@@ -4,6 +4,7 @@ The CUDA execution provider is used when it really works: ORT silently falls bac
 CPU when CUDA libraries are missing, so the providers of the created session are checked.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -72,20 +73,48 @@ class OnnxClassifier:
         self, x: np.ndarray, batch_size: int = DEFAULT_BATCH_SIZE, progress: Progress | None = None
     ) -> np.ndarray:
         """Logits (N, C) as float32, computed `batch_size` samples at a time."""
+        logits = np.empty((x.shape[0], self.num_classes), dtype=np.float32)
+        for start, batch in self.batches(x, batch_size, progress):
+            logits[start : start + batch.shape[0]] = batch
+        return logits
+
+    def predict_to_file(
+        self, x: np.ndarray, path: str | Path, batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: Progress | None = None,
+    ) -> Path:
+        """Write the logits to an .npy file batch by batch: memory stays one batch of `x` (which
+        may be memory-mapped) and of logits, whatever N is. No file is left on an error."""
+        path = Path(path)
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
+                  "shape": (x.shape[0], self.num_classes)}
+        try:
+            with path.open("wb") as file:
+                np.lib.format.write_array_header_2_0(file, header)
+                for _, batch in self.batches(x, batch_size, progress):
+                    file.write(batch.astype("<f4", copy=False).tobytes())
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path
+
+    def batches(
+        self, x: np.ndarray, batch_size: int = DEFAULT_BATCH_SIZE, progress: Progress | None = None
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """(start, finite float32 logits) of each batch of `x` in order; `x` is read a batch
+        at a time, so a memory-mapped array stays on disk."""
         if batch_size < 1:
             raise InputError("invalid_batch_size", f"batch size must be >= 1, not {batch_size}")
         self.spec.check_sample_shape(tuple(x.shape[1:]), source=str(self.path))
         batch_size = self.spec.fixed_batch or batch_size
-        logits = np.empty((x.shape[0], self.num_classes), dtype=np.float32)
         for start in range(0, x.shape[0], batch_size):
             stop = min(start + batch_size, x.shape[0])
-            logits[start:stop] = self._run_batch(x[start:stop])
+            logits = self._run_batch(x[start:stop])
+            if not np.isfinite(logits).all():
+                raise InputError("model_output_not_finite", f"{self.path}: the model produced "
+                                 "NaN or infinite logits on this eval set")
+            yield start, logits
             if progress:
                 progress(stop, x.shape[0])
-        if not np.isfinite(logits).all():
-            raise InputError("model_output_not_finite", f"{self.path}: the model produced "
-                               "NaN or infinite logits on this eval set")
-        return logits
 
     def _run_batch(self, batch: np.ndarray) -> np.ndarray:
         batch = np.ascontiguousarray(batch, dtype=np.float32)

@@ -73,3 +73,25 @@ def test_model_producing_nan_is_refused(tmp_path):
                                        ("N", 6)))
     with pytest.raises(InputError, match="NaN or infinite logits"):
         model.predict(RNG.random((3, 6), dtype=np.float32))
+
+
+def test_logits_streamed_to_a_file_from_a_memory_mapped_eval_set(linear_path, tmp_path):
+    x = RNG.random((1001, 6), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    model, seen = OnnxClassifier(linear_path), []
+    path = model.predict_to_file(mapped, tmp_path / "logits.npy", batch_size=100,
+                                 progress=lambda done, total: seen.append(done))
+    written = np.load(path)
+    assert written.dtype == np.float32 and written.shape == (1001, 3)
+    np.testing.assert_array_equal(written, model.predict(x, batch_size=100))
+    assert seen == [*range(100, 1001, 100), 1001]
+
+
+def test_a_failed_stream_leaves_no_file(tmp_path):
+    model = OnnxClassifier(linear_onnx(tmp_path / "nan.onnx", WEIGHT, np.full(3, np.nan),
+                                       ("N", 6)))
+    target = tmp_path / "logits.npy"
+    with pytest.raises(InvalidInput, match="NaN or infinite logits") as error:
+        model.predict_to_file(RNG.random((5, 6), dtype=np.float32), target)
+    assert error.value.code == "model_output_not_finite" and not target.exists()

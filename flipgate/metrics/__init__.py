@@ -1,30 +1,48 @@
-"""Compatibility metrics between classifier versions; pure numpy (DESIGN §4)."""
+"""Compatibility metrics between classifier versions (DESIGN §4); numpy, plus ONNX Runtime for
+the per-chunk passes of the pair report."""
 
 from flipgate.metrics.calibration import confidence_gap, expected_calibration_error
+from flipgate.metrics.cost import UpdateCost, update_cost
 from flipgate.metrics.displacement import describe, logit_displacement, rank_in_old
 from flipgate.metrics.diversity import prediction_difference
-from flipgate.metrics.flips import FlipCounts, count_flips, flipped_indices, per_class
-from flipgate.metrics.matrices import pairwise_matrices
+from flipgate.metrics.flips import FlipCounts, SliceCounts, count_flips, flipped_indices, per_class
+from flipgate.metrics.matrices import (
+    class_dtype,
+    matrices_from_predictions,
+    pairwise_matrices,
+    predicted_classes,
+)
 from flipgate.metrics.probs import softmax
 from flipgate.metrics.report import compare_logits
 from flipgate.metrics.schurn import schurn
-from flipgate.metrics.stats import mcnemar_one_sided_p, wilson_interval
+from flipgate.metrics.stats import (
+    cost_mcnemar_one_sided_p,
+    mcnemar_one_sided_p,
+    wilson_interval,
+)
 
 __all__ = [
     "FlipCounts",
+    "SliceCounts",
+    "UpdateCost",
+    "class_dtype",
     "compare_logits",
     "confidence_gap",
+    "cost_mcnemar_one_sided_p",
     "count_flips",
     "describe",
     "expected_calibration_error",
     "flipped_indices",
     "logit_displacement",
+    "matrices_from_predictions",
     "mcnemar_one_sided_p",
     "pairwise_matrices",
     "per_class",
+    "predicted_classes",
     "prediction_difference",
     "rank_in_old",
     "schurn",
     "softmax",
+    "update_cost",
     "wilson_interval",
 ]

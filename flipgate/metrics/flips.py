@@ -1,6 +1,6 @@
 """Negative/positive flips, error rates and churn between an old and a new model (DESIGN §4)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -26,6 +26,10 @@ class FlipCounts:
     both_wrong: int
     both_wrong_changed: int
 
+    def __add__(self, other: "FlipCounts") -> "FlipCounts":
+        """The counts of two disjoint sets of samples together (chunks of one eval set)."""
+        return FlipCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
     @property
     def old_right(self) -> int:
         return self.n - self.old_wrong
@@ -38,6 +42,11 @@ class FlipCounts:
     def changed(self) -> int:
         """Samples whose predicted label differs between the models."""
         return self.negative_flips + self.positive_flips + self.both_wrong_changed
+
+    @property
+    def nfr_mc(self) -> float:
+        """MUSCLE's NFR_mc: new wrong and different from the old prediction, per sample."""
+        return (self.negative_flips + self.both_wrong_changed) / self.n
 
     def rates(self) -> dict[str, float | None]:
         """ER, NFR, PFR, Rel-NFR, NFI, BTC, BEC and the three churn rates."""
@@ -86,28 +95,53 @@ def flipped_indices(
     }
 
 
+@dataclass(frozen=True)
+class SliceCounts:
+    """Samples, errors and flips per slice (a true class or a group), slices numbered 0..k-1."""
+
+    n: np.ndarray
+    old_wrong: np.ndarray
+    new_wrong: np.ndarray
+    negative_flips: np.ndarray
+    positive_flips: np.ndarray
+
+    @classmethod
+    def count(
+        cls, slices: np.ndarray, old_right: np.ndarray, new_right: np.ndarray, size: int
+    ) -> "SliceCounts":
+        """Tally each sample into its slice; `old_right`/`new_right` are per-sample booleans."""
+
+        def tally(mask: np.ndarray) -> np.ndarray:
+            return np.bincount(slices[mask], minlength=size)
+
+        return cls(np.bincount(slices, minlength=size), tally(~old_right), tally(~new_right),
+                   tally(old_right & ~new_right), tally(~old_right & new_right))
+
+    @classmethod
+    def zeros(cls, size: int) -> "SliceCounts":
+        return cls(*[np.zeros(size, dtype=np.int64)] * len(fields(cls)))
+
+    def __add__(self, other: "SliceCounts") -> "SliceCounts":
+        return SliceCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def row(self, index: int) -> dict[str, float | int | None]:
+        """n, ER of both models, NFR, PFR and the flip counts of one slice."""
+        n, negative, positive = (int(self.n[index]), int(self.negative_flips[index]),
+                                 int(self.positive_flips[index]))
+        return {
+            "n": n,
+            "er_old": ratio(int(self.old_wrong[index]), n),
+            "er_new": ratio(int(self.new_wrong[index]), n),
+            "nfr": ratio(negative, n),
+            "pfr": ratio(positive, n),
+            "negative_flips": negative,
+            "positive_flips": positive,
+        }
+
+
 def per_class(
     old_pred: np.ndarray, new_pred: np.ndarray, labels: np.ndarray, num_classes: int
 ) -> list[dict[str, float | int | None]]:
     """NFR, PFR and ER of both models among the samples of each true class."""
-    old_right, new_right = old_pred == labels, new_pred == labels
-
-    def per_label(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(labels[mask], minlength=num_classes)
-
-    support = np.bincount(labels, minlength=num_classes)
-    old_wrong, new_wrong = per_label(~old_right), per_label(~new_right)
-    negative, positive = per_label(old_right & ~new_right), per_label(~old_right & new_right)
-    return [
-        {
-            "class": c,
-            "n": int(support[c]),
-            "er_old": ratio(int(old_wrong[c]), int(support[c])),
-            "er_new": ratio(int(new_wrong[c]), int(support[c])),
-            "nfr": ratio(int(negative[c]), int(support[c])),
-            "pfr": ratio(int(positive[c]), int(support[c])),
-            "negative_flips": int(negative[c]),
-            "positive_flips": int(positive[c]),
-        }
-        for c in range(num_classes)
-    ]
+    counts = SliceCounts.count(labels, old_pred == labels, new_pred == labels, num_classes)
+    return [{"class": c, **counts.row(c)} for c in range(num_classes)]

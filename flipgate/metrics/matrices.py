@@ -1,66 +1,109 @@
-"""NFR, PFR and churn for every ordered pair of V versions, as linear algebra (DESIGN §4).
+"""NFR, PFR and churn for every ordered pair of V versions, from compact predicted classes.
 
-With C the (V, N) 0/1 matrix of correct predictions, G = C·Cᵀ counts the samples both
-versions of a pair get right, so NFR[i][j] = (G[i][i] − G[i][j]) / N. Two versions agree
-on a sample when both are right or both are wrong with the same label, so
-churn[i][j] = 1 − (G[i][j] + A[i][j]) / N, where A counts the wrong-and-equal samples; A
-is only computed over samples at least two versions get wrong, usually a small fraction.
+A version is one 1-D array of predicted classes in the smallest unsigned dtype that holds the
+classes (`predicted_classes` makes it from logits, chunk by chunk). The counts are taken over
+blocks of samples that stay in cache, for the upper triangle of pairs only: the samples both
+versions get right are popcounts of the AND of their packed correctness bits, and the samples
+they predict alike are counted by comparing each version with the later ones. Every rate is an
+exact integer count over N, so the matrices equal those of a plain loop over pairs bit for bit.
 """
+
+from collections.abc import Sequence
 
 import numpy as np
 
-CHUNK_SAMPLES = 1 << 18  # float32 sums of 0/1 over a chunk stay exact (< 2**24)
+from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
+
+CHUNK_SAMPLES = 1 << 15  # samples per block: V versions × 32768 uint16 stay in L2
+
+
+def class_dtype(num_classes: int) -> np.dtype:
+    """The smallest unsigned integer dtype that holds the classes 0..num_classes-1."""
+    return np.min_scalar_type(max(num_classes - 1, 0))
+
+
+def predicted_classes(logits: np.ndarray, chunk_size: int | None = None) -> np.ndarray:
+    """argmax of (N, C) logits (an array or a memory-mapped .npy) in `class_dtype(C)`,
+    reading `chunk_size` samples at a time (by default about 2 MB of logits)."""
+    if logits.ndim != 2 or logits.shape[1] < 1:
+        raise ValueError(f"logits must be an (N, C) array, got shape {logits.shape}")
+    predictions = np.empty(logits.shape[0], dtype=class_dtype(logits.shape[1]))
+    for start, stop in sample_ranges(logits.shape[0], chunk_rows(logits.shape[1], chunk_size)):
+        predictions[start:stop] = logits[start:stop].argmax(axis=1)
+        release(logits, start, stop)
+    return predictions
+
+
+def matrices_from_predictions(
+    predictions: Sequence[np.ndarray], labels: np.ndarray
+) -> dict[str, np.ndarray]:
+    """V×V float arrays "nfr", "pfr" and "churn" of V 1-D predicted-class arrays;
+    entry [i][j] has version i old and j new."""
+    predictions, labels = _validated(predictions, labels)
+    n = labels.size
+    both_right, same = _pair_counts(predictions, labels)
+    nfr = (np.diag(both_right)[:, None] - both_right) / n
+    return {"nfr": nfr, "pfr": nfr.T.copy(), "churn": (n - same) / n}
 
 
 def pairwise_matrices(predictions: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
-    """V×V float arrays "nfr", "pfr" and "churn"; entry [i][j] has version i old, j new."""
-    predictions, labels = _validated(predictions, labels)
-    n = labels.size
-    correct = predictions == labels
-    both_right = _both_right_counts(correct)
-    right = np.diag(both_right)
-    nfr = (right[:, None] - both_right) / n
-    agree = both_right + _wrong_agreement_counts(predictions, correct)
-    np.fill_diagonal(agree, n)
-    return {"nfr": nfr, "pfr": nfr.T.copy(), "churn": 1.0 - agree / n}
-
-
-def _validated(predictions: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    """`matrices_from_predictions` of a (V, N) integer array, one row per version."""
+    predictions = np.asarray(predictions)
     if predictions.ndim != 2 or not np.issubdtype(predictions.dtype, np.integer):
         raise ValueError(f"predictions must be a (V, N) integer array, got {predictions.shape} "
                          f"{predictions.dtype}")
-    if labels.shape != predictions.shape[1:] or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"labels must be an integer array of shape ({predictions.shape[1]},), "
-                         f"got {labels.shape} {labels.dtype}")
+    return matrices_from_predictions(list(predictions), labels)
+
+
+def _validated(
+    predictions: Sequence[np.ndarray], labels: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray]:
+    labels = np.asarray(labels)
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be a 1-D integer array, got {labels.shape} {labels.dtype}")
+    predictions = [np.asarray(version) for version in predictions]
+    if not predictions or any(version.shape != labels.shape
+                              or not np.issubdtype(version.dtype, np.integer)
+                              for version in predictions):
+        raise ValueError(f"predictions must be one integer array of shape {labels.shape} per "
+                         "version (labels must be an integer array of shape (N,), one label "
+                         "per sample)")
     if labels.size == 0:
         raise ValueError("pairwise matrices need at least one sample")
     return predictions, labels
 
 
-def _both_right_counts(correct: np.ndarray) -> np.ndarray:
-    """G = C·Cᵀ accumulated chunk by chunk: exact counts with bounded memory."""
-    versions = correct.shape[0]
-    counts = np.zeros((versions, versions), dtype=np.float64)
-    for start in range(0, correct.shape[1], CHUNK_SAMPLES):
-        block = correct[:, start : start + CHUNK_SAMPLES].astype(np.float32)
-        counts += block @ block.T
-    return counts
+def _pair_counts(
+    predictions: list[np.ndarray], labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric V×V int64 counts: samples both versions get right, samples they predict alike."""
+    versions = len(predictions)
+    dtype = _common_dtype(predictions, labels)
+    both_right = np.zeros((versions, versions), dtype=np.int64)
+    same = np.zeros((versions, versions), dtype=np.int64)
+    for start in range(0, labels.size, CHUNK_SAMPLES):
+        block = np.stack([version[start : start + CHUNK_SAMPLES] for version in predictions])
+        block = block.astype(dtype, copy=False)
+        bits = np.packbits(block == labels[start : start + CHUNK_SAMPLES].astype(dtype), axis=1)
+        for i in range(versions):  # row i of the upper triangle, diagonal included
+            both_right[i, i:] += np.bitwise_count(bits[i:] & bits[i]).sum(axis=1, dtype=np.int64)
+            same[i, i + 1 :] += _row_sums(block[i + 1 :] == block[i])
+    upper = np.triu_indices(versions, k=1)
+    for counts in (both_right, same):
+        counts[upper[::-1]] = counts[upper]
+    np.fill_diagonal(same, labels.size)
+    return both_right, same
 
 
-def _wrong_agreement_counts(predictions: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """A[i][j] = #samples that versions i and j both get wrong with the same label (i ≠ j)."""
-    versions = predictions.shape[0]
-    shared_errors = np.count_nonzero(~correct, axis=0) >= 2
-    # A right answer never matches another version: replace it by a code unique to the version.
-    codes = np.where(
-        correct[:, shared_errors],
-        np.arange(-1, -versions - 1, -1, dtype=np.int32)[:, None],
-        predictions[:, shared_errors].astype(np.int32),
-    )
-    upper = np.zeros((versions, versions), dtype=np.float64)
-    for start in range(0, codes.shape[1], CHUNK_SAMPLES):
-        block = codes[:, start : start + CHUNK_SAMPLES]
-        for i in range(versions - 1):  # one vectorised row of the upper triangle at a time
-            upper[i, i + 1 :] += np.count_nonzero(block[i + 1 :] == block[i], axis=1)
-    return upper + upper.T
+def _row_sums(flags: np.ndarray) -> np.ndarray:
+    """True values per row of a 2-D bool array, summed as bytes in the narrowest exact dtype."""
+    return np.add.reduce(flags.view(np.uint8), axis=1, dtype=np.min_scalar_type(flags.shape[1]))
+
+
+def _common_dtype(predictions: list[np.ndarray], labels: np.ndarray) -> np.dtype:
+    """The smallest dtype holding every class; negative classes are refused."""
+    low = min(int(labels.min()), *(int(version.min()) for version in predictions))
+    high = max(int(labels.max()), *(int(version.max()) for version in predictions))
+    if low < 0:
+        raise ValueError(f"classes must be non-negative, got {low}")
+    return class_dtype(high + 1)

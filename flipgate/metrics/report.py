@@ -1,24 +1,221 @@
-"""Every compatibility number for one (old, new, eval set) triple, ready for JSON."""
+"""Every compatibility number for one (old, new, eval set) triple, ready for JSON.
 
-from dataclasses import dataclass
+`compare_logits` streams over the samples: it reads `chunk_size` rows of both logits at a
+time (arrays or memory-mapped `.npy` files), so its memory is a few chunks plus a few bytes
+per sample, never the logits. Counts, flips, per-class and per-group tables are exact
+integer tallies; means, SChurn, ECE bins and the prediction difference are sums over the
+chunks. The quantiles (median, p90) are exact: the per-sample logit displacement (4 bytes a
+sample for float32 logits) and the confidence gaps and ranks of the negative flips are kept,
+and `np.median` / `np.percentile` (linear interpolation) run on them at the end.
+"""
+
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 import numpy as np
 
-from flipgate.metrics.calibration import confidence_gap, expected_calibration_error
+from flipgate.metrics.calibration import ECE_BINS, calibration_gaps, confidence_gap
+from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
 from flipgate.metrics.displacement import describe, logit_displacement, rank_in_old
-from flipgate.metrics.diversity import prediction_difference
-from flipgate.metrics.flips import FlipCounts, count_flips, flipped_indices, per_class
+from flipgate.metrics.flips import FlipCounts, SliceCounts, count_flips, flipped_indices
+from flipgate.metrics.kernel import PairChunk, pair_chunk
 from flipgate.metrics.probs import softmax
-from flipgate.metrics.schurn import schurn
 from flipgate.metrics.stats import mcnemar_one_sided_p, wilson_interval
+from flipgate.progress import Progress
+
+
+def check_pair(old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray) -> None:
+    """Both logits (N, C) with N >= 1 and C >= 2, and N labels in [0, C)."""
+    shape = old_logits.shape
+    if new_logits.shape != shape or len(shape) != 2 or shape[0] < 1 or shape[1] < 2:
+        raise ValueError(f"old and new logits must share one (N, C) shape with N >= 1 and "
+                         f"C >= 2, got {shape} and {new_logits.shape}")
+    if labels.shape != shape[:1]:
+        raise ValueError(f"{labels.size} labels for {shape[0]} samples")
+    if labels.min() < 0 or labels.max() >= shape[1]:
+        raise ValueError(f"labels must lie in [0, {shape[1]})")
+
+
+def compare_logits(
+    old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray, schurn_alpha: float = 1.0,
+    *, groups: np.ndarray | None = None, chunk_size: int | None = None,
+    progress: Progress | None = None,
+) -> dict:
+    """Every compatibility metric of DESIGN §4 for one pair, as a JSON-ready dict.
+
+    `groups` (one string or integer per sample) adds the `per_group` table; `chunk_size`
+    is the number of samples read at a time; `progress(done, total)` follows the chunks.
+    """
+    labels = np.asarray(labels)
+    check_pair(old_logits, new_logits, labels)
+    if schurn_alpha <= 0:
+        raise ValueError(f"alpha must be positive, got {schurn_alpha}")
+    n, num_classes = old_logits.shape
+    tally = PairTally(n, num_classes, schurn_alpha, Slices.of(groups, n))
+    for start, stop in sample_ranges(n, chunk_rows(num_classes, chunk_size)):
+        tally.add(start, old_logits[start:stop], new_logits[start:stop], labels[start:stop])
+        for logits in (old_logits, new_logits):
+            release(logits, start, stop)
+        if progress:
+            progress(stop, n)
+    return tally.report()
+
+
+@dataclass(frozen=True)
+class Slices:
+    """Per-sample group codes 0..k-1 and the group each code stands for."""
+
+    codes: np.ndarray
+    names: list
+
+    @classmethod
+    def of(cls, groups: np.ndarray | None, n: int) -> "Slices | None":
+        """The slices of a `groups` array (None without one), validated."""
+        if groups is None:
+            return None
+        groups = np.asarray(groups)
+        if groups.shape != (n,) or groups.dtype.kind not in "iuUSO":
+            raise ValueError(f"groups must hold one string or integer per sample ({n}), got "
+                             f"shape {groups.shape} and dtype {groups.dtype}")
+        names, codes = np.unique(groups, return_inverse=True)
+        return cls(codes.reshape(-1), [name.item() if hasattr(name, "item") else name
+                                       for name in names])
+
+
+class PairTally:
+    """Sums, counts and kept per-sample values of an old/new comparison, chunk by chunk."""
+
+    def __init__(self, n: int, num_classes: int, alpha: float, groups: "Slices | None") -> None:
+        self.n, self.num_classes, self.alpha, self.groups = n, num_classes, alpha, groups
+        self.counts = FlipCounts(*[0] * len(fields(FlipCounts)))
+        self.classes = SliceCounts.zeros(num_classes)
+        self.by_group = SliceCounts.zeros(len(groups.names) if groups else 0)
+        self.sums = dict.fromkeys(("schurn", "old_gap", "new_gap", "delta_1", "delta_2",
+                                   "delta_l1"), 0.0)
+        self.ece = {"old": np.zeros(ECE_BINS), "new": np.zeros(ECE_BINS)}
+        self.displacement: np.ndarray | None = None
+        self.kept = np.zeros(n, dtype=bool)
+        self.flips: dict[str, list[np.ndarray]] = {
+            key: [] for key in ("negative", "positive", "old_gap", "new_gap", "rank")}
+
+    def add(self, start: int, old_logits: np.ndarray, new_logits: np.ndarray,
+            labels: np.ndarray) -> None:
+        """Fold the chunk of samples [start, start + len(labels)) into the tally."""
+        chunk = pair_chunk(old_logits, new_logits, labels, self.alpha)
+        old_pred, new_pred = chunk.predictions("old"), chunk.predictions("new")
+        if self.displacement is None:
+            self.displacement = np.empty(self.n, dtype=chunk.displacement.dtype)
+        self.displacement[start : start + labels.size] = chunk.displacement
+        self.kept[start : start + labels.size] = old_pred == new_pred
+        self._count(start, old_pred, new_pred, labels)
+        negative = np.flatnonzero((old_pred == labels) & (new_pred != labels))
+        self.flips["rank"].append(rank_in_old(old_logits, new_pred[negative], negative))
+        for model, pred in (("old", old_pred), ("new", new_pred)):
+            gap = chunk.gap(model)
+            self.sums[f"{model}_gap"] += float(gap.sum(dtype=np.float64))
+            self.flips[f"{model}_gap"].append(gap[negative])
+            self.ece[model] += calibration_gaps(chunk.confidence(model), pred == labels)
+        self._sum_distances(chunk)
+
+    def _count(self, start: int, old_pred: np.ndarray, new_pred: np.ndarray,
+               labels: np.ndarray) -> None:
+        old_right, new_right = old_pred == labels, new_pred == labels
+        self.counts += count_flips(old_pred, new_pred, labels)
+        self.classes += SliceCounts.count(labels, old_right, new_right, self.num_classes)
+        if self.groups:
+            codes = self.groups.codes[start : start + labels.size]
+            self.by_group += SliceCounts.count(codes, old_right, new_right, len(self.groups.names))
+        for kind, indices in flipped_indices(old_pred, new_pred, labels).items():
+            self.flips[kind].append(indices + start)
+
+    def _sum_distances(self, chunk: PairChunk) -> None:
+        """SChurn and the prediction difference of two models, whose deviations from their
+        mean are ±(p_old − p_new)/2: Δ1 = ½‖p_old − p_new‖₁, Δ2 = ½‖·‖₂, Δ^L_1 as below."""
+        label_total = chunk.old_label_prob + chunk.new_label_prob
+        label_share = np.divide(np.abs(chunk.old_label_prob - chunk.new_label_prob), label_total,
+                                out=np.zeros_like(label_total), where=label_total > 0)
+        for key, values in (("schurn", 0.5 * chunk.schurn), ("delta_1", 0.5 * chunk.delta_l1_sum),
+                            ("delta_2", 0.5 * np.sqrt(chunk.delta_l2_squared)),
+                            ("delta_l1", label_share)):
+            self.sums[key] += float(values.sum(dtype=np.float64))
+
+    def report(self) -> dict:
+        """The JSON-ready report of everything tallied."""
+        counts, n = self.counts, self.n
+        flips = {key: np.concatenate(parts) for key, parts in self.flips.items()}
+        report = {
+            "n": n,
+            "num_classes": self.num_classes,
+            **counts.rates(),
+            "nfr_mc": counts.nfr_mc,
+            "schurn": self.sums["schurn"] / n,
+            "schurn_alpha": self.alpha,
+            "negative_flips": counts.negative_flips,
+            "positive_flips": counts.positive_flips,
+            "both_wrong": counts.both_wrong,
+            "both_wrong_changed": counts.both_wrong_changed,
+            "nfr_ci": list(wilson_interval(counts.negative_flips, n)),
+            "pfr_ci": list(wilson_interval(counts.positive_flips, n)),
+            "churn_ci": list(wilson_interval(counts.changed, n)),
+            "mcnemar_p": mcnemar_one_sided_p(counts.negative_flips, counts.positive_flips),
+            "confidence": self._confidence_summary(flips),
+            "displacement": self._displacement_summary(flips["negative"]),
+            "flip_rank": flip_rank_summary(flips["rank"]),
+            "prediction_difference": {
+                **{key: self.sums[key] / n for key in ("delta_1", "delta_2", "delta_l1")},
+                "delta_h": counts.changed / n,
+            },
+            "per_class": [{"class": c, **self.classes.row(c)} for c in range(self.num_classes)],
+            "flipped_indices": {kind: flips[kind].tolist() for kind in ("negative", "positive")},
+        }
+        if self.groups:
+            report["per_group"] = group_rows(self.by_group, self.groups.names)
+        return report
+
+    def _confidence_summary(self, flips: dict[str, np.ndarray]) -> dict:
+        return {
+            "old_mean_gap": self.sums["old_gap"] / self.n,
+            "new_mean_gap": self.sums["new_gap"] / self.n,
+            "old_ece": float(np.abs(self.ece["old"]).sum() / self.n),
+            "new_ece": float(np.abs(self.ece["new"]).sum() / self.n),
+            "negative_flips_old_gap": describe(flips["old_gap"]),
+            "negative_flips_new_gap": describe(flips["new_gap"]),
+        }
+
+    def _displacement_summary(self, negative: np.ndarray) -> dict:
+        return {
+            "all": describe(self.displacement),
+            "negative_flips": describe(self.displacement[negative]),
+            "kept": describe(self.displacement[self.kept]),
+        }
+
+
+def flip_rank_summary(ranks: np.ndarray) -> dict:
+    """Summary and histogram of the negative flips' ranks among the old logits."""
+    histogram = np.bincount(ranks, minlength=2)[1:] if ranks.size else np.zeros(0, int)
+    return {
+        "summary": describe(ranks.astype(np.float64)),
+        "counts": {str(rank): int(c) for rank, c in enumerate(histogram, start=1) if c},
+    }
+
+
+def group_rows(counts: SliceCounts, names: list) -> list[dict]:
+    """The per-group table: the per-class numbers plus Wilson intervals of NFR and PFR."""
+    rows = []
+    for index, name in enumerate(names):
+        n = int(counts.n[index])
+        rows.append({"group": name, **counts.row(index),
+                     "nfr_ci": list(wilson_interval(int(counts.negative_flips[index]), n)),
+                     "pfr_ci": list(wilson_interval(int(counts.positive_flips[index]), n))})
+    return rows
 
 
 @dataclass(frozen=True, eq=False)
 class PairAnalysis:
-    """Per-sample arrays of an old/new comparison; `to_dict` summarises them.
+    """Per-sample arrays of an old/new comparison, for plots; `to_dict` is `compare_logits`.
 
-    "kept" samples are those whose predicted label did not change.
+    "kept" samples are those whose predicted label did not change. The arrays hold N values
+    (N × C for the probabilities): use `compare_logits` alone for large eval sets.
     """
 
     old_logits: np.ndarray
@@ -27,26 +224,7 @@ class PairAnalysis:
     schurn_alpha: float = 1.0
 
     def __post_init__(self) -> None:
-        shape = self.old_logits.shape
-        if self.new_logits.shape != shape or len(shape) != 2 or shape[0] < 1 or shape[1] < 2:
-            raise ValueError(f"old and new logits must share one (N, C) shape with N >= 1 and "
-                             f"C >= 2, got {shape} and {self.new_logits.shape}")
-        if self.labels.shape != shape[:1]:
-            raise ValueError(f"{self.labels.size} labels for {shape[0]} samples")
-        if self.labels.min() < 0 or self.labels.max() >= shape[1]:
-            raise ValueError(f"labels must lie in [0, {shape[1]})")
-
-    @property
-    def num_classes(self) -> int:
-        return self.old_logits.shape[1]
-
-    @cached_property
-    def old_probs(self) -> np.ndarray:
-        return softmax(self.old_logits)
-
-    @cached_property
-    def new_probs(self) -> np.ndarray:
-        return softmax(self.new_logits)
+        check_pair(self.old_logits, self.new_logits, self.labels)
 
     @cached_property
     def old_pred(self) -> np.ndarray:
@@ -70,75 +248,12 @@ class PairAnalysis:
 
     @cached_property
     def old_gap(self) -> np.ndarray:
-        return confidence_gap(self.old_probs)
+        return confidence_gap(softmax(self.old_logits))
 
     @cached_property
     def new_gap(self) -> np.ndarray:
-        return confidence_gap(self.new_probs)
-
-    @cached_property
-    def negative_flip_ranks(self) -> np.ndarray:
-        """Rank of each negative flip's new (wrong) class among the old model's logits."""
-        indices = self.flipped["negative"]
-        return rank_in_old(self.old_logits, self.new_pred[indices], indices)
+        return confidence_gap(softmax(self.new_logits))
 
     def to_dict(self) -> dict:
         """All numbers of `flipgate compare --json`."""
-        counts = self.counts
-        n = counts.n
-        return {
-            "n": n,
-            "num_classes": self.num_classes,
-            **counts.rates(),
-            "schurn": schurn(self.old_logits, self.new_logits, self.schurn_alpha),
-            "schurn_alpha": self.schurn_alpha,
-            "negative_flips": counts.negative_flips,
-            "positive_flips": counts.positive_flips,
-            "both_wrong": counts.both_wrong,
-            "nfr_ci": list(wilson_interval(counts.negative_flips, n)),
-            "pfr_ci": list(wilson_interval(counts.positive_flips, n)),
-            "churn_ci": list(wilson_interval(counts.changed, n)),
-            "mcnemar_p": mcnemar_one_sided_p(counts.negative_flips, counts.positive_flips),
-            "confidence": self._confidence(),
-            "displacement": self._displacement(),
-            "flip_rank": self._flip_rank(),
-            "prediction_difference": prediction_difference(
-                np.stack([self.old_probs, self.new_probs]), self.labels
-            ),
-            "per_class": per_class(self.old_pred, self.new_pred, self.labels, self.num_classes),
-            "flipped_indices": {kind: idx.tolist() for kind, idx in self.flipped.items()},
-        }
-
-    def _confidence(self) -> dict:
-        negative = self.flipped["negative"]
-        return {
-            "old_mean_gap": float(self.old_gap.mean()),
-            "new_mean_gap": float(self.new_gap.mean()),
-            "old_ece": expected_calibration_error(self.old_probs, self.labels),
-            "new_ece": expected_calibration_error(self.new_probs, self.labels),
-            "negative_flips_old_gap": describe(self.old_gap[negative]),
-            "negative_flips_new_gap": describe(self.new_gap[negative]),
-        }
-
-    def _displacement(self) -> dict:
-        changed = self.old_pred != self.new_pred
-        return {
-            "all": describe(self.displacement),
-            "negative_flips": describe(self.displacement[self.flipped["negative"]]),
-            "kept": describe(self.displacement[~changed]),
-        }
-
-    def _flip_rank(self) -> dict:
-        ranks = self.negative_flip_ranks
-        histogram = np.bincount(ranks, minlength=2)[1:] if ranks.size else np.zeros(0, int)
-        return {
-            "summary": describe(ranks.astype(np.float64)),
-            "counts": {str(rank): int(c) for rank, c in enumerate(histogram, start=1) if c},
-        }
-
-
-def compare_logits(
-    old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray, schurn_alpha: float = 1.0
-) -> dict:
-    """Every compatibility metric of DESIGN §4 for one pair, as a JSON-ready dict."""
-    return PairAnalysis(old_logits, new_logits, labels, schurn_alpha).to_dict()
+        return compare_logits(self.old_logits, self.new_logits, self.labels, self.schurn_alpha)

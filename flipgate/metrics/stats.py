@@ -23,9 +23,24 @@ def mcnemar_one_sided_p(negative_flips: int, positive_flips: int) -> float:
     Under H0 each discordant sample is a negative flip with probability 1/2, so the p-value is
     P(X >= negative_flips) for X ~ Binomial(negative_flips + positive_flips, 1/2).
     """
+    return cost_mcnemar_one_sided_p(negative_flips, positive_flips, 1.0, 1.0)
+
+
+def cost_mcnemar_one_sided_p(
+    negative_flips: int, positive_flips: int, negative_flip_cost: float, positive_flip_gain: float
+) -> float:
+    """Exact one-sided p-value for H0: the update does not raise the expected cost.
+
+    The cost per sample is c·[negative flip] − g·[positive flip]. Under H0 (c·P(neg) <= g·P(pos))
+    a discordant sample is a negative flip with probability at most g / (c + g), so the p-value
+    is P(X >= negative_flips) for X ~ Binomial(negative_flips + positive_flips, g / (c + g)).
+    With c = g this is the McNemar test above.
+    """
+    if negative_flip_cost <= 0 or positive_flip_gain < 0:
+        raise ValueError("the negative flip cost must be positive and the positive flip gain "
+                         "non-negative")
     discordant = negative_flips + positive_flips
-    if discordant == 0:
+    if discordant == 0 or negative_flips == 0:
         return 1.0
-    if negative_flips == 0:
-        return 1.0
-    return float(bdtrc(negative_flips - 1, discordant, 0.5))  # P(X > nf - 1) = P(X >= nf)
+    null_share = positive_flip_gain / (negative_flip_cost + positive_flip_gain)
+    return float(bdtrc(negative_flips - 1, discordant, null_share))  # P(X >= nf)

@@ -5,7 +5,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flipgate.metrics import count_flips, pairwise_matrices
+from flipgate.metrics import (
+    class_dtype,
+    count_flips,
+    matrices_from_predictions,
+    pairwise_matrices,
+    predicted_classes,
+)
 from flipgate.metrics import matrices as matrices_module
 
 from .test_flips import LABELS, NEW, OLD
@@ -76,3 +82,38 @@ def test_chunked_accumulation_gives_the_same_counts(monkeypatch):
 def test_bad_shapes_are_refused(predictions, labels, message):
     with pytest.raises(ValueError, match=message):
         pairwise_matrices(predictions, labels)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int64])
+def test_compact_predictions_give_the_loop_result_exactly(dtype, monkeypatch):
+    monkeypatch.setattr(matrices_module, "CHUNK_SAMPLES", 100)  # several blocks and a short one
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 200, 1050)
+    predictions = [np.where(rng.random(1050) < 0.8, labels, rng.integers(0, 200, 1050))
+                   .astype(dtype) for _ in range(5)]
+    fast = matrices_from_predictions(predictions, labels.astype(dtype))
+    slow = loop_over_pairs(np.stack(predictions).astype(np.int64), labels)
+    for key in ("nfr", "pfr", "churn"):
+        assert np.array_equal(fast[key], slow[key]), key
+
+
+def test_predicted_classes_of_a_memory_mapped_file(tmp_path):
+    rng = np.random.default_rng(4)
+    logits = rng.standard_normal((1234, 300), dtype=np.float32)
+    np.save(tmp_path / "logits.npy", logits)
+    mapped = np.load(tmp_path / "logits.npy", mmap_mode="r")
+    predictions = predicted_classes(mapped, chunk_size=100)
+    assert predictions.dtype == np.uint16 and predictions.tolist() == logits.argmax(1).tolist()
+    assert predicted_classes(logits[:, :256]).dtype == np.uint8
+    assert class_dtype(256) == np.uint8 and class_dtype(257) == np.uint16
+    assert class_dtype(70_000) == np.uint32
+
+
+def test_compact_predictions_are_validated():
+    labels = np.array([0, 1, 2])
+    with pytest.raises(ValueError, match="one integer array of shape \\(3,\\) per version"):
+        matrices_from_predictions([np.array([0, 1])], labels)
+    with pytest.raises(ValueError, match="one integer array"):
+        matrices_from_predictions([], labels)
+    with pytest.raises(ValueError, match="classes must be non-negative"):
+        matrices_from_predictions([np.array([0, -1, 2])], labels)
