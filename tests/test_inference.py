@@ -92,6 +92,6 @@ def test_a_failed_stream_leaves_no_file(tmp_path):
     model = OnnxClassifier(linear_onnx(tmp_path / "nan.onnx", WEIGHT, np.full(3, np.nan),
                                        ("N", 6)))
     target = tmp_path / "logits.npy"
-    with pytest.raises(InvalidInput, match="NaN or infinite logits") as error:
+    with pytest.raises(InputError, match="NaN or infinite logits") as error:
         model.predict_to_file(RNG.random((5, 6), dtype=np.float32), target)
     assert error.value.code == "model_output_not_finite" and not target.exists()
