@@ -453,11 +453,14 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> Parser:
+    from flipgate.repair.cli import add_repair_command  # it imports this module's helpers
+
     parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for add_command in (add_compare_command, add_train_command, add_experiment_command,
                         add_demo_command, add_migrate_command, add_serve_command,
-                        add_worker_command, add_token_command, add_gate_command):
+                        add_worker_command, add_token_command, add_gate_command,
+                        add_repair_command):
         add_command(commands)
     return parser
 
