@@ -155,7 +155,7 @@ def run_train(args: argparse.Namespace) -> int:
         options, config = method_options(args, args.method), TrainConfig(**settings)
         with progress_bars() as bar:
             trained = recipes.train(args.method, args.arch, data, num_classes, config, options,
-                                    old_logits, progress=bar)
+                                    old_logits, progress=bar, init=args.init)
     except InvalidInput:
         raise
     except ValueError as error:
@@ -337,6 +337,8 @@ def add_train_command(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--out", type=Path, required=True, metavar="MODEL.onnx")
     train.add_argument("--old", type=Path, metavar="OLD.onnx",
                        help="the deployed model (kd and fd need it; elodi adds a legacy term)")
+    train.add_argument("--init", type=Path, metavar="OLD.onnx",
+                       help="start from this model's weights (a flipgate export of --arch)")
     train.add_argument("--num-classes", type=positive_int)
     train.add_argument("--epochs", type=positive_int)
     train.add_argument("--batch-size", type=positive_int)
