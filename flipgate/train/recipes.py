@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from flipgate import __version__
-from flipgate.export import AveragedEnsemble, export_onnx
+from flipgate.export import AveragedEnsemble, export_onnx, read_weights
 from flipgate.formats import EvalSet
 from flipgate.progress import ProgressFactory
 from flipgate.train.config import TrainConfig
@@ -44,6 +44,7 @@ from flipgate.train.methods import (
     resolve_options,
 )
 from flipgate.train.stack import ModelStack, member_seeds
+from flipgate.train.zoo import build_model
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,17 @@ class TrainingSetup:
     device: torch.device
     old: Tensor | None
     progress: ProgressFactory | None
+    init: dict[str, Tensor] | None = None
 
     def stack(self, seeds: list[int]) -> ModelStack:
-        return ModelStack.build(self.arch, self.data.sample_shape, self.num_classes, seeds,
-                                self.device)
+        """One member per seed, each starting from the warm-start weights when there are some."""
+        stack = ModelStack.build(self.arch, self.data.sample_shape, self.num_classes, seeds,
+                                 self.device)
+        if self.init is not None:
+            with torch.no_grad():
+                for name, stacked in stack.params.items():
+                    stacked.copy_(self.init[name])  # broadcast over the members
+        return stack
 
     def fit(self, stack: ModelStack, loss, order_seeds: list[int], label: str) -> ModelStack:
         progress = self.progress(label) if self.progress else None
@@ -178,19 +186,30 @@ class TrainedModel:
 def train(
     method: str, arch: str, data: EvalSet, num_classes: int, config: TrainConfig,
     options: Any = None, old_logits: np.ndarray | None = None,
-    progress: ProgressFactory | None = None,
+    progress: ProgressFactory | None = None, init: str | Path | None = None,
 ) -> TrainedModel:
-    """Train with `method`'s recipe; `options` defaults to the recipe's option defaults."""
+    """Train with `method`'s recipe; `options` defaults to the recipe's option defaults. With
+    `init` (an ONNX file of the same architecture), every model starts from its weights."""
     options = resolve_options(method, options, has_old=old_logits is not None)
     device = default_device()
     old = None if old_logits is None else torch.from_numpy(old_logits).float().to(device)
-    context = TrainingSetup(arch, data, num_classes, config, device, old, progress)
+    context = TrainingSetup(arch, data, num_classes, config, device, old, progress,
+                      _warm_start(init, arch, data, num_classes, device))
     started = time.perf_counter()
     module = RUNNERS[method](context, options).cpu().eval()
     record = {
         "method": method, "arch": arch, "num_classes": num_classes, "samples": data.n,
         "train": asdict(config), "options": asdict(options), "targets_old_model": old is not None,
         "device": device.type, "seconds": round(time.perf_counter() - started, 3),
-        "flipgate": __version__,
+        "init": None if init is None else str(init), "flipgate": __version__,
     }
     return TrainedModel(module, record)
+
+
+def _warm_start(init: str | Path | None, arch: str, data: EvalSet, num_classes: int,
+                device: torch.device) -> dict[str, Tensor] | None:
+    """The weights of the ONNX file `init`, read into the shape of `arch`."""
+    if init is None:
+        return None
+    shape = build_model(arch, data.sample_shape, num_classes)
+    return {name: value.to(device) for name, value in read_weights(init, shape).items()}

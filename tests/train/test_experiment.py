@@ -52,3 +52,23 @@ def test_reproduction_page_has_table_targets_and_plot(tmp_path):
     assert "| No treatment | 12.00 ± 0.00 | 10.00 ± 0.00 | 3.00 ± 1.41 |" in text
     assert "| same architecture | ELODI (K = 3) |" in text and "**no**" in text
     assert (tmp_path / "reproduction.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_fine_tuned_setting_has_its_own_treatments_and_targets():
+    fine_tuned = [Run(name, "fine-tuned update", seed, 0.12, 0.10, nfr, None, 0.05, 1.0)
+                  for seed in (0, 1)
+                  for name, nfr in (("No treatment", 0.02), ("Interpolation", 0.009),
+                                    ("Ensemble fallback", 0.012))]
+    table = summarize(RUNS + fine_tuned)
+    assert list(table["fine-tuned update"]) == ["No treatment", "Interpolation",
+                                                 "Ensemble fallback"]
+    met = {target.treatment: ok for setting, target, _, _, ok in target_results(table)
+           if setting == "fine-tuned update"}
+    assert met == {"Interpolation": True, "Ensemble fallback": False}  # 0.9% ≤ 1%, 1.2% > 1%
+
+
+def test_unknown_settings_are_refused(tmp_path, capsys):
+    from flipgate.cli import main
+
+    code = main(["experiment", "--settings", "tiny", "--out", str(tmp_path / "r.md")])
+    assert code == 2 and "unknown settings ['tiny']" in capsys.readouterr().err
