@@ -192,21 +192,25 @@ def test_reads_never_settle_a_decision_its_job_end_does(line, db):
         assert session.get_one(Job, job_id).state == JobState.FAILED
 
 
-@pytest.mark.parametrize("body", [
-    {"model": "d\u0000", "candidate": "1"}, {"model": "digits", "candidate": "1\u0000"},
-    {"model": "digits", "candidate": "1", "baseline": "../1"},
-    {"model": "digits", "candidate": "1", "evalsets": ["ev\u0000"]},
-    {"model": "digits", "candidate": "1", "evalsets": ["ev"] * 51},
+@pytest.mark.parametrize(("body", "code"), [
+    ({"model": "d\u0000", "candidate": "1"}, "nul_byte"),
+    ({"model": "digits", "candidate": "1\u0000"}, "nul_byte"),
+    ({"model": "digits", "candidate": "1", "baseline": "../1"}, "invalid_request"),
+    ({"model": "digits", "candidate": "1", "evalsets": ["ev\u0000"]}, "nul_byte"),
+    ({"model": "digits", "candidate": "1", "evalsets": ["ev"] * 51}, "invalid_request"),
 ])
-def test_gate_requests_with_bad_names_are_refused_before_anything_is_read(line, counts, body):
+def test_gate_requests_with_bad_names_are_refused_before_anything_is_read(line, counts, body,
+                                                                          code):
     before = counts()
     unsigned = line.post("/gate", json=body, headers={"Authorization": ""})
-    refused(unsigned, 422, "invalid_request", counts, before)
+    refused(unsigned, 422, code, counts, before)
 
 
-@pytest.mark.parametrize("path", [
-    f"/gate/decisions/{2**31}", f"/gate/decisions/{2**63}", "/gate/decisions/0",
-    f"/models/digits/decisions?before={2**63}", f"/models/digits/policy?version={2**31}",
+@pytest.mark.parametrize(("path", "code"), [
+    (f"/gate/decisions/{2**31}", "out_of_range"), (f"/gate/decisions/{2**63}", "out_of_range"),
+    ("/gate/decisions/0", "invalid_request"),
+    (f"/models/digits/decisions?before={2**63}", "out_of_range"),
+    (f"/models/digits/policy?version={2**31}", "out_of_range"),
 ])
-def test_ids_out_of_range_are_refused(line, path):
-    assert error_code(line.get(path), 422) == "invalid_request"
+def test_ids_out_of_range_are_refused(line, path, code):
+    assert error_code(line.get(path), 422) == code
