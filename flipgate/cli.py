@@ -67,16 +67,18 @@ def data_dir() -> Path:
 def run_compare(args: argparse.Namespace) -> int:
     """Compare OLD and NEW on the eval set and print or write the report."""
     compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
-                       batch_size=args.batch_size, device=args.device)
+                       batch_size=args.batch_size, device=args.device,
+                       gallery=not args.no_gallery)
     return 0
 
 
 def compare_and_report(
     old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto",
+    batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto", gallery: bool = True,
 ) -> None:
-    """Score both models, then print the terminal report or JSON and write the HTML page."""
-    from flipgate.reporting.html import render_html
+    """Score both models, then print the terminal report or JSON and write the HTML page
+    (with the flip gallery unless `gallery` is false)."""
+    from flipgate.reporting.html import flip_gallery, render_html
     from flipgate.reporting.terminal import render_report
 
     evalset = load_evalset(evalset_path)
@@ -87,7 +89,8 @@ def compare_and_report(
     report = {**analysis.to_dict(), "old": scored[0].describe(), "new": scored[1].describe()}
     names = {"old_name": str(old), "new_name": str(new)}
     if html:
-        write_text(html, render_html(analysis, report, **names))
+        flips = flip_gallery(analysis, evalset.x) if gallery else ""
+        write_text(html, render_html(analysis, report, **names, gallery=flips))
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:
@@ -317,6 +320,8 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
                          help="eval set: .npz with x (float32, N first) and y (int labels)")
     compare.add_argument("--json", action="store_true", help="print one JSON object")
     compare.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
+    compare.add_argument("--no-gallery", action="store_true",
+                         help="leave the gallery of negatively flipped samples out of --html")
     compare.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
     compare.add_argument("--device", choices=DEVICES, default="auto",
                          help="where ONNX Runtime runs the models (default: CUDA if usable)")

@@ -1,5 +1,6 @@
 """Server settings, read once from FLIPGATE_* environment variables."""
 
+import secrets
 from functools import cache
 from pathlib import Path
 from typing import Literal, Self
@@ -29,6 +30,10 @@ class Settings(BaseSettings):
     callback_attempts: int = Field(default=6, ge=1)  # deliveries of a decision's status
     callback_backoff_seconds: float = Field(default=5.0, ge=0)  # doubled after each failure
     callback_timeout_seconds: float = Field(default=10.0, gt=0)
+    # signs the dashboard's session cookies; unset: a random key per process (sign-ins end
+    # when the server restarts, and API processes behind one address must share a key)
+    session_key: SecretStr = Field(default_factory=lambda: SecretStr(secrets.token_hex(32)))
+    session_hours: float = Field(default=12.0, gt=0)  # a dashboard sign-in lasts this long
 
     @model_validator(mode="after")
     def _default_database(self) -> Self:
