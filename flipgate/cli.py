@@ -117,27 +117,34 @@ def run_demo(args: argparse.Namespace) -> int:
                        html=folder / "report.html")
     print(f"\nRun it yourself: flipgate compare {files.old_model} {files.new_model} "
           f"--evalset {files.evalset} [--json] [--html FILE]")
-    return 0 if args.local_only else demo_through_server(files, folder / "server")
+    return 0 if args.local_only else demo_through_server(files, folder / "server", args.serve)
 
 
-def demo_through_server(files: "DemoFiles", folder: Path) -> int:
+def demo_through_server(files: "DemoFiles", folder: Path, serve: bool = False) -> int:
     """The demo's models through `flipgate serve` and its gate: print the server's report of
-    the same update, the gate's decisions and the line's matrix."""
-    from flipgate.demo_server import LINE, POLICY, ServerDemoError, run_through_server
+    the same update, the gate's decisions, the line's matrix and its dashboard's URL."""
+    from flipgate.demo_server import (
+        LINE,
+        POLICY,
+        ServerDemoError,
+        run_through_server,
+        show_dashboard,
+    )
     from flipgate.reporting.terminal import render_decisions, render_matrix, render_report
 
     console = Console()
     console.rule(f"The same update through flipgate serve (data in {folder})")
     try:
-        served = run_through_server(files, folder)
+        with run_through_server(files, folder) as served:
+            render_report(served.report, console, old_name=f"{LINE}:1", new_name=f"{LINE}:3")
+            render_decisions(served.decisions, console, title=f"The deploy gate on {LINE} "
+                             f"(policy {POLICY}); 2 is trained with FD towards 1, 3 plainly")
+            render_matrix(served.matrix, console,
+                          title=f"{LINE}: NFR (churn) for every pair of versions")
+            show_dashboard(served, serve=serve)
     except ServerDemoError as error:
         print(f"flipgate demo: error: {error}", file=sys.stderr)
         return 1
-    render_report(served.report, console, old_name=f"{LINE}:1", new_name=f"{LINE}:3")
-    render_decisions(served.decisions, console, title=f"The deploy gate on {LINE} (policy "
-                     f"{POLICY}); 2 is trained with FD towards 1, 3 plainly")
-    render_matrix(served.matrix, console,
-                  title=f"{LINE}: NFR (churn) for every pair of versions")
     return 0
 
 
@@ -372,6 +379,9 @@ def add_demo_command(commands: argparse._SubParsersAction) -> None:
     demo.add_argument("--local-only", action="store_true",
                       help="skip the second half, which runs the same update through a "
                            "flipgate serve started for the demo")
+    demo.add_argument("--serve", action="store_true",
+                      help="keep the demo's server running (until Ctrl-C) to browse its "
+                           "dashboard")
     demo.set_defaults(run=run_demo)
 
 

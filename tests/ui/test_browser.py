@@ -4,9 +4,11 @@ scikit-learn's 8x8 digits: sign in, read the line's heatmap and check it against
 flipgate.metrics, count the pair's gallery images against its negative flips, and find the
 blocked decision's reason.
 
-Set DASHBOARD_SCREENSHOT_DIR to keep the line page's screenshot (the README's is docs/).
+Set DASHBOARD_SCREENSHOT_DIR to keep the pages' screenshots there (the README shows
+docs/dashboard-line.png, taken this way).
 """
 
+import json
 import os
 import re
 import shutil
@@ -90,8 +92,12 @@ def populate(client: httpx.Client, digits: dict[str, Path]) -> None:
     created = client.post("/evalsets", data={"name": "eval"},
                           files={"data": ("eval.npz", digits["eval"].read_bytes())})
     assert created.status_code == 201, created.text
-    for version in TRAINING_SAMPLES:
-        response = client.post("/models", data={"name": "digits", "version": version},
+    for version, per_class in TRAINING_SAMPLES.items():
+        fields = {"name": "digits", "version": version,
+                  "metadata": json.dumps({"model": "logistic regression",
+                                          "training_samples": 10 * per_class})}
+        fields |= {"parent": "digits:1"} if version != "1" else {}
+        response = client.post("/models", data=fields,
                                files={"artifact": ("m.onnx", digits[version].read_bytes())})
         assert response.status_code == 201, response.text
     assert gate(client, "1")["verdict"] == "approve"
@@ -152,10 +158,11 @@ def test_dashboard_in_a_browser(server, page, digits, tmp_path):
         assert len(shown) == 6
         for (old, new), value in shown.items():
             assert value == pytest.approx(expected[old, new][metric], abs=5e-5), (metric, old, new)
-    save_screenshot(page, tmp_path)
+    save_screenshot(page, tmp_path, "dashboard-line.png")
 
     page.locator('#matrix-table a[href*="/pairs/1/3"]').click()
     page.wait_for_url(re.compile(r"/pairs/1/3"))
+    save_screenshot(page, tmp_path, "dashboard-pair.png")
     images = count_gallery_images(page)
     assert images == expected["1", "3"]["negative_flips"] > 48  # more than one page
 
@@ -163,6 +170,7 @@ def test_dashboard_in_a_browser(server, page, digits, tmp_path):
     page.locator("#decision-log tr", has=page.locator(".verdict-block")).get_by_role(
         "link").first.click()
     page.wait_for_url(re.compile(r"/ui/decisions/\d+"))
+    save_screenshot(page, tmp_path, "dashboard-decision.png")
     reason = page.locator("#reasons tr.blocking")
     assert reason.locator("code").inner_text() == "max_nfr"
     measured = float(reason.locator("td.num").first.inner_text())
@@ -203,9 +211,9 @@ def count_gallery_images(page) -> int:
         page.wait_for_load_state()
 
 
-def save_screenshot(page, tmp_path: Path) -> None:
-    """The line page as a PNG, also under $DASHBOARD_SCREENSHOT_DIR when set."""
+def save_screenshot(page, tmp_path: Path, name: str) -> None:
+    """The page as a PNG in tmp_path, and under $DASHBOARD_SCREENSHOT_DIR when set."""
     shot = page.screenshot(full_page=True)
-    (tmp_path / "dashboard-line.png").write_bytes(shot)
+    (tmp_path / name).write_bytes(shot)
     if folder := os.environ.get("DASHBOARD_SCREENSHOT_DIR"):
-        (Path(folder) / "dashboard-line.png").write_bytes(shot)
+        (Path(folder) / name).write_bytes(shot)
