@@ -84,11 +84,12 @@ def show_dashboard(served: ServerDemo, *, serve: bool) -> None:
     """Print where the dashboard shows the demo's line; with `serve`, keep the server up
     until Ctrl-C."""
     if not serve:
-        print(f"\nThe dashboard of this line (the demo server has stopped; serve its data again "
-              f"with\n  FLIPGATE_DATA_DIR={served.folder} flipgate serve\nand sign in with a "
-              f"token from\n  FLIPGATE_DATA_DIR={served.folder} flipgate token create --name me "
-              f"--scopes read\nor run `flipgate demo --serve`):\n  "
-              f"{served.dashboard_url.replace(served.base_url, DEFAULT_SERVE_URL)}")
+        url = served.dashboard_url.replace(served.base_url, DEFAULT_SERVE_URL)
+        print(f"\nThe dashboard of this line: {url}\nThe demo's server has stopped; "
+              f"`flipgate demo --serve` keeps it running, or serve its data again with\n"
+              f"  FLIPGATE_DATA_DIR={served.folder} flipgate serve\nand sign in with a token "
+              f"from\n  FLIPGATE_DATA_DIR={served.folder} flipgate token create --name me "
+              f"--scopes read")
         return
     print(f"\nThe dashboard of this line: {served.dashboard_url}\nSign in with the demo's "
           f"admin token: {served.token}\nServing until Ctrl-C.", flush=True)

@@ -176,14 +176,16 @@ def decisions(session: Session, line: ModelLine, page: int) -> list[DecisionView
                                 .order_by(Decision.id.desc())
                                 .offset((page - 1) * DECISIONS_PER_PAGE)
                                 .limit(DECISIONS_PER_PAGE)))
-    return [_decision_view(session, row) for row in rows]
+    return _decision_views(session, rows)
 
 
-def _decision_view(session: Session, row: Decision) -> DecisionView:
-    ids = [row.candidate_id, row.baseline_id]
+def _decision_views(session: Session, rows: list[Decision]) -> list[DecisionView]:
+    """The decisions with their candidates' and baselines' names (one query)."""
+    ids = {row.candidate_id for row in rows} | {row.baseline_id for row in rows}
     names = dict(session.execute(select(ModelVersion.id, ModelVersion.version)
-                                 .where(ModelVersion.id.in_(ids))).all())
-    return DecisionView(row, names[row.candidate_id], names.get(row.baseline_id))
+                                 .where(ModelVersion.id.in_(ids - {None}))).all())
+    return [DecisionView(row, names[row.candidate_id], names.get(row.baseline_id))
+            for row in rows]
 
 
 @dataclass(frozen=True)
@@ -211,7 +213,7 @@ def decision_page(session: Session, decision_id: int) -> DecisionPage:
         if (version.produced_by or {}).get("decision_id") == row.id), None)
     follow_up = session.scalar(select(Decision.id).where(Decision.repair_of_id == row.id)
                                .order_by(Decision.id.desc()).limit(1))
-    return DecisionPage(_decision_view(session, row), line,
+    return DecisionPage(_decision_views(session, [row])[0], line,
                         repair_jobs[0] if repair_jobs else None, repaired, follow_up)
 
 

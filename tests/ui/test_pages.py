@@ -175,3 +175,18 @@ def test_api_docs_are_served_from_local_assets(client):
     assert "/ui/docs-assets/swagger-ui-bundle.js" in swagger.text
     assert "/ui/docs-assets/redoc.standalone.js" in redoc.text
     assert client.get("/ui/docs-assets/swagger-ui-bundle.js").status_code == 200
+
+
+def test_decision_log_pages_twenty_at_a_time(seeded, signed_in, client):
+    for _ in range(20):
+        response = client.post("/gate", json={"model": LINE, "candidate": "2"},
+                               headers=bearer(ADMIN_TOKEN))
+        assert response.json()["verdict"] == "block"
+    first = signed_in.get(f"/ui/lines/{LINE}").text
+    second = signed_in.get(f"/ui/lines/{LINE}?page=2").text
+    log_rows = re.compile(r'<td><a href="/ui/decisions/(\d+)">')
+    newest = [int(found) for found in log_rows.findall(first)]
+    older = [int(found) for found in log_rows.findall(second)]
+    assert len(newest) == 20 and len(older) == 2 and min(newest) > max(older)
+    assert "page 1 of 2" in first and 'rel="next"' in first and 'rel="prev"' in second
+    assert signed_in.get(f"/ui/lines/{LINE}?page=9").text.count("page 2 of 2") == 1
