@@ -120,11 +120,16 @@ def line_page(session: Session, name: str, evalset: str | None, page: int) -> Li
     evalsets = measured_evalsets(session, line)
     chosen = evalset if evalset in evalsets else (evalsets[0] if evalsets else None)
     total = session.scalar(select(func.count()).where(Decision.line_id == line.id)) or 0
-    pages = max(1, -(-total // DECISIONS_PER_PAGE))
-    page = min(max(page, 1), pages)
+    page, pages = paged(page, total, DECISIONS_PER_PAGE)
     return LinePage(line, versions, evalsets, chosen,
                     matrix(session, [view.row for view in versions], chosen),
                     policies(session, line), decisions(session, line, page), page, pages)
+
+
+def paged(page: int, total: int, per_page: int) -> tuple[int, int]:
+    """`page` moved into [1, pages], and the number of pages of `total` items."""
+    pages = max(1, -(-total // per_page))
+    return min(max(page, 1), pages), pages
 
 
 def versions_of(session: Session, line: ModelLine) -> list[VersionView]:

@@ -121,8 +121,7 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
              "evalset": store.path(rows.dataset.sha256)}
     ranked = samples.ranked_negative_flips(
         rows.metrics.report["flipped_indices"]["negative"], paths["new_logits"])
-    pages = max(1, -(-len(ranked) // FLIPS_PER_PAGE))
-    page = min(max(page, 1), pages)
+    page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
     flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
                   report=Markup(_report(rows, paths, old, new)),
