@@ -32,16 +32,18 @@ def data_dir() -> Path:
 def run_compare(args: argparse.Namespace) -> int:
     """Compare OLD and NEW on the eval set and print or write the report."""
     compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
-                       batch_size=args.batch_size, device=args.device)
+                       batch_size=args.batch_size, device=args.device,
+                       gallery=not args.no_gallery)
     return 0
 
 
 def compare_and_report(
     old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto",
+    batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto", gallery: bool = True,
 ) -> None:
-    """Score both models, then print the terminal report or JSON and write the HTML page."""
-    from flipgate.reporting.html import render_html
+    """Score both models, then print the terminal report or JSON and write the HTML page
+    (with the flip gallery unless `gallery` is false)."""
+    from flipgate.reporting.html import flip_gallery, render_html
     from flipgate.reporting.terminal import render_report
 
     evalset = load_evalset(evalset_path)
@@ -52,7 +54,8 @@ def compare_and_report(
     report = {**analysis.to_dict(), "old": scored[0].describe(), "new": scored[1].describe()}
     names = {"old_name": str(old), "new_name": str(new)}
     if html:
-        write_text(html, render_html(analysis, report, **names))
+        flips = flip_gallery(analysis, evalset.x) if gallery else ""
+        write_text(html, render_html(analysis, report, **names, gallery=flips))
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:
@@ -79,27 +82,34 @@ def run_demo(args: argparse.Namespace) -> int:
                        html=folder / "report.html")
     print(f"\nRun it yourself: flipgate compare {files.old_model} {files.new_model} "
           f"--evalset {files.evalset} [--json] [--html FILE]")
-    return 0 if args.local_only else demo_through_server(files, folder / "server")
+    return 0 if args.local_only else demo_through_server(files, folder / "server", args.serve)
 
 
-def demo_through_server(files: "DemoFiles", folder: Path) -> int:
+def demo_through_server(files: "DemoFiles", folder: Path, serve: bool = False) -> int:
     """The demo's models through `flipgate serve` and its gate: print the server's report of
-    the same update, the gate's decisions and the line's matrix."""
-    from flipgate.demo_server import LINE, POLICY, ServerDemoError, run_through_server
+    the same update, the gate's decisions, the line's matrix and its dashboard's URL."""
+    from flipgate.demo_server import (
+        LINE,
+        POLICY,
+        ServerDemoError,
+        run_through_server,
+        show_dashboard,
+    )
     from flipgate.reporting.terminal import render_decisions, render_matrix, render_report
 
     console = Console()
     console.rule(f"The same update through flipgate serve (data in {folder})")
     try:
-        served = run_through_server(files, folder)
+        with run_through_server(files, folder) as served:
+            render_report(served.report, console, old_name=f"{LINE}:1", new_name=f"{LINE}:3")
+            render_decisions(served.decisions, console, title=f"The deploy gate on {LINE} "
+                             f"(policy {POLICY}); 2 is trained with FD towards 1, 3 plainly")
+            render_matrix(served.matrix, console,
+                          title=f"{LINE}: NFR (churn) for every pair of versions")
+            show_dashboard(served, serve=serve)
     except ServerDemoError as error:
         print(f"flipgate demo: error: {error}", file=sys.stderr)
         return 1
-    render_report(served.report, console, old_name=f"{LINE}:1", new_name=f"{LINE}:3")
-    render_decisions(served.decisions, console, title=f"The deploy gate on {LINE} (policy "
-                     f"{POLICY}); 2 is trained with FD towards 1, 3 plainly")
-    render_matrix(served.matrix, console,
-                  title=f"{LINE}: NFR (churn) for every pair of versions")
     return 0
 
 
@@ -198,6 +208,8 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
                          help="eval set: .npz with x (float32, N first) and y (int labels)")
     compare.add_argument("--json", action="store_true", help="print one JSON object")
     compare.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
+    compare.add_argument("--no-gallery", action="store_true",
+                         help="leave the gallery of negatively flipped samples out of --html")
     compare.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
     compare.add_argument("--device", choices=DEVICES, default="auto",
                          help="where ONNX Runtime runs the models (default: CUDA if usable)")
@@ -253,6 +265,9 @@ def add_demo_command(commands: argparse._SubParsersAction) -> None:
     demo.add_argument("--local-only", action="store_true",
                       help="skip the second half, which runs the same update through a "
                            "flipgate serve started for the demo")
+    demo.add_argument("--serve", action="store_true",
+                      help="keep the demo's server running (until Ctrl-C) to browse its "
+                           "dashboard")
     demo.set_defaults(run=run_demo)
 
 

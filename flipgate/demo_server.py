@@ -22,6 +22,7 @@ from flipgate.processes import free_port, stop_process
 
 LINE, EVALSET, TRAINSET = "mnist", "mnist-eval", "mnist-train"
 WAIT_SECONDS, POLL_SECONDS = 300, 0.2
+DEFAULT_SERVE_URL = "http://127.0.0.1:8000"  # where a plain `flipgate serve` listens
 
 
 class ServerDemoError(RuntimeError):
@@ -34,30 +35,68 @@ POLICY = {"max_nfr": 0.01, "max_er_increase": 0.0, "evalsets": [EVALSET]}
 @dataclass(frozen=True)
 class ServerDemo:
     """What the server answered: the compare report of version 1 → 3 (the update the local
-    compare showed), the line's matrix, and the gate's decisions in the order asked."""
+    compare showed), the line's matrix, and the gate's decisions in the order asked; and
+    where the server keeps its data and shows its dashboard."""
 
     report: dict
     matrix: dict
     decisions: list[dict]
+    folder: Path
+    base_url: str
+    token: str
+
+    @property
+    def dashboard_url(self) -> str:
+        """The dashboard's page of the demo's line."""
+        return f"{self.base_url}/ui/lines/{LINE}"
 
 
-def run_through_server(files: DemoFiles, folder: Path) -> ServerDemo:
+@contextmanager
+def run_through_server(files: DemoFiles, folder: Path) -> Iterator[ServerDemo]:
     """Register the models and data sets, gate each update under POLICY (1 → 2 approved and
-    promoted, 2 → 3 blocked), repair the blocked one with ELODI and promote the repair."""
+    promoted, 2 → 3 blocked), repair the blocked one with ELODI and promote the repair; the
+    server runs until the block ends."""
     with demo_server(folder) as client:
-        upload(client, "/evalsets", {"name": EVALSET}, "data", files.evalset)
-        upload(client, "/trainsets", {"name": TRAINSET}, "data", files.train_set)
-        decisions = [register_and_gate(client, "1", files.old_model)]
-        checked(client.put(f"/models/{LINE}/training-dataset", json={"dataset": TRAINSET}))
-        promote(client, "1")
-        checked(client.put(f"/models/{LINE}/policy", json=POLICY))
-        decisions.append(register_and_gate(client, "2", files.fd_model, parent="1"))
-        promote(client, "2")
-        decisions.append(register_and_gate(client, "3", files.new_model, parent="2"))
-        decisions.append(repair(client, decisions[-1]["decision_id"]))
-        promote(client, decisions[-1]["candidate"])
-        report = compare_when_ready(client, f"{LINE}:1", f"{LINE}:3")
-        return ServerDemo(report, matrix_when_ready(client), decisions)
+        yield ServerDemo(*gate_the_demo(client, files), folder=folder,
+                         base_url=str(client.base_url).rstrip("/"),
+                         token=client.headers["Authorization"].removeprefix("Bearer "))
+
+
+def gate_the_demo(client: httpx.Client, files: DemoFiles) -> tuple[dict, dict, list[dict]]:
+    """The report of 1 → 3, the matrix and the decisions of the demo's updates."""
+    upload(client, "/evalsets", {"name": EVALSET}, "data", files.evalset)
+    upload(client, "/trainsets", {"name": TRAINSET}, "data", files.train_set)
+    decisions = [register_and_gate(client, "1", files.old_model)]
+    checked(client.put(f"/models/{LINE}/training-dataset", json={"dataset": TRAINSET}))
+    promote(client, "1")
+    checked(client.put(f"/models/{LINE}/policy", json=POLICY))
+    decisions.append(register_and_gate(client, "2", files.fd_model, parent="1"))
+    promote(client, "2")
+    decisions.append(register_and_gate(client, "3", files.new_model, parent="2"))
+    decisions.append(repair(client, decisions[-1]["decision_id"]))
+    promote(client, decisions[-1]["candidate"])
+    report = compare_when_ready(client, f"{LINE}:1", f"{LINE}:3")
+    return report, matrix_when_ready(client), decisions
+
+
+def show_dashboard(served: ServerDemo, *, serve: bool) -> None:
+    """Print where the dashboard shows the demo's line; with `serve`, keep the server up
+    until Ctrl-C."""
+    if not serve:
+        url = served.dashboard_url.replace(served.base_url, DEFAULT_SERVE_URL)
+        print(f"\nThe dashboard of this line: {url}\nThe demo's server has stopped; "
+              f"`flipgate demo --serve` keeps it running, or serve its data again with\n"
+              f"  FLIPGATE_DATA_DIR={served.folder} flipgate serve\nand sign in with a token "
+              f"from\n  FLIPGATE_DATA_DIR={served.folder} flipgate token create --name me "
+              f"--scopes read")
+        return
+    print(f"\nThe dashboard of this line: {served.dashboard_url}\nSign in with the demo's "
+          f"admin token: {served.token}\nServing until Ctrl-C.", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping the demo server", file=sys.stderr)
 
 
 def register_and_gate(client: httpx.Client, version: str, model: Path,

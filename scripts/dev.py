@@ -2,7 +2,8 @@
 """Set up the project's virtual environment when needed, then run the demo or the tests.
 
     python3 scripts/dev.py demo [ARGS]   # end-to-end demo on real MNIST digits
-    python3 scripts/dev.py test [ARGS]   # the whole test suite (ARGS go to pytest)
+    python3 scripts/dev.py test [ARGS]   # the whole test suite (ARGS go to pytest); installs
+                                         # Debian's chromium for the dashboard's browser tests
 
 Needs nothing but Python 3.11+. The environment lives in .venv at the repository root and is
 rebuilt only when pyproject.toml changes. torch is installed first, pinned, so that pip takes
@@ -79,6 +80,25 @@ def ensure_services() -> None:
         print(f"warning: {message}; tests that need it will fail", file=sys.stderr)
 
 
+BROWSER = "chromium"  # Debian's package; the dashboard's browser tests drive it
+BROWSER_INSTALL = "apt-get update -qq && apt-get install -y -qq chromium"
+
+
+def ensure_browser() -> None:
+    """Install Debian's chromium when it is missing; under CI=true fail when that fails."""
+    if shutil.which(BROWSER):
+        return
+    if shutil.which("apt-get") and os.geteuid() == 0:
+        print(f"installing {BROWSER} for the dashboard's browser tests", flush=True)
+        subprocess.run(BROWSER_INSTALL, shell=True, check=False)
+    if shutil.which(BROWSER):
+        return
+    message = f"{BROWSER} is not installed and could not be installed ({BROWSER_INSTALL})"
+    if os.environ.get("CI") == "true":
+        sys.exit(f"error: {message}; CI needs it")
+    print(f"warning: {message}; the browser tests will be skipped", file=sys.stderr)
+
+
 def main() -> int:
     if len(sys.argv) < 2 or sys.argv[1] not in ("demo", "test"):
         print(__doc__, file=sys.stderr)
@@ -89,6 +109,7 @@ def main() -> int:
     if command == "demo":
         return subprocess.call([str(BIN / "flipgate"), "demo", *args])
     ensure_services()
+    ensure_browser()
     return subprocess.call([str(BIN / "python"), "-m", "pytest", *args])
 
 

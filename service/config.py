@@ -1,5 +1,6 @@
 """Server settings, read once from FLIPGATE_* environment variables."""
 
+import secrets
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal, Self
@@ -44,6 +45,10 @@ class Settings(BaseSettings):
     def _comma_separated(cls, value: object) -> object:
         return [item.strip() for item in value.split(",") if item.strip()] if isinstance(
             value, str) else value
+    # signs the dashboard's session cookies; unset: a random key per process (sign-ins end
+    # when the server restarts, and API processes behind one address must share a key)
+    session_key: SecretStr = Field(default_factory=lambda: SecretStr(secrets.token_hex(32)))
+    session_hours: float = Field(default=12.0, gt=0)  # a dashboard sign-in lasts this long
 
     @model_validator(mode="after")
     def _default_database(self) -> Self:

@@ -32,6 +32,7 @@ from service.migrate import check_current
 from service.predictions.router import router as predictions_router
 from service.queue import create_celery_app
 from service.registry.router import router as registry_router
+from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
@@ -80,7 +81,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     app = FastAPI(title="flipgate", version=flipgate.__version__, openapi_tags=TAGS,
                   lifespan=lifespan, description="A regression gate for classifier updates.",
-                  dependencies=[Depends(check_request_scalars)])
+                  dependencies=[Depends(check_request_scalars)],
+                  docs_url=None, redoc_url=None)  # offline copies: service.ui.docs
     app.add_middleware(RequestBodyLimit,
                        max_bytes=settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.state.settings, app.state.engine = settings, create_db_engine(settings)
@@ -94,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(PoolTimeout, database_error)
     for router in ROUTERS:
         app.include_router(router)
+    mount_dashboard(app)
     return app
 
 

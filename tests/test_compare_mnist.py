@@ -123,3 +123,4 @@ def test_demo_command_runs_end_to_end(tmp_path):
     assert decisions == [("1", "—", "approve"), ("2", "1", "approve"), ("3", "2", "block"),
                          ("3-elodi", "2", "approve")], served
     assert "on mnist-eval: NFR 0.0156 is above the maximum 0.01" in served
+    assert "The dashboard of this line: http://127.0.0.1:8000/ui/lines/mnist" in served

@@ -19,6 +19,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from flipgate.metrics.report import PairAnalysis
+from flipgate.reporting.gallery import (
+    GALLERY_CSS,
+    FlipSample,
+    gallery_from_arrays,
+    gallery_html,
+)
 from flipgate.reporting.terminal import (
     CLASS_HEADER,
     class_label,
@@ -30,10 +36,11 @@ from flipgate.reporting.terminal import (
 
 REGRESS, PROGRESS, COMMON, KEPT = "#d62728", "#2ca02c", "#8c8c8c", "#1f77b4"
 MAX_PLOT_CLASSES = 30
+GALLERY_LIMIT = 200  # negative flips drawn in a report file
 _SVG_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
 _RC = {"svg.fonttype": "path", "svg.hashsalt": "flipgate", "font.size": 9}
 
-_CSS = """
+REPORT_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
        max-width: 1100px; padding: 0 1rem; color: #222; }
 h1 { font-size: 1.5rem; margin-bottom: .2rem; } h2 { font-size: 1.15rem; margin-top: 2rem; }
@@ -218,6 +225,37 @@ def _plots_section(analysis: PairAnalysis, report: dict, old_name: str, new_name
     return f'<h2>Plots</h2><div class="plots">{"".join(items)}</div>'
 
 
+def report_body(analysis: PairAnalysis, report: dict, *, old_name: str, new_name: str,
+                class_names: list[str] | None = None) -> str:
+    """The report's sections (headline, verdict hints, per-class table, plots) as HTML."""
+    hints = verdict_hints(report, old_name=old_name, new_name=new_name, class_names=class_names)
+    hint_items = "".join(f"<li>{html.escape(hint)}</li>" for hint in hints)
+    return "\n".join([
+        f"<h2>Headline</h2>{_table(['Metric', 'Value'], headline_rows(report))}",
+        f"<h2>Verdict hints</h2><ul>{hint_items}</ul>",
+        _class_section(report, class_names),
+        _plots_section(analysis, report, old_name, new_name, class_names),
+    ])
+
+
+def gallery_section(samples: Sequence[FlipSample], total: int, sample_shape: Sequence[int],
+                    class_names: list[str] | None = None) -> str:
+    """The flip gallery with a heading that says how many of the negative flips it shows."""
+    shown = f"the {len(samples)} most confident of {total}" if len(samples) < total else "all"
+    return (f"<h2>Negative flips ({total})</h2><p class=\"sub\">Samples the old model got "
+            f"right and the new one gets wrong: {shown}, by the new model's confidence.</p>"
+            + gallery_html(samples, sample_shape, class_names))
+
+
+def flip_gallery(analysis: PairAnalysis, x: np.ndarray, limit: int = GALLERY_LIMIT,
+                 class_names: list[str] | None = None) -> str:
+    """The gallery section of a comparison held in memory: its `limit` most confident
+    negative flips."""
+    samples, total = gallery_from_arrays(analysis.old_logits, analysis.new_logits,
+                                         analysis.labels, x, limit)
+    return gallery_section(samples, total, x.shape[1:], class_names)
+
+
 def render_html(
     analysis: PairAnalysis,
     report: dict,
@@ -226,21 +264,21 @@ def render_html(
     new_name: str,
     title: str = "flipgate compare",
     class_names: list[str] | None = None,
+    gallery: str = "",
 ) -> str:
-    """One self-contained HTML page (inline CSS and SVG, no external references)."""
-    hints = verdict_hints(report, old_name=old_name, new_name=new_name, class_names=class_names)
-    hint_items = "".join(f"<li>{html.escape(hint)}</li>" for hint in hints)
-    plots = _plots_section(analysis, report, old_name, new_name, class_names)
+    """One self-contained HTML page (inline CSS and SVG, no external references); `gallery`
+    is an optional gallery_section appended to the report."""
+    body = report_body(analysis, report, old_name=old_name, new_name=new_name,
+                       class_names=class_names)
     return "\n".join([
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>",
+        f"<title>{html.escape(title)}</title>\n<style>{REPORT_CSS}{GALLERY_CSS}</style>",
+        "</head>\n<body>",
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="sub">{html.escape(old_name)} (old) → {html.escape(new_name)} (new) on '
         f"{html.escape(str(report.get('n')))} samples</p>",
-        f"<h2>Headline</h2>{_table(['Metric', 'Value'], headline_rows(report))}",
-        f"<h2>Verdict hints</h2><ul>{hint_items}</ul>",
-        _class_section(report, class_names),
-        plots,
+        body,
+        gallery,
         "</body>\n</html>\n",
     ])

@@ -1,0 +1,276 @@
+"""What the dashboard's pages show, read straight from the ORM models (read-only)."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service.compare.models import PairMetrics
+from service.datasets.models import Dataset
+from service.errors import NotFound
+from service.gate.models import Decision, GatePolicy
+from service.jobs.models import Job, JobKind, JobState
+from service.predictions.models import Prediction
+from service.registry.models import Alias, ModelLine, ModelVersion
+
+PRODUCTION = "production"
+DECISIONS_PER_PAGE = 20
+FAILED_JOBS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class LineSummary:
+    """One row of the lines page."""
+
+    name: str
+    num_classes: int
+    versions: int
+    latest: str | None
+    production: str | None
+    verdict: str | None
+
+
+@dataclass(frozen=True)
+class VersionView:
+    """A version with its lineage: parent, aliases and the repair that produced it."""
+
+    row: ModelVersion
+    parent: str | None
+    aliases: list[str]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """NFR and churn of every stored (old, new) pair among `versions` on one eval set."""
+
+    versions: list[str]
+    cells: dict[tuple[str, str], PairMetrics]
+
+    def value(self, old: str, new: str, metric: str) -> float | None:
+        row = self.cells.get((old, new))
+        return None if row is None else getattr(row, metric)
+
+
+@dataclass(frozen=True)
+class DecisionView:
+    """A decision with its versions' names."""
+
+    row: Decision
+    candidate: str
+    baseline: str | None
+
+
+@dataclass
+class LinePage:
+    """Everything the page of one line shows."""
+
+    line: ModelLine
+    versions: list[VersionView]
+    evalsets: list[str]
+    evalset: str | None
+    matrix: Matrix
+    policies: list[GatePolicy]
+    decisions: list[DecisionView]
+    page: int
+    pages: int
+
+
+def line_summaries(session: Session) -> list[LineSummary]:
+    """Every line with its version count, latest and production versions, latest verdict."""
+    counts = dict(session.execute(select(ModelVersion.line_id, func.count())
+                                  .group_by(ModelVersion.line_id)).all())
+    latest = _names_by_line(session, select(ModelVersion.line_id, func.max(ModelVersion.id))
+                            .group_by(ModelVersion.line_id))
+    production = _names_by_line(session, select(Alias.line_id, Alias.version_id)
+                                .where(Alias.name == PRODUCTION))
+    last_decisions = select(func.max(Decision.id)).group_by(Decision.line_id)
+    verdicts = dict(session.execute(select(Decision.line_id, Decision.verdict)
+                                    .where(Decision.id.in_(last_decisions))).all())
+    return [LineSummary(line.name, line.num_classes, counts.get(line.id, 0), latest.get(line.id),
+                        production.get(line.id), _value(verdicts.get(line.id)))
+            for line in session.scalars(select(ModelLine).order_by(ModelLine.name))]
+
+
+def _names_by_line(session: Session, line_and_version_ids: Any) -> dict[int, str]:
+    """{line id: version name} for (line id, version id) rows."""
+    pairs = dict(session.execute(line_and_version_ids).all())
+    names = dict(session.execute(select(ModelVersion.id, ModelVersion.version)
+                                 .where(ModelVersion.id.in_(pairs.values()))).all())
+    return {line_id: names[version_id] for line_id, version_id in pairs.items()}
+
+
+def _value(verdict: Any) -> str | None:
+    return None if verdict is None else str(verdict.value)
+
+
+def get_line(session: Session, name: str) -> ModelLine:
+    """The line called `name`, or NotFound."""
+    line = session.scalars(select(ModelLine).where(ModelLine.name == name)).one_or_none()
+    if line is None:
+        raise NotFound("line_not_found", f"no model line {name!r}")
+    return line
+
+
+def line_page(session: Session, name: str, evalset: str | None, page: int) -> LinePage:
+    """The line's versions, matrix on `evalset` (default: the first measured), policies and
+    one page of its decision log."""
+    line = get_line(session, name)
+    versions = versions_of(session, line)
+    evalsets = measured_evalsets(session, line)
+    chosen = evalset if evalset in evalsets else (evalsets[0] if evalsets else None)
+    total = session.scalar(select(func.count()).where(Decision.line_id == line.id)) or 0
+    page, pages = paged(page, total, DECISIONS_PER_PAGE)
+    return LinePage(line, versions, evalsets, chosen,
+                    matrix(session, [view.row for view in versions], chosen),
+                    policies(session, line), decisions(session, line, page), page, pages)
+
+
+def paged(page: int, total: int, per_page: int) -> tuple[int, int]:
+    """`page` moved into [1, pages], and the number of pages of `total` items."""
+    pages = max(1, -(-total // per_page))
+    return min(max(page, 1), pages), pages
+
+
+def versions_of(session: Session, line: ModelLine) -> list[VersionView]:
+    """The line's versions in registration order, with parents and aliases."""
+    rows = list(session.scalars(select(ModelVersion).where(ModelVersion.line_id == line.id)
+                                .order_by(ModelVersion.id)))
+    names = {row.id: row.version for row in rows}
+    aliases: dict[int, list[str]] = {}
+    for alias in session.scalars(select(Alias).where(Alias.line_id == line.id)
+                                 .order_by(Alias.name)):
+        aliases.setdefault(alias.version_id, []).append(alias.name)
+    return [VersionView(row, names.get(row.parent_id), aliases.get(row.id, [])) for row in rows]
+
+
+def measured_evalsets(session: Session, line: ModelLine) -> list[str]:
+    """The eval sets on which some version of the line has stored pair metrics."""
+    versions = select(ModelVersion.id).where(ModelVersion.line_id == line.id)
+    statement = (select(Dataset.name).join(PairMetrics, PairMetrics.dataset_id == Dataset.id)
+                 .where(PairMetrics.new_version_id.in_(versions)).distinct()
+                 .order_by(Dataset.name))
+    return list(session.scalars(statement))
+
+
+def matrix(session: Session, versions: list[ModelVersion], evalset: str | None) -> Matrix:
+    """The stored pairs among `versions` on `evalset`, over the versions that have logits."""
+    if evalset is None:
+        return Matrix([], {})
+    ids = [version.id for version in versions]
+    names = {version.id: version.version for version in versions}
+    dataset_id = select(Dataset.id).where(Dataset.name == evalset).scalar_subquery()
+    scored = set(session.scalars(select(Prediction.version_id).where(
+        Prediction.dataset_id == dataset_id, Prediction.version_id.in_(ids))))
+    rows = session.scalars(select(PairMetrics).where(
+        PairMetrics.dataset_id == dataset_id, PairMetrics.old_version_id.in_(ids),
+        PairMetrics.new_version_id.in_(ids)))
+    cells = {(names[row.old_version_id], names[row.new_version_id]): row for row in rows}
+    return Matrix([version.version for version in versions if version.id in scored], cells)
+
+
+def policies(session: Session, line: ModelLine) -> list[GatePolicy]:
+    """The line's policy versions, the current one first."""
+    return list(session.scalars(select(GatePolicy).where(GatePolicy.line_id == line.id)
+                                .order_by(GatePolicy.version.desc())))
+
+
+def decisions(session: Session, line: ModelLine, page: int) -> list[DecisionView]:
+    """One page of the line's decisions, the newest first."""
+    rows = list(session.scalars(select(Decision).where(Decision.line_id == line.id)
+                                .order_by(Decision.id.desc())
+                                .offset((page - 1) * DECISIONS_PER_PAGE)
+                                .limit(DECISIONS_PER_PAGE)))
+    return _decision_views(session, rows)
+
+
+def _decision_views(session: Session, rows: list[Decision]) -> list[DecisionView]:
+    """The decisions with their candidates' and baselines' names (one query)."""
+    ids = {row.candidate_id for row in rows} | {row.baseline_id for row in rows}
+    names = dict(session.execute(select(ModelVersion.id, ModelVersion.version)
+                                 .where(ModelVersion.id.in_(ids - {None}))).all())
+    return [DecisionView(row, names[row.candidate_id], names.get(row.baseline_id))
+            for row in rows]
+
+
+@dataclass(frozen=True)
+class DecisionPage:
+    """A decision, its line, the repair job that retrained it and the version it produced."""
+
+    decision: DecisionView
+    line: ModelLine
+    repair_job: Job | None
+    repaired: ModelVersion | None
+    repaired_decision: int | None
+
+
+def decision_page(session: Session, decision_id: int) -> DecisionPage:
+    """The decision `decision_id` with its repair, if any."""
+    row = session.get(Decision, decision_id)
+    if row is None:
+        raise NotFound("decision_not_found", f"no decision {decision_id}")
+    line = session.get(ModelLine, row.line_id)
+    repair_jobs = [job for job in session.scalars(select(Job).where(Job.kind == JobKind.TRAIN)
+                                                  .order_by(Job.id.desc()))
+                   if job.params.get("decision_id") == row.id]
+    repaired = next((version for version in session.scalars(
+        select(ModelVersion).where(ModelVersion.line_id == row.line_id))
+        if (version.produced_by or {}).get("decision_id") == row.id), None)
+    follow_up = session.scalar(select(Decision.id).where(Decision.repair_of_id == row.id)
+                               .order_by(Decision.id.desc()).limit(1))
+    return DecisionPage(_decision_views(session, [row])[0], line,
+                        repair_jobs[0] if repair_jobs else None, repaired, follow_up)
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    """Open jobs (with progress) and the most recent failures (with their errors)."""
+
+    open: list[Job]
+    failed: list[Job]
+
+
+def jobs_page(session: Session) -> JobsPage:
+    """Queued and running jobs, oldest first, and the latest failed ones."""
+    open_jobs = session.scalars(select(Job).where(
+        Job.state.in_([JobState.QUEUED, JobState.RUNNING])).order_by(Job.id))
+    failed = session.scalars(select(Job).where(Job.state == JobState.FAILED)
+                             .order_by(Job.id.desc()).limit(FAILED_JOBS_SHOWN))
+    return JobsPage(list(open_jobs), list(failed))
+
+
+@dataclass(frozen=True)
+class PairRows:
+    """A stored pair and what the gallery needs to read its samples."""
+
+    metrics: PairMetrics
+    old: ModelVersion
+    new: ModelVersion
+    dataset: Dataset
+    old_logits: str
+    new_logits: str
+    class_names: list[str] | None
+
+
+def pair_rows(session: Session, line_name: str, old: str, new: str, evalset: str) -> PairRows:
+    """The stored metrics of old -> new on `evalset` and the logits artifacts behind them."""
+    line = get_line(session, line_name)
+    versions = {row.version: row for row in session.scalars(
+        select(ModelVersion).where(ModelVersion.line_id == line.id,
+                                   ModelVersion.version.in_([old, new])))}
+    dataset = session.scalars(select(Dataset).where(Dataset.name == evalset)).one_or_none()
+    if old not in versions or new not in versions or dataset is None:
+        raise NotFound("pair_not_found", f"no versions {old!r} and {new!r} of {line_name!r} "
+                       f"and eval set {evalset!r}")
+    metrics = session.scalars(select(PairMetrics).where(
+        PairMetrics.old_version_id == versions[old].id,
+        PairMetrics.new_version_id == versions[new].id,
+        PairMetrics.dataset_id == dataset.id)).one_or_none()
+    logits = dict(session.execute(select(Prediction.version_id, Prediction.logits_sha256).where(
+        Prediction.dataset_id == dataset.id,
+        Prediction.version_id.in_([versions[old].id, versions[new].id]))).all())
+    if metrics is None or len(logits) < 2:
+        raise NotFound("pair_not_measured", f"{line_name}:{old} -> {new} has not been measured "
+                       f"on {evalset!r} yet")
+    return PairRows(metrics, versions[old], versions[new], dataset, logits[versions[old].id],
+                    logits[versions[new].id], line.class_names)

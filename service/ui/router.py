@@ -1,0 +1,182 @@
+"""The read-only dashboard: server-rendered pages under /ui, signed in with a session cookie.
+
+Every page needs a session (else 303 to the sign-in page); nothing here writes to the store.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import numpy as np
+from fastapi import APIRouter, Depends, FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+from sqlalchemy.orm import Session
+
+from flipgate.metrics.report import PairAnalysis
+from flipgate.reporting.gallery import GALLERY_CSS, gallery_html, is_image
+from flipgate.reporting.html import report_body
+from service.artifacts import ArtifactStore
+from service.config import Settings
+from service.db import WRITE_LOCK_AT_BEGIN
+from service.errors import Forbidden, NotFound, Unauthorized
+from service.ui import docs, queries, samples
+from service.ui.heatmap import heatmap_svg
+from service.ui.session import COOKIE, SignInRequired, Viewer, max_age, sign_in, viewer
+
+HERE = Path(__file__).parent
+FLIPS_PER_PAGE = 48
+templates = Jinja2Templates(directory=HERE / "templates")
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+def read_session(request: Request) -> Iterator[Session]:
+    """A session that only reads: on SQLite its transaction takes no write lock."""
+    with request.app.state.sessions() as session:
+        session.connection(execution_options={WRITE_LOCK_AT_BEGIN: False})
+        yield session
+
+
+ReadSession = Annotated[Session, Depends(read_session)]
+
+
+def signed_in(request: Request, session: ReadSession) -> Viewer:
+    """The viewer of the request's session cookie, or SignInRequired (303 to sign in)."""
+    return viewer(session, request.app.state.settings, request.cookies.get(COOKIE))
+
+
+SignedIn = Annotated[Viewer, Depends(signed_in)]
+
+
+def render(request: Request, template: str, who: Viewer | None, status: int = 200,
+           **context: Any) -> HTMLResponse:
+    """A page from `template` with the viewer in its header."""
+    return templates.TemplateResponse(request, template, {"viewer": who, **context},
+                                      status_code=status)
+
+
+def not_found(request: Request, who: Viewer, error: NotFound) -> HTMLResponse:
+    return render(request, "error.html", who, status=404, message=error.message)
+
+
+@router.get("/signin", response_class=HTMLResponse)
+def signin_page(request: Request, next: str = "/ui") -> HTMLResponse:
+    return render(request, "signin.html", None, next=_local(next))
+
+
+@router.post("/signin", response_model=None)
+def signin(request: Request, session: ReadSession, token: Annotated[str, Form()] = "",
+           next: Annotated[str, Form()] = "/ui") -> Response:
+    """Exchange an API token (read scope) for a session cookie."""
+    settings: Settings = request.app.state.settings
+    try:
+        _viewer, cookie = sign_in(session, settings, token.strip())
+    except (Unauthorized, Forbidden) as error:
+        return render(request, "signin.html", None, status=error.status_code,
+                      next=_local(next), error=error.message)
+    response = RedirectResponse(_local(next), status_code=303)
+    response.set_cookie(COOKIE, cookie, max_age=max_age(settings), httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https", path="/ui")
+    return response
+
+
+@router.post("/signout")
+def signout() -> RedirectResponse:
+    response = RedirectResponse("/ui/signin", status_code=303)
+    response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+    return response
+
+
+@router.get("", response_class=HTMLResponse)
+def lines(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse:
+    return render(request, "lines.html", who, lines=queries.line_summaries(session))
+
+
+@router.get("/lines/{name}", response_class=HTMLResponse)
+def line(request: Request, who: SignedIn, session: ReadSession, name: str,
+         evalset: str | None = None, page: int = 1) -> HTMLResponse:
+    """A line's versions, matrix heatmaps, policies and decision log."""
+    try:
+        view = queries.line_page(session, name, evalset, page)
+    except NotFound as error:
+        return not_found(request, who, error)
+    heatmaps = [(label, Markup(heatmap_svg(view.matrix, metric, label)))
+                for metric, label in (("nfr", "NFR"), ("churn", "churn"))]
+    return render(request, "line.html", who, view=view, heatmaps=heatmaps)
+
+
+@router.get("/lines/{name}/pairs/{old}/{new}", response_class=HTMLResponse)
+def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: str, new: str,
+         evalset: str, page: int = 1) -> HTMLResponse:
+    """The pair report and one page of its negative flips."""
+    store: ArtifactStore = request.app.state.store
+    try:
+        rows = queries.pair_rows(session, name, old, new, evalset)
+    except NotFound as error:
+        return not_found(request, who, error)
+    paths = {"old_logits": store.path(rows.old_logits), "new_logits": store.path(rows.new_logits),
+             "evalset": store.path(rows.dataset.sha256)}
+    ranked = samples.ranked_negative_flips(
+        rows.metrics.report["flipped_indices"]["negative"], paths["new_logits"])
+    page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
+    flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths)
+    return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
+                  report=Markup(_report(rows, paths, old, new)),
+                  gallery=Markup(gallery_html(flips, rows.dataset.sample_shape,
+                                              rows.class_names)),
+                  images=is_image(rows.dataset.sample_shape), flips=len(ranked), page=page,
+                  pages=pages, per_page=FLIPS_PER_PAGE,
+                  gallery_css=Markup(GALLERY_CSS))
+
+
+def _report(rows: queries.PairRows, paths: dict[str, Path], old: str, new: str) -> str:
+    """The pair's report sections, from its memory-mapped logits and the eval set's labels."""
+    with np.load(paths["evalset"], allow_pickle=False) as archive:
+        labels = archive["y"].astype(np.int64)
+    analysis = PairAnalysis(np.load(paths["old_logits"], mmap_mode="r"),
+                            np.load(paths["new_logits"], mmap_mode="r"), labels)
+    return report_body(analysis, rows.metrics.report, old_name=old, new_name=new,
+                       class_names=rows.class_names)
+
+
+@router.get("/decisions/{decision_id}", response_class=HTMLResponse)
+def decision(request: Request, who: SignedIn, session: ReadSession,
+             decision_id: int) -> HTMLResponse:
+    """A decision's verdict, reasons, metrics per eval set and repair."""
+    try:
+        view = queries.decision_page(session, decision_id)
+    except NotFound as error:
+        return not_found(request, who, error)
+    return render(request, "decision.html", who, view=view)
+
+
+@router.get("/jobs", response_class=HTMLResponse)
+def jobs(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse:
+    return render(request, "jobs.html", who, view=queries.jobs_page(session))
+
+
+def _local(target: str) -> str:
+    """`target` if it is a dashboard path, else the dashboard's home (no open redirects)."""
+    return target if target.startswith("/ui") and "//" not in target else "/ui"
+
+
+def to_signin(request: Request, _error: SignInRequired) -> RedirectResponse:
+    """Pages asked for without a session answer 303 to the sign-in page."""
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/ui/signin?next={quote(target, safe='')}", status_code=303)
+
+
+def home() -> RedirectResponse:
+    return RedirectResponse("/ui", status_code=303)
+
+
+def mount_dashboard(app: FastAPI) -> None:
+    """Add the dashboard's pages, its static files and the offline /docs and /redoc."""
+    app.include_router(router)
+    app.add_api_route("/", home, include_in_schema=False)
+    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+    app.add_exception_handler(SignInRequired, to_signin)
+    docs.mount_docs(app)

@@ -1,0 +1,89 @@
+"""Bounded reads for the pair page: a few rows of a stored logits array or eval set.
+
+Logits are .npy artifacts and are memory-mapped. An eval set is an .npz (a zip): an array
+stored uncompressed is memory-mapped at its offset inside the zip; a compressed one is
+streamed once up to the last row wanted, in chunks, keeping only the rows wanted. Either way
+a page of the gallery costs memory for its own rows only.
+
+(The server may later store predictions compactly, e.g. predicted class and confidence per
+sample; the gallery would then read those instead of the logits.)
+"""
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from flipgate.reporting.gallery import FlipSample, by_new_confidence, flip_samples
+
+ZIP_LOCAL_HEADER_BYTES = 30
+STREAM_CHUNK_BYTES = 1 << 22
+
+
+def logits_rows(path: Path, indices: np.ndarray) -> np.ndarray:
+    """Rows `indices` of an (N, C) .npy, read through a memory map."""
+    return np.asarray(np.load(path, mmap_mode="r", allow_pickle=False)[indices])
+
+
+def npz_rows(path: Path, member: str, indices: np.ndarray) -> np.ndarray:
+    """Rows `indices` of the array `member` (e.g. "x") of an .npz, without loading the rest."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(f"{member}.npy")
+        with archive.open(info) as stream:
+            shape, fortran, dtype = _npy_header(stream)
+            if fortran or dtype.hasobject:
+                raise ValueError(f"{member} of {path.name} is not a C-ordered numeric array")
+            if info.compress_type == zipfile.ZIP_STORED:
+                return _mapped_rows(path, info, stream.tell(), shape, dtype, indices)
+            return _streamed_rows(stream, shape, dtype, indices)
+
+
+def _npy_header(stream) -> tuple[tuple[int, ...], bool, np.dtype]:
+    major, _minor = np.lib.format.read_magic(stream)
+    if major == 1:
+        return np.lib.format.read_array_header_1_0(stream)
+    return np.lib.format.read_array_header_2_0(stream)
+
+
+def _mapped_rows(path: Path, info: zipfile.ZipInfo, header_bytes: int,
+                 shape: tuple[int, ...], dtype: np.dtype, indices: np.ndarray) -> np.ndarray:
+    """Rows of an uncompressed member, memory-mapped at its data offset in the zip file."""
+    with path.open("rb") as raw:
+        raw.seek(info.header_offset + 26)
+        name_length, extra_length = np.frombuffer(raw.read(4), dtype="<u2")
+    offset = (info.header_offset + ZIP_LOCAL_HEADER_BYTES + int(name_length)
+              + int(extra_length) + header_bytes)
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    return np.array(mapped[indices])
+
+
+def _streamed_rows(stream, shape: tuple[int, ...], dtype: np.dtype,
+                   indices: np.ndarray) -> np.ndarray:
+    """Rows of a compressed member, decompressed in order up to the last row wanted."""
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    rows_per_chunk = max(1, STREAM_CHUNK_BYTES // max(row_bytes, 1))
+    out = np.empty((len(indices), *shape[1:]), dtype=dtype)
+    wanted = np.asarray(indices)
+    last = int(wanted.max()) if wanted.size else -1
+    for start in range(0, last + 1, rows_per_chunk):
+        count = min(rows_per_chunk, last + 1 - start)
+        chunk = np.frombuffer(stream.read(count * row_bytes), dtype=dtype).reshape(
+            count, *shape[1:])
+        hits = np.flatnonzero((wanted >= start) & (wanted < start + count))
+        out[hits] = chunk[wanted[hits] - start]
+    return out
+
+
+def ranked_negative_flips(negative: list[int], new_logits: Path) -> np.ndarray:
+    """The pair's negative flips (indices from its stored report), most confident first."""
+    indices = np.asarray(negative, dtype=np.int64)
+    return by_new_confidence(indices, logits_rows(new_logits, indices))
+
+
+def gallery_page(ranked: np.ndarray, page: int, per_page: int, *, old_logits: Path,
+                 new_logits: Path, evalset: Path) -> list[FlipSample]:
+    """The gallery entries of one page of `ranked` flips, reading only their rows."""
+    shown = ranked[(page - 1) * per_page:page * per_page]
+    return flip_samples(shown, npz_rows(evalset, "y", shown), logits_rows(old_logits, shown),
+                        logits_rows(new_logits, shown), npz_rows(evalset, "x", shown))
+

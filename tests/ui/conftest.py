@@ -1,0 +1,87 @@
+"""The dashboard on the API test app (tests/service/api/conftest.py): a line with three
+versions whose logits are uploaded, every pair measured, and a blocked decision."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.service.api.conftest import (  # noqa: F401 (fixtures)
+    ADMIN_TOKEN,
+    bearer,
+    client,
+    db,
+    mint,
+    settings,
+    upload_evalset,
+    upload_logits,
+    upload_model,
+)
+from tests.service.conftest import (  # noqa: F401 (fixtures)
+    database_url,
+    engine,
+    no_flipgate_environment,
+    npz_file,
+    onnx_file,
+)
+
+LINE, EVALSET, SAMPLES, CLASSES = "digits", "eval", 60, 3
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What the seeded store holds: each version's logits, the labels, the blocked decision."""
+
+    logits: dict[str, np.ndarray]
+    labels: np.ndarray
+    blocked_id: int
+
+
+@pytest.fixture
+def seeded(client, upload_model, upload_evalset, upload_logits,  # noqa: F811
+           npz_file) -> Seeded:  # noqa: F811
+    """Line `digits` with versions 1, 2, 3 (uploaded logits on `eval`, every pair measured),
+    1 approved and in production, and 2 blocked by max_nfr."""
+    path = npz_file(n=SAMPLES, num_classes=CLASSES)
+    assert upload_evalset(EVALSET, path).status_code == 201
+    labels = np.load(path)["y"]
+    rng = np.random.default_rng(7)
+    logits = {}
+    for version, accuracy in (("1", 0.9), ("2", 0.6), ("3", 0.8)):
+        assert upload_model(LINE, version, seed=int(version)).status_code == 201
+        logits[version] = noisy_logits(labels, accuracy, rng)
+        assert upload_logits(f"{LINE}:{version}", EVALSET, logits[version]).status_code == 201
+    assert client.get(f"/models/{LINE}/matrix", params={"evalset": EVALSET}).is_success
+    assert client.post("/gate", json={"model": LINE, "candidate": "1"}).json()["verdict"] \
+        == "approve"
+    assert client.post(f"/models/{LINE}/aliases/production", json={"version": "1"}).is_success
+    assert client.put(f"/models/{LINE}/policy",
+                      json={"max_nfr": 0.05, "evalsets": [EVALSET]}).is_success
+    blocked = client.post("/gate", json={"model": LINE, "candidate": "2"}).json()
+    assert blocked["verdict"] == "block", blocked
+    return Seeded(logits, labels, blocked["decision_id"])
+
+
+def noisy_logits(labels: np.ndarray, accuracy: float, rng: np.random.Generator) -> np.ndarray:
+    """Logits whose argmax is the label for about `accuracy` of the samples."""
+    logits = rng.normal(size=(labels.size, CLASSES)).astype(np.float32)
+    right = rng.random(labels.size) < accuracy
+    logits[np.arange(labels.size), labels] += np.where(right, 4.0, -4.0)
+    return logits
+
+
+@pytest.fixture
+def browser_client(client) -> TestClient:  # noqa: F811
+    """A client without the admin bearer token (as a browser is)."""
+    client.headers.pop("Authorization")
+    return client
+
+
+@pytest.fixture
+def signed_in(browser_client, mint) -> TestClient:  # noqa: F811
+    """The browser client holding a session of a read-only token."""
+    response = browser_client.post("/ui/signin", data={"token": mint("read")},
+                                    follow_redirects=False)
+    assert response.status_code == 303, response.text
+    return browser_client

@@ -1,0 +1,219 @@
+"""The dashboard in a real headless Chromium (Debian's `chromium`, driven by Playwright) on
+`flipgate serve` (embedded: SQLite, folder broker, its own worker), with three classifiers of
+scikit-learn's 8x8 digits: sign in, read the line's heatmap and check it against
+flipgate.metrics, count the pair's gallery images against its negative flips, and find the
+blocked decision's reason.
+
+Set DASHBOARD_SCREENSHOT_DIR to keep the pages' screenshots there (the README shows
+docs/dashboard-line.png, taken this way).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.linear_model import LogisticRegression
+
+from flipgate.datasets import save_evalset
+from flipgate.formats import EvalSet
+from flipgate.inference import OnnxClassifier
+from flipgate.metrics import compare_logits
+from flipgate.processes import free_port
+from tests.conftest import linear_onnx
+from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
+
+playwright = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.slow
+
+TOKEN = "browser-admin-token-0123456789"
+MAX_NFR = 0.03
+TRAINING_SAMPLES = {"1": 20, "2": 100, "3": 2}  # per class; version 3 is worse: blocked
+
+
+def chromium() -> str:
+    """Debian's chromium; missing fails the test in CI (scripts/dev.py installs it)."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        message = "chromium is not installed (apt-get install -y chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}; CI must test the dashboard in a browser", pytrace=False)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture
+def digits(tmp_path) -> dict[str, Path]:
+    """An eval set of 8x8 digit images and three logistic-regression classifiers as ONNX."""
+    data = load_digits()
+    x, y = (data.images / 16.0).astype(np.float32), data.target
+    order = np.random.default_rng(0).permutation(len(y))
+    train, test = order[:1200], order[1200:]
+    files = {"eval": save_evalset(EvalSet(x[test], y[test]), tmp_path / "eval.npz")}
+    for version, per_class in TRAINING_SAMPLES.items():
+        chosen = np.concatenate([train[y[train] == c][:per_class] for c in range(10)])
+        model = LogisticRegression(max_iter=300).fit(x[chosen].reshape(len(chosen), -1),
+                                                     y[chosen])
+        files[version] = linear_onnx(tmp_path / f"v{version}.onnx", model.coef_.T,
+                                     model.intercept_, ("N", 8, 8))
+    return files
+
+
+@pytest.fixture
+def server(tmp_path, digits) -> tuple[str, str]:
+    """The server's address and a read-only token, after gating 1 (approved, promoted),
+    2 and 3 (blocked) under max_nfr and measuring every pair."""
+    port, env = free_port(), flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"),
+                                          FLIPGATE_ADMIN_TOKEN=TOKEN)
+    base = f"http://127.0.0.1:{port}"
+    with (flipgate_process(["serve", "--port", str(port)], env, tmp_path),
+          httpx.Client(base_url=base, timeout=60,
+                       headers={"Authorization": f"Bearer {TOKEN}"}) as client):
+        wait_for(lambda: ready(client), "/readyz")
+        populate(client, digits)
+        yield base, read_token(env, tmp_path)
+
+
+def ready(client: httpx.Client) -> bool:
+    try:
+        return client.get("/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def populate(client: httpx.Client, digits: dict[str, Path]) -> None:
+    created = client.post("/evalsets", data={"name": "eval"},
+                          files={"data": ("eval.npz", digits["eval"].read_bytes())})
+    assert created.status_code == 201, created.text
+    for version, per_class in TRAINING_SAMPLES.items():
+        fields = {"name": "digits", "version": version,
+                  "metadata": json.dumps({"model": "logistic regression",
+                                          "training_samples": 10 * per_class})}
+        fields |= {"parent": "digits:1"} if version != "1" else {}
+        response = client.post("/models", data=fields,
+                               files={"artifact": ("m.onnx", digits[version].read_bytes())})
+        assert response.status_code == 201, response.text
+    assert gate(client, "1")["verdict"] == "approve"
+    assert client.post("/models/digits/aliases/production", json={"version": "1"}).is_success
+    assert client.put("/models/digits/policy",
+                      json={"max_nfr": MAX_NFR, "evalsets": ["eval"]}).is_success
+    assert gate(client, "2")["verdict"] == "approve"
+    assert gate(client, "3")["verdict"] == "block"
+    assert client.get("/models/digits/matrix", params={"evalset": "eval"}).is_success
+
+
+def gate(client: httpx.Client, candidate: str) -> dict:
+    """The gate's final decision on `candidate`."""
+    decision = client.post("/gate", json={"model": "digits", "candidate": candidate}).json()
+    path = f"/gate/decisions/{decision['decision_id']}"
+    return wait_for(lambda: (body := client.get(path).json())["verdict"] != "pending" and body,
+                    f"decision on {candidate}", 180)
+
+
+def read_token(env: dict[str, str], cwd: Path) -> str:
+    """A token with the read scope only, minted with `flipgate token create`."""
+    done = subprocess.run([sys.executable, "-m", "flipgate.cli", "token", "create", "--name",
+                           "viewer", "--scopes", "read"], env=env, cwd=cwd, check=True,
+                          capture_output=True, text=True)
+    return done.stdout.splitlines()[0]
+
+
+@pytest.fixture
+def page(server):
+    with playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=chromium(), headless=True,
+                                         args=["--no-sandbox"])
+        try:
+            yield browser.new_page(viewport={"width": 1280, "height": 900})
+        finally:
+            browser.close()
+
+
+def expected_metrics(digits: dict[str, Path]) -> dict[tuple[str, str], dict]:
+    """compare_logits of every ordered pair of versions on the eval set, as flipgate computes
+    them from the ONNX models."""
+    with np.load(digits["eval"]) as data:
+        x, y = data["x"], data["y"]
+    logits = {version: OnnxClassifier(digits[version]).predict(x) for version in TRAINING_SAMPLES}
+    return {(old, new): compare_logits(logits[old], logits[new], y)
+            for old in logits for new in logits if old != new}
+
+
+def test_dashboard_in_a_browser(server, page, digits, tmp_path):
+    base, token = server
+    expected = expected_metrics(digits)
+    sign_in(page, base, token)
+
+    page.get_by_role("link", name="digits", exact=True).click()
+    page.wait_for_url(re.compile(r"/ui/lines/digits"))
+    for metric in ("nfr", "churn"):
+        shown = heatmap_titles(page, metric)
+        assert len(shown) == 6
+        for (old, new), value in shown.items():
+            assert value == pytest.approx(expected[old, new][metric], abs=5e-5), (metric, old, new)
+    save_screenshot(page, tmp_path, "dashboard-line.png")
+
+    page.locator('#matrix-table a[href*="/pairs/1/3"]').click()
+    page.wait_for_url(re.compile(r"/pairs/1/3"))
+    save_screenshot(page, tmp_path, "dashboard-pair.png")
+    images = count_gallery_images(page)
+    assert images == expected["1", "3"]["negative_flips"] > 48  # more than one page
+
+    page.goto(base + "/ui/lines/digits")
+    page.locator("#decision-log tr", has=page.locator(".verdict-block")).get_by_role(
+        "link").first.click()
+    page.wait_for_url(re.compile(r"/ui/decisions/\d+"))
+    save_screenshot(page, tmp_path, "dashboard-decision.png")
+    reason = page.locator("#reasons tr.blocking")
+    assert reason.locator("code").inner_text() == "max_nfr"
+    measured = float(reason.locator("td.num").first.inner_text())
+    assert measured == pytest.approx(expected["1", "3"]["nfr"], abs=5e-5) and measured > MAX_NFR
+
+
+def sign_in(page, base: str, token: str) -> None:
+    """Open the server, get sent to the sign-in page, sign in and land on the lines page."""
+    page.goto(base + "/")
+    page.wait_for_url(re.compile(r"/ui/signin"))
+    page.fill("#token", token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"/ui$"))
+    cookie = next(c for c in page.context.cookies() if c["name"] == "flipgate_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["expires"] > 0
+    assert page.evaluate("document.cookie") == ""  # not readable by scripts
+
+
+def heatmap_titles(page, metric: str) -> dict[tuple[str, str], float]:
+    """{(old, new): value} read from the hover titles of the heatmap's cells."""
+    titles = page.locator(f'svg.heatmap[data-metric="{metric}"] g.cell title').all_text_contents()
+    parsed = [re.fullmatch(r"(\S+) → (\S+): \S+ ([0-9.]+)", title) for title in titles]
+    return {(m.group(1), m.group(2)): float(m.group(3)) for m in parsed}
+
+
+def count_gallery_images(page) -> int:
+    """Decoded gallery images over every page of the gallery."""
+    total = 0
+    while True:
+        images = page.locator("ul.gallery li.flip img")
+        widths = images.evaluate_all("imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+        assert widths and set(widths) == {8}, widths  # every PNG decodes to 8 x 8
+        total += len(widths)
+        following = page.locator('#flips .pager a[rel="next"]')
+        if not following.count():
+            return total
+        following.click()
+        page.wait_for_load_state()
+
+
+def save_screenshot(page, tmp_path: Path, name: str) -> None:
+    """The page as a PNG in tmp_path, and under $DASHBOARD_SCREENSHOT_DIR when set."""
+    shot = page.screenshot(full_page=True)
+    (tmp_path / name).write_bytes(shot)
+    if folder := os.environ.get("DASHBOARD_SCREENSHOT_DIR"):
+        (Path(folder) / name).write_bytes(shot)

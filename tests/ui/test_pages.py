@@ -1,0 +1,192 @@
+"""The dashboard over HTTP on the real app and database: sign-in and its cookie, the
+redirects without a session, a cookie that cannot write, offline pages and their contents."""
+
+import re
+import time
+from datetime import UTC, datetime
+from http.cookies import SimpleCookie
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from flipgate.metrics import compare_logits
+from service.auth.service import revoke_token
+from service.jobs.models import Job, JobKind, JobState
+from service.ui import session as session_module
+from service.ui.session import COOKIE
+from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code
+from tests.ui.conftest import EVALSET, LINE
+
+EXTERNAL = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*"""
+                      r"""(?:https?:)?//|@import\s+["']?(?:https?:)?//""", re.IGNORECASE)
+RESOURCE_ATTRIBUTES = re.compile(
+    r"<(script|link|img|iframe|source|video|audio|object|embed)\b[^>]*>", re.IGNORECASE)
+
+
+def pages(seeded) -> list[str]:
+    return ["/ui", f"/ui/lines/{LINE}", f"/ui/lines/{LINE}?evalset={EVALSET}&page=1",
+            f"/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}",
+            f"/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}&page=2",
+            f"/ui/decisions/{seeded.blocked_id}", "/ui/jobs"]
+
+
+def test_every_page_answers_303_to_sign_in_without_a_session(seeded, browser_client):
+    for page in [*pages(seeded), "/"]:
+        response = browser_client.get(page, follow_redirects=False)
+        assert response.status_code == 303, page
+        target = response.headers["location"]
+        assert target.startswith("/ui/signin" if page != "/" else "/ui"), target
+    redirected = browser_client.get(f"/ui/lines/{LINE}?evalset={EVALSET}")
+    assert redirected.url.path == "/ui/signin" and 'name="token"' in redirected.text
+    assert 'value="/ui/lines/digits?evalset=eval"' in redirected.text  # back after sign-in
+
+
+def test_sign_in_sets_a_signed_http_only_strict_expiring_cookie(browser_client, mint, settings):
+    response = browser_client.post("/ui/signin", data={"token": mint("read"), "next": "/ui/jobs"},
+                                   follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/ui/jobs"
+    morsel = SimpleCookie(response.headers["set-cookie"])[COOKIE]
+    assert morsel["httponly"] and morsel["samesite"] == "strict"
+    assert int(morsel["max-age"]) == int(settings.session_hours * 3600)
+    assert morsel["path"] == "/ui"
+    assert browser_client.get("/ui/jobs").status_code == 200
+    signed_out = browser_client.post("/ui/signout", follow_redirects=False)
+    assert signed_out.status_code == 303
+    assert browser_client.get("/ui/jobs", follow_redirects=False).status_code == 303
+
+
+@pytest.mark.parametrize(("scopes", "status", "message"), [
+    ((), 401, "unknown or revoked"), (("write",), 403, "lacks the &#39;read&#39; scope")])
+def test_sign_in_refuses_unknown_tokens_and_tokens_without_read(browser_client, mint, scopes,
+                                                                 status, message):
+    token = mint(*scopes) if scopes else "fg_not-a-token"
+    response = browser_client.post("/ui/signin", data={"token": token})
+    assert response.status_code == status and message in response.text
+    assert COOKIE not in response.cookies
+
+
+def test_open_redirects_are_refused(browser_client, mint):
+    response = browser_client.post("/ui/signin", data={"token": mint("read"),
+                                                       "next": "https://evil.example/"},
+                                   follow_redirects=False)
+    assert response.headers["location"] == "/ui"
+
+
+def test_forged_and_expired_cookies_and_revoked_tokens_end_the_session(
+        seeded, browser_client, mint, db, settings, monkeypatch):
+    browser_client.post("/ui/signin", data={"token": mint("read")})
+    cookie = browser_client.cookies[COOKIE]
+    encoded, _, signature = cookie.partition(".")
+    browser_client.cookies.set(COOKIE, f"{encoded}.{signature[::-1]}", path="/ui")
+    assert browser_client.get("/ui", follow_redirects=False).status_code == 303
+    browser_client.cookies.set(COOKIE, cookie, path="/ui")
+    assert browser_client.get("/ui").status_code == 200
+    later = time.time() + settings.session_hours * 3600 + 1
+    monkeypatch.setattr(session_module, "time", SimpleNamespace(time=lambda: later))
+    assert browser_client.get("/ui", follow_redirects=False).status_code == 303
+    monkeypatch.undo()
+    assert browser_client.get("/ui").status_code == 200
+    with db() as session:
+        revoke_token(session=session, name="read")
+    assert browser_client.get("/ui", follow_redirects=False).status_code == 303
+
+
+def test_a_session_cookie_never_authorizes_the_json_api(seeded, signed_in):
+    signed_in.cookies.set(COOKIE, signed_in.cookies[COOKIE], path="/")  # even if sent to /
+    writes = [("post", "/gate", {"json": {"model": LINE, "candidate": "3"}}),
+              ("put", f"/models/{LINE}/policy", {"json": {"max_nfr": 1.0}}),
+              ("post", f"/models/{LINE}/aliases/production", {"json": {"version": "2"}}),
+              ("post", f"/gate/decisions/{seeded.blocked_id}/repair",
+               {"json": {"method": "elodi"}})]
+    for method, path, body in writes:
+        response = getattr(signed_in, method)(path, **body)
+        assert error_code(response, 401) in ("missing_token", "missing_credentials"), path
+    assert error_code(signed_in.get(f"/models/{LINE}"), 401) == "missing_token"
+    decisions = signed_in.get(f"/models/{LINE}/decisions", headers=bearer(ADMIN_TOKEN)).json()
+    assert len(decisions) == 2  # the refused POST /gate decided nothing
+
+
+def test_no_page_references_an_external_url(seeded, signed_in):
+    documents = {page: signed_in.get(page).text for page in
+                 [*pages(seeded), "/ui/signin", "/docs", "/redoc"]}
+    documents["/ui/static/dashboard.css"] = signed_in.get("/ui/static/dashboard.css").text
+    for page, text in documents.items():
+        assert not EXTERNAL.search(text), (page, EXTERNAL.search(text))
+        for tag in RESOURCE_ATTRIBUTES.finditer(text):
+            assert "//" not in tag.group(0).replace("data:", ""), (page, tag.group(0))
+    for asset in re.findall(r'(?:src|href)="(/[^"]+)"', documents["/docs"] + documents["/redoc"]):
+        assert signed_in.get(asset).status_code == 200, asset
+
+
+def test_line_page_lists_lineage_matrix_policy_and_decisions(seeded, signed_in):
+    text = signed_in.get(f"/ui/lines/{LINE}").text
+    expected = compare_logits(seeded.logits["1"], seeded.logits["2"], seeded.labels)
+    cell = re.search(r'data-old="1" data-new="2" data-value="([^"]+)"', text)
+    assert cell and float(cell.group(1)) == pytest.approx(expected["nfr"])
+    assert f"NFR {expected['nfr']:.4f}</title>" in text
+    assert re.search(r'data-nfr="[^"]+" data-churn="' + re.escape(str(expected["churn"])), text)
+    assert "max_nfr" in text and "(current)" in text
+    assert f'href="/ui/decisions/{seeded.blocked_id}"' in text
+    assert 'class="tag alias">production<' in text
+
+
+def test_pair_page_tables_every_negative_flip_of_a_non_image_eval_set(seeded, signed_in):
+    expected = compare_logits(seeded.logits["1"], seeded.logits["2"], seeded.labels)
+    flips = expected["flipped_indices"]["negative"]
+    text = signed_in.get(f"/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}").text
+    rows = [int(index) for index in re.findall(r'class="flip-row" data-index="(\d+)"', text)]
+    assert sorted(rows) == sorted(flips) and len(flips) == expected["negative_flips"] > 0
+    confidence = {int(i): np.exp(z).max() / np.exp(z).sum() for i, z in
+                  zip(range(len(seeded.labels)), seeded.logits["2"], strict=True)}
+    assert [confidence[i] for i in rows] == sorted((confidence[i] for i in rows), reverse=True)
+    assert "<h2>Headline</h2>" in text and "<svg" in text  # the report with its plots
+
+
+def test_decision_page_shows_reasons_metrics_and_pair_links(seeded, signed_in):
+    text = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    assert 'class="badge verdict-block">block<' in text
+    assert "<code>max_nfr</code>" in text and "blocks" in text
+    assert f'href="/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}"' in text
+    missing = signed_in.get("/ui/decisions/999999")
+    assert missing.status_code == 404 and "no decision 999999" in missing.text
+
+
+def test_jobs_page_shows_progress_of_open_jobs_and_errors_of_failed_ones(db, signed_in):
+    with db() as session:
+        session.add_all([
+            Job(kind=JobKind.INFERENCE, state=JobState.RUNNING, progress=0.375,
+                params={"version_id": 1}, started_at=datetime.now(UTC)),
+            Job(kind=JobKind.TRAIN, state=JobState.QUEUED, params={"method": "elodi"}),
+            Job(kind=JobKind.METRICS, state=JobState.FAILED, params={},
+                error="RuntimeError: logits have 9 classes", finished_at=datetime.now(UTC)),
+            Job(kind=JobKind.METRICS, state=JobState.SUCCEEDED, params={"done": True})])
+    text = signed_in.get("/ui/jobs").text
+    open_section, failed_section = text.split('id="failed-jobs"')
+    assert 'value="0.375"' in open_section and "37.5%" in open_section
+    assert "state-queued" in open_section and "Queued and running (2)" in open_section
+    assert "RuntimeError: logits have 9 classes" in failed_section
+    assert "&#34;done&#34;" not in text and '"done"' not in text  # succeeded jobs are not listed
+
+
+def test_api_docs_are_served_from_local_assets(client):
+    swagger, redoc = client.get("/docs"), client.get("/redoc")
+    assert swagger.status_code == redoc.status_code == 200
+    assert "/ui/docs-assets/swagger-ui-bundle.js" in swagger.text
+    assert "/ui/docs-assets/redoc.standalone.js" in redoc.text
+    assert client.get("/ui/docs-assets/swagger-ui-bundle.js").status_code == 200
+
+
+def test_decision_log_pages_twenty_at_a_time(seeded, signed_in, client):
+    for _ in range(20):
+        response = client.post("/gate", json={"model": LINE, "candidate": "2"},
+                               headers=bearer(ADMIN_TOKEN))
+        assert response.json()["verdict"] == "block"
+    first = signed_in.get(f"/ui/lines/{LINE}").text
+    second = signed_in.get(f"/ui/lines/{LINE}?page=2").text
+    log_rows = re.compile(r'<td><a href="/ui/decisions/(\d+)">')
+    newest = [int(found) for found in log_rows.findall(first)]
+    older = [int(found) for found in log_rows.findall(second)]
+    assert len(newest) == 20 and len(older) == 2 and min(newest) > max(older)
+    assert "page 1 of 2" in first and 'rel="next"' in first and 'rel="prev"' in second
+    assert signed_in.get(f"/ui/lines/{LINE}?page=9").text.count("page 2 of 2") == 1
