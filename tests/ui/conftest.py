@@ -13,6 +13,7 @@ from tests.service.api.conftest import (  # noqa: F401 (fixtures)
     client,
     db,
     mint,
+    run_task,
     settings,
     upload_evalset,
     upload_logits,
@@ -52,7 +53,9 @@ def seeded(client, upload_model, upload_evalset, upload_logits,  # noqa: F811
         assert upload_model(LINE, version, seed=int(version)).status_code == 201
         logits[version] = noisy_logits(labels, accuracy, rng)
         assert upload_logits(f"{LINE}:{version}", EVALSET, logits[version]).status_code == 201
-    assert client.get(f"/models/{LINE}/matrix", params={"evalset": EVALSET}).is_success
+    queued = client.post(f"/models/{LINE}/matrix", params={"evalset": EVALSET}).json()
+    for pair in queued["missing"]:
+        run_task(client, pair["job_id"])
     assert client.post("/gate", json={"model": LINE, "candidate": "1"}).json()["verdict"] \
         == "approve"
     assert client.post(f"/models/{LINE}/aliases/production", json={"version": "1"}).is_success
