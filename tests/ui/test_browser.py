@@ -106,7 +106,10 @@ def populate(client: httpx.Client, digits: dict[str, Path]) -> None:
                       json={"max_nfr": MAX_NFR, "evalsets": ["eval"]}).is_success
     assert gate(client, "2")["verdict"] == "approve"
     assert gate(client, "3")["verdict"] == "block"
-    assert client.get("/models/digits/matrix", params={"evalset": "eval"}).is_success
+    matrix, params = "/models/digits/matrix", {"evalset": "eval"}
+    assert client.post(matrix, params=params).is_success  # queues the pairs not yet measured
+    wait_for(lambda: not client.get(matrix, params=params).json()["missing"],
+             "the line's whole matrix", 180)
 
 
 def gate(client: httpx.Client, candidate: str) -> dict:
