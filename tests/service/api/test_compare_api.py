@@ -6,8 +6,8 @@ import pytest
 
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits, pairwise_matrices
-from service.datasets.service import get_dataset
 from service.compare.service import find_pair_metrics, resolve_pair
+from service.datasets.service import get_dataset
 from service.predictions.service import get_predictions, read_logits, read_predicted_classes
 from service.registry.service import find_version, set_alias
 from tests.service.api.conftest import error_code, measure, run_task
@@ -60,7 +60,7 @@ def test_the_html_page_is_the_one_the_metrics_job_stored(client, db, worker, log
     with db() as session:
         pair = resolve_pair(session=session, old="digits:1.0", new="digits:1.1", evalset="eval")
         row = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
-        html_sha256, row.html_sha256 = row.html_sha256, None  # a pair measured before pages were kept
+        html_sha256, row.html_sha256 = row.html_sha256, None  # as if measured before pages
     url, params = "/compare/digits:1.0/digits:1.1", {"evalset": "eval", "format": "html"}
     assert error_code(client.get(url, params=params), 404) == "report_html_not_stored"
     with db() as session:
