@@ -23,6 +23,8 @@ from service.jobs.models import Job, JobState
 from service.jobs.service import get_job, list_shards
 from service.predictions.models import PredictionSource
 from service.predictions.service import (
+    LogitsFile,
+    check_logits_file,
     concatenate_logits,
     get_predictions,
     predicted_classes_artifact,
@@ -57,9 +59,10 @@ def infer(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     with scratch_file(ctx) as path:
         provider = score_version_to_file(store=ctx.store, version=version, dataset=dataset,
                                          path=path, progress=JobProgress(ctx, job_id))
+        logits = check_logits_file(version=version, dataset=dataset, npy_path=path)
         with finishing(ctx, job_id) as (session, result):
             result["provider"] = provider
-            keep_logits(ctx, session, params, path, result)
+            keep_logits(ctx, session, params, logits, result)
 
 
 @contextmanager
@@ -71,14 +74,14 @@ def scratch_file(ctx: WorkerContext) -> Iterator[Path]:
         yield Path(folder) / "logits.npy"
 
 
-def keep_logits(ctx: WorkerContext, session: Session, params: dict[str, Any], path: Path,
-                result: dict[str, Any]) -> None:
-    """Store the logits file of the job's version on its eval set and describe them in
-    `result`."""
+def keep_logits(ctx: WorkerContext, session: Session, params: dict[str, Any],
+                logits: LogitsFile, result: dict[str, Any]) -> None:
+    """Store the checked logits file of the job's version on its eval set and describe them
+    in `result`."""
     version = get_version(session=session, version_id=params["version_id"])
     dataset = get_dataset(session=session, name=params["evalset"])
     prediction = store_logits_file(
-        session=session, store=ctx.store, version=version, dataset=dataset, npy_path=path,
+        session=session, store=ctx.store, version=version, dataset=dataset, logits=logits,
         source=PredictionSource.COMPUTED, provider=result["provider"])
     flows.logits_stored(session=session, version=version, dataset=dataset)
     result.update(prediction_id=prediction.id, logits_sha256=prediction.logits_sha256,
@@ -122,7 +125,10 @@ def merge(ctx: WorkerContext, session: Session, parent: Job, parts: list[str],
     with scratch_file(ctx) as path:
         concatenate_logits([read_logits_artifact(store=ctx.store, sha256=sha256)
                             for sha256 in parts], path)
-        keep_logits(ctx, session, parent.params, path, result)
+        version = get_version(session=session, version_id=parent.params["version_id"])
+        dataset = get_dataset(session=session, name=parent.params["evalset"])
+        logits = check_logits_file(version=version, dataset=dataset, npy_path=path)
+        keep_logits(ctx, session, parent.params, logits, result)
     succeed(session, parent, result)
 
 

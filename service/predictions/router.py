@@ -27,8 +27,10 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
     dataset = get_dataset(session=session, name=evalset)
     with store.stage(logits.file, filename="logits.npy",
                      max_bytes=settings.max_upload_bytes) as path:
+        checked = service.check_logits_file(version=row, dataset=dataset, npy_path=path,
+                                            name=upload_name("logits", logits.filename))
         prediction = service.store_logits_file(
-            session=session, store=store, npy_path=path, version=row, dataset=dataset,
-            source=PredictionSource.UPLOADED, name=upload_name("logits", logits.filename))
+            session=session, store=store, version=row, dataset=dataset, logits=checked,
+            source=PredictionSource.UPLOADED)
     flows.logits_stored(session=session, version=row, dataset=dataset)
     return prediction

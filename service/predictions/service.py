@@ -2,6 +2,7 @@
 that compute missing ones."""
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ def store_predictions(
     sha256 = store_array(store=store, array=logits)
     row = _prediction_row(session=session, version=version, dataset=dataset, sha256=sha256,
                           source=source, provider=provider)
-    return _with_classes(store, row, logits)
+    return _with_classes(store, row, predicted_classes(logits))
 
 
 def _prediction_row(*, session: Session, version: ModelVersion, dataset: Dataset, sha256: str,
@@ -58,11 +59,10 @@ def store_array(*, store: ArtifactStore, array: np.ndarray) -> str:
     return store.put_stream(io.BytesIO(_npy_bytes(array))).sha256
 
 
-def _with_classes(store: ArtifactStore, row: Prediction, logits: np.ndarray) -> Prediction:
-    """The row, given the artifact of its predicted classes (the argmax of `logits`, read
-    chunk by chunk) unless it has one."""
+def _with_classes(store: ArtifactStore, row: Prediction, classes: np.ndarray) -> Prediction:
+    """The row, given the artifact of its predicted `classes` unless it has one."""
     if row.classes_sha256 is None:
-        row.classes_sha256 = store_array(store=store, array=predicted_classes(logits))
+        row.classes_sha256 = store_array(store=store, array=classes)
     return row
 
 
@@ -110,19 +110,36 @@ def _scoring(store: ArtifactStore, version: ModelVersion,
     return classifier, evalset.x
 
 
-def store_logits_file(*, session: Session, store: ArtifactStore, version: ModelVersion,
-                      dataset: Dataset, npy_path: Path, source: PredictionSource,
-                      provider: str | None = None, name: str | None = None) -> Prediction:
-    """Keep logits written to an .npy file (uploaded, or by an inference job): checked
-    memory-mapped, chunk by chunk, and linked into the store as they are once their row is
-    in; their predicted classes are stored beside them. Messages name the file `name`."""
+@dataclass(frozen=True, eq=False)
+class LogitsFile:
+    """An .npy of logits checked to fit a version on a data set: where it is, its sha256 and
+    its predicted classes."""
+
+    path: Path
+    sha256: str
+    classes: np.ndarray
+
+
+def check_logits_file(*, version: ModelVersion, dataset: Dataset, npy_path: Path,
+                      name: str | None = None) -> LogitsFile:
+    """Check logits written to an .npy file (uploaded, or by an inference job) memory-mapped,
+    chunk by chunk, and take their digest and predicted classes; needs no session (a job
+    does it outside any transaction). Messages name the file `name`."""
     with library_input():
         logits = load_logits(npy_path, mmap=True, source=name)
     _check_shape(logits, version, dataset)
+    return LogitsFile(npy_path, file_sha256(npy_path), predicted_classes(logits))
+
+
+def store_logits_file(*, session: Session, store: ArtifactStore, version: ModelVersion,
+                      dataset: Dataset, logits: LogitsFile, source: PredictionSource,
+                      provider: str | None = None) -> Prediction:
+    """Keep checked logits: their row, then the file linked into the store as it is (no
+    copy) and their predicted classes beside it."""
     row = _prediction_row(session=session, version=version, dataset=dataset,
-                          sha256=file_sha256(npy_path), source=source, provider=provider)
-    store.put_file(npy_path, row.logits_sha256)
-    return _with_classes(store, row, logits)
+                          sha256=logits.sha256, source=source, provider=provider)
+    store.put_file(logits.path, logits.sha256)
+    return _with_classes(store, row, logits.classes)
 
 
 def concatenate_logits(parts: list[np.ndarray], path: Path) -> None:

@@ -9,6 +9,7 @@ from service.datasets.service import register_dataset
 from service.errors import Conflict, InvalidInput
 from service.predictions.models import Prediction, PredictionSource
 from service.predictions.service import (
+    check_logits_file,
     get_predictions,
     predicted_classes_artifact,
     read_logits,
@@ -87,8 +88,9 @@ def test_a_logits_file_is_linked_into_the_store_with_its_classes(session, store,
     version, dataset = version_and_dataset
     path = tmp_path / "logits.npy"
     np.save(path, logits(seed=3))
+    checked = check_logits_file(version=version, dataset=dataset, npy_path=path)
     row = store_logits_file(session=session, store=store, version=version, dataset=dataset,
-                            npy_path=path, source=PredictionSource.UPLOADED)
+                            logits=checked, source=PredictionSource.UPLOADED)
     assert store.path(row.logits_sha256).stat().st_ino == path.stat().st_ino  # no copy
     np.testing.assert_array_equal(read_predicted_classes(store=store, prediction=row),
                                   logits(seed=3).argmax(axis=1))
