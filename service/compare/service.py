@@ -3,7 +3,6 @@ them back as a report or a line's pairwise matrix (a request never computes one)
 
 import io
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import permutations
 from typing import Any
 
@@ -191,7 +190,8 @@ class StreamedAnalysis:
     old_gap: np.ndarray
     new_gap: np.ndarray
     displacement: np.ndarray
-    labels: np.ndarray
+    counts: FlipCounts
+    flipped: dict[str, np.ndarray]
 
     @classmethod
     def of(cls, old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray, *,
@@ -209,15 +209,11 @@ class StreamedAnalysis:
                 release(logits, start, stop)
             if progress:
                 progress(stop, n)
-        return cls(*(np.concatenate(column) for column in zip(*parts, strict=True)), labels)
-
-    @cached_property
-    def counts(self) -> FlipCounts:
-        return count_flips(self.old_pred, self.new_pred, self.labels)
-
-    @cached_property
-    def flipped(self) -> dict[str, np.ndarray]:
-        return flipped_indices(self.old_pred, self.new_pred, self.labels)
+        old_pred, new_pred, *gaps_and_displacement = (np.concatenate(column)
+                                                      for column in zip(*parts, strict=True))
+        return cls(old_pred, new_pred, *gaps_and_displacement,
+                   count_flips(old_pred, new_pred, labels),
+                   flipped_indices(old_pred, new_pred, labels))
 
 
 def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
