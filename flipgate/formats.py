@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 
 from flipgate.errors import InputError
+from flipgate.metrics.chunks import release
 
 NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error)
 MAX_CLASSES = 1 << 20  # labels and logits columns
@@ -421,7 +422,9 @@ def _require_finite(array: np.ndarray, source: str) -> None:
 
 
 def row_chunks(array: np.ndarray, chunk_bytes: int = CHECK_CHUNK_BYTES) -> Iterator[np.ndarray]:
-    """Consecutive slices of `array` along its first axis of about `chunk_bytes` each."""
+    """Consecutive slices of `array` along its first axis of about `chunk_bytes` each; a
+    memory-mapped array's pages are handed back once a slice has been used, so a check over
+    a file of any size keeps about one chunk resident."""
     if array.ndim == 0:
         yield array
         return
@@ -429,6 +432,7 @@ def row_chunks(array: np.ndarray, chunk_bytes: int = CHECK_CHUNK_BYTES) -> Itera
     step = max(1, chunk_bytes // row_bytes)
     for start in range(0, array.shape[0], step):
         yield array[start:start + step]
+        release(array, start, start + step)
 
 
 def _existing(path: str | Path, what: str, source: str | None = None) -> Path:

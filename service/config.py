@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     max_decompressed_mb: int = Field(default=2048, ge=1)  # compressed .npz arrays, expanded
     staging_idle_minutes: float = Field(default=15, gt=0)  # then an upload's files are junk
     shard_size: int = Field(default=50_000, ge=1)  # eval sets with more samples are sharded
+    # samples read at a time by the metrics job and by the predicted classes (None: ~2 MB)
+    metrics_chunk_rows: int | None = Field(default=None, ge=1)
     public_url: str | None = None  # the API's address in links; default: the request's
     callback_attempts: int = Field(default=6, ge=1)  # deliveries of a decision's status
     callback_backoff_seconds: float = Field(default=5.0, ge=0)  # doubled after each failure

@@ -11,6 +11,7 @@ from sqlalchemy import select, union
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from service.artifacts import ArtifactStore
+from service.compare.models import PairMetrics
 from service.datasets.models import Dataset
 from service.predictions.models import Prediction
 from service.registry.models import ModelVersion
@@ -18,7 +19,8 @@ from service.registry.models import ModelVersion
 # Every column that holds the address of an artifact. A new one must be added here, or gc
 # would take its artifacts for garbage (tests/service/test_housekeeping.py checks the schema).
 ARTIFACT_COLUMNS: tuple[InstrumentedAttribute[str], ...] = (
-    ModelVersion.artifact_sha256, Dataset.sha256, Prediction.logits_sha256)
+    ModelVersion.artifact_sha256, Dataset.sha256, Prediction.logits_sha256,
+    Prediction.classes_sha256, PairMetrics.html_sha256)
 NOT_ARTIFACT_COLUMNS = frozenset({"gate_decisions.request_sha256"})
 
 
@@ -53,7 +55,8 @@ def sweep_partial_files(*, store: ArtifactStore, idle_seconds: float) -> list[Pa
 
 def referenced_artifacts(*, session: Session) -> set[str]:
     """The address of every artifact some row points at."""
-    statement = union(*(select(column.label("sha256")) for column in ARTIFACT_COLUMNS))
+    statement = union(*(select(column.label("sha256")).where(column.is_not(None))
+                        for column in ARTIFACT_COLUMNS))
     return set(session.scalars(statement))
 
 

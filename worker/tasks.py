@@ -4,9 +4,12 @@ delivered again (its worker was lost before acking) is run again."""
 
 import os
 import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 from sqlalchemy.orm import Session
 
 from service import flows
@@ -20,10 +23,14 @@ from service.jobs.models import Job, JobState
 from service.jobs.service import get_job, list_shards
 from service.predictions.models import PredictionSource
 from service.predictions.service import (
+    LogitsFile,
+    check_logits_file,
+    concatenate_logits,
+    get_predictions,
+    predicted_classes_artifact,
     read_logits_artifact,
-    score_version,
-    store_logits,
-    store_predictions,
+    score_version_to_file,
+    store_logits_file,
 )
 from service.queue import INFERENCE_TASK, METRICS_TASK
 from service.registry.models import ModelVersion
@@ -40,7 +47,8 @@ from worker.runtime import (
 
 def infer(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     """Score the version on the eval set and store the logits; an eval set of more than
-    shard_size samples is split into shards instead, and a shard scores its range only."""
+    shard_size samples is split into shards instead, and a shard scores its range only.
+    The samples are read memory-mapped and the logits written to disk batch by batch."""
     with session_scope(ctx.sessions) as session:
         version = get_version(session=session, version_id=params["version_id"])
         dataset = get_dataset(session=session, name=params["evalset"])
@@ -48,20 +56,32 @@ def infer(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
         return infer_shard(ctx, job_id, params, version, dataset)
     if dataset.n > get_settings().shard_size:
         return split(ctx, job_id, dataset)
-    logits, provider = score_version(store=ctx.store, version=version, dataset=dataset,
-                                     progress=JobProgress(ctx, job_id))
-    with finishing(ctx, job_id) as (session, result):
-        result["provider"] = provider
-        keep_logits(ctx, session, params, logits, result)
+    with scratch_file(ctx) as path:
+        provider = score_version_to_file(store=ctx.store, version=version, dataset=dataset,
+                                         path=path, progress=JobProgress(ctx, job_id))
+        logits = check_logits_file(version=version, dataset=dataset, npy_path=path)
+        with finishing(ctx, job_id) as (session, result):
+            result["provider"] = provider
+            keep_logits(ctx, session, params, logits, result)
 
 
-def keep_logits(ctx: WorkerContext, session: Session, params: dict[str, Any], logits: np.ndarray,
-                result: dict[str, Any]) -> None:
-    """Store the logits of the job's version on its eval set and describe them in `result`."""
+@contextmanager
+def scratch_file(ctx: WorkerContext) -> Iterator[Path]:
+    """A path for logits being written, in a fresh folder beside the store (so that storing
+    them is a link, not a copy), removed afterwards."""
+    ctx.store.staging.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=ctx.store.staging) as folder:
+        yield Path(folder) / "logits.npy"
+
+
+def keep_logits(ctx: WorkerContext, session: Session, params: dict[str, Any],
+                logits: LogitsFile, result: dict[str, Any]) -> None:
+    """Store the checked logits file of the job's version on its eval set and describe them
+    in `result`."""
     version = get_version(session=session, version_id=params["version_id"])
     dataset = get_dataset(session=session, name=params["evalset"])
-    prediction = store_predictions(
-        session=session, store=ctx.store, version=version, logits=logits, dataset=dataset,
+    prediction = store_logits_file(
+        session=session, store=ctx.store, version=version, dataset=dataset, logits=logits,
         source=PredictionSource.COMPUTED, provider=result["provider"])
     flows.logits_stored(session=session, version=version, dataset=dataset)
     result.update(prediction_id=prediction.id, logits_sha256=prediction.logits_sha256,
@@ -81,43 +101,56 @@ def infer_shard(ctx: WorkerContext, job_id: int, params: dict[str, Any], version
                 dataset: Dataset) -> None:
     """Score the shard's sample range and keep its logits as an artifact; the shard that
     ends last merges them all into the parent's predictions in the same commit."""
-    logits, provider = score_version(store=ctx.store, version=version, dataset=dataset,
-                                     rows=slice(params["start"], params["stop"]),
-                                     progress=JobProgress(ctx, job_id))
+    with scratch_file(ctx) as path:
+        provider = score_version_to_file(store=ctx.store, version=version, dataset=dataset,
+                                         path=path, rows=slice(params["start"], params["stop"]),
+                                         progress=JobProgress(ctx, job_id))
+        logits_sha256 = ctx.store.put_file(path).sha256
     with finishing(ctx, job_id) as (session, result):
-        result.update(logits_sha256=store_logits(store=ctx.store, logits=logits),
-                      provider=provider, worker=f"{socket.gethostname()}:{os.getpid()}")
+        result.update(logits_sha256=logits_sha256, provider=provider,
+                      worker=f"{socket.gethostname()}:{os.getpid()}")
         parent = get_job(session=session, job_id=params["parent_id"])
         shards = list_shards(session=session, job=parent)
         if all(shard.id == job_id or shard.state == JobState.SUCCEEDED for shard in shards):
-            merge(ctx, session, parent, [logits if shard.id == job_id else _shard_logits(
-                ctx, shard) for shard in shards], provider)
+            merge(ctx, session, parent, [logits_sha256 if shard.id == job_id
+                                         else shard.result["logits_sha256"] for shard in shards],
+                  provider)
 
 
-def _shard_logits(ctx: WorkerContext, shard: Job) -> np.ndarray:
-    """The logits a finished shard kept."""
-    return read_logits_artifact(store=ctx.store, sha256=shard.result["logits_sha256"])
-
-
-def merge(ctx: WorkerContext, session: Session, parent: Job, parts: list[np.ndarray],
+def merge(ctx: WorkerContext, session: Session, parent: Job, parts: list[str],
           provider: str) -> None:
-    """Store the shards' logits, in order, as the parent's predictions; the parent succeeds."""
+    """Store the shards' logits (artifacts `parts`), streamed in order into one file, as the
+    parent's predictions; the parent succeeds."""
     result: dict[str, Any] = {"provider": provider, "shards": len(parts)}
-    keep_logits(ctx, session, parent.params, np.concatenate(parts), result)
+    with scratch_file(ctx) as path:
+        concatenate_logits([read_logits_artifact(store=ctx.store, sha256=sha256)
+                            for sha256 in parts], path)
+        version = get_version(session=session, version_id=parent.params["version_id"])
+        dataset = get_dataset(session=session, name=parent.params["evalset"])
+        logits = check_logits_file(version=version, dataset=dataset, npy_path=path)
+        keep_logits(ctx, session, parent.params, logits, result)
     succeed(session, parent, result)
 
 
 def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
-    """Store the compare report of old → new on the eval set, computed outside any
-    transaction (a report stored meanwhile is kept)."""
+    """Store the compare report of old → new on the eval set and its HTML page, computed
+    outside any transaction over the memory-mapped logits, FLIPGATE_METRICS_CHUNK_ROWS
+    samples at a time (a report stored meanwhile is kept). Predictions stored without their
+    predicted classes get them here."""
     with session_scope(ctx.sessions) as session:
         inputs = pair_inputs(session=session, pair=pair_from_params(session=session,
                                                                     params=params))
-    report = inputs.analyse(ctx.store).to_dict()
+    report, html_sha256 = inputs.measure(ctx.store, chunk_rows=get_settings().metrics_chunk_rows,
+                                         progress=JobProgress(ctx, job_id))
+    classes = [predicted_classes_artifact(store=ctx.store, prediction=side)
+               for side in (inputs.old, inputs.new)]
     with finishing(ctx, job_id) as (session, result):
         pair = pair_from_params(session=session, params=params)
+        for version, sha256 in zip((pair.old, pair.new), classes, strict=True):
+            get_predictions(session=session, version=version,
+                            dataset=pair.dataset).classes_sha256 = sha256
         row = store_pair_metrics(session=session, old=pair.old, new=pair.new,
-                                 dataset=pair.dataset, report=report)
+                                 dataset=pair.dataset, report=report, html_sha256=html_sha256)
         result.update(nfr=row.nfr, churn=row.churn, compare_url=(
             f"/compare/{qualified_name(session=session, version=pair.old)}"
             f"/{qualified_name(session=session, version=pair.new)}?evalset={pair.dataset.name}"))

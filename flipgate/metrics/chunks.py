@@ -37,7 +37,9 @@ def sample_ranges(n: int, rows: int) -> Iterator[tuple[int, int]]:
 
 def release(array: np.ndarray, start: int, stop: int) -> None:
     """Drop rows [start, stop) of a read-only memory-mapped array, and the fault-around
-    window before them, from this process's resident memory."""
+    window before them, from this process's resident memory (rows past the end are not
+    the array's: `stop` is clamped, since advising a neighbouring mapping would erase it)."""
+    stop = min(stop, array.shape[0]) if array.ndim else stop
     if _LIBC is None or not isinstance(array, np.memmap) or array.mode != "r" or stop <= start:
         return
     base, row_bytes = array.ctypes.data, array.strides[0]

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, UniqueConstraint
+from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.datasets.models import Dataset
@@ -40,6 +40,8 @@ class PairMetrics(Record, Base):
     nfr_ci_high: Mapped[float]
     mcnemar_p: Mapped[float]
     report: Mapped[dict[str, Any]]
+    html_sha256: Mapped[str | None] = mapped_column(String(64))  # the HTML page the job drew
+
 
     old_version: Mapped[ModelVersion] = relationship(foreign_keys=old_version_id, lazy="raise")
     new_version: Mapped[ModelVersion] = relationship(foreign_keys=new_version_id, lazy="raise")

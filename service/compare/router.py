@@ -42,8 +42,7 @@ def compare(
                            f"POST /compare/{old}/{new}?evalset={evalset} measures it")
         return queued(session, job)
     if report_format == "html":
-        return HTMLResponse(service.pair_html(session=session, store=store, pair=pair,
-                                              report=report))
+        return HTMLResponse(service.stored_html(session=session, store=store, pair=pair))
     return JSONResponse(report)
 
 

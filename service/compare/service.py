@@ -1,14 +1,20 @@
 """Pair metrics: queueing their measurement, storing the metrics job's report, and reading
 them back as a report or a line's pairwise matrix (a request never computes one)."""
 
+import io
 from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.metrics.report import PairAnalysis
+from flipgate.metrics import FlipCounts, compare_logits, count_flips, flipped_indices
+from flipgate.metrics.chunks import chunk_rows as rows_per_chunk
+from flipgate.metrics.chunks import release, sample_ranges
+from flipgate.metrics.kernel import pair_chunk
+from flipgate.progress import Progress
 from flipgate.reporting.html import render_html
 from service.artifacts import ArtifactStore
 from service.compare.models import REPORT_SCALARS, PairMetrics
@@ -16,7 +22,7 @@ from service.compare.schemas import MissingPair, PairMatrix
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset, read_labels
 from service.db import insert_or_conflict
-from service.errors import InvalidInput
+from service.errors import InvalidInput, NotFound
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
 from service.jobs.service import OPEN_STATES, find_open_job
@@ -48,15 +54,17 @@ class Pair:
 
 
 def store_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion,
-                       dataset: Dataset, report: dict[str, Any]) -> PairMetrics:
-    """Keep a `compare_logits` report of old → new on a data set; a stored triple is returned."""
+                       dataset: Dataset, report: dict[str, Any],
+                       html_sha256: str | None = None) -> PairMetrics:
+    """Keep a `compare_logits` report of old → new on a data set (and the address of its HTML
+    page); a stored triple is returned."""
     _check_report(old, new, dataset, report)
     existing = find_pair_metrics(session=session, old=old, new=new, dataset=dataset)
     if existing is not None:
         return existing
     low, high = report["nfr_ci"]
     row = PairMetrics(old_version=old, new_version=new, dataset=dataset, report=report,
-                      nfr_ci_low=low, nfr_ci_high=high,
+                      html_sha256=html_sha256, nfr_ci_low=low, nfr_ci_high=high,
                       **{name: report[name] for name in REPORT_SCALARS})
     return insert_or_conflict(session, row, code="pair_metrics_exist", message=f"versions "
                               f"{old.id} → {new.id} on {dataset.name!r} are being stored")
@@ -120,51 +128,100 @@ def resolve_pair(*, session: Session, old: str, new: str, evalset: str) -> Pair:
 def stored_report(*, session: Session, pair: Pair) -> dict[str, Any] | None:
     """The pair's stored report with the keys of `flipgate compare --json`, if measured."""
     row = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
-    return None if row is None else {**row.report, **_sources(session, pair)}
+    if row is None:
+        return None
+    return {**row.report, **pair_inputs(session=session, pair=pair).sources()}
 
 
-def pair_html(*, session: Session, store: ArtifactStore, pair: Pair,
-              report: dict[str, Any]) -> str:
-    """The self-contained HTML page of a stored report, drawn from the pair's logits."""
-    analysis = pair_inputs(session=session, pair=pair).analyse(store)
-    return render_html(analysis, report, old_name=report["old"]["source"],
-                       new_name=report["new"]["source"])
+def stored_html(*, session: Session, store: ArtifactStore, pair: Pair) -> bytes:
+    """The HTML page that the pair's metrics job drew; NotFound `report_html_not_stored` for
+    a pair measured before pages were kept (no request draws one)."""
+    row = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
+    if row is None or row.html_sha256 is None:
+        raise NotFound("report_html_not_stored", "this pair was measured before HTML reports "
+                       "were kept; its JSON report is stored (format=json)")
+    with store.open(row.html_sha256) as readable:
+        return readable.read()
 
 
 @dataclass(frozen=True)
 class PairInputs:
     """The stored logits of both versions and the data set that a pair's report is computed
-    from; reading and analysing them needs no session (the metrics job does it outside any
-    transaction)."""
+    from, and the versions' names; measuring needs no session (the metrics job does it
+    outside any transaction)."""
 
     old: Prediction
     new: Prediction
     dataset: Dataset
+    names: tuple[str, str]
 
-    def analyse(self, store: ArtifactStore) -> PairAnalysis:
-        """The per-sample comparison of the two versions' logits."""
-        return PairAnalysis(read_logits(store=store, prediction=self.old),
-                            read_logits(store=store, prediction=self.new),
-                            read_labels(store=store, dataset=self.dataset))
+    def measure(self, store: ArtifactStore, *, chunk_rows: int | None = None,
+                progress: Progress | None = None) -> tuple[dict[str, Any], str]:
+        """The pair's report and the address of its HTML page (stored), reading both logits
+        memory-mapped `chunk_rows` samples at a time: memory stays a few chunks plus a few
+        values per sample, whatever N is."""
+        old, new = (read_logits(store=store, prediction=side) for side in (self.old, self.new))
+        labels = read_labels(store=store, dataset=self.dataset)
+        halves = [None, None] if progress is None else [
+            lambda done, total, start=start: progress(done + start * total, 2 * total)
+            for start in (0, 1)]
+        report = compare_logits(old, new, labels, chunk_size=chunk_rows, progress=halves[0])
+        analysis = StreamedAnalysis.of(old, new, labels, chunk_rows=chunk_rows,
+                                       progress=halves[1])
+        page = render_html(analysis, {**report, **self.sources()},  # type: ignore[arg-type]
+                           old_name=self.names[0], new_name=self.names[1])
+        return report, store.put_stream(io.BytesIO(page.encode())).sha256
+
+    def sources(self) -> dict[str, dict[str, str]]:
+        """The "old" and "new" entries of the report."""
+        return {side: {"source": name, "provider": prediction.provider or prediction.source.value}
+                for side, name, prediction in zip(("old", "new"), self.names,
+                                                  (self.old, self.new), strict=True)}
+
+
+@dataclass(frozen=True, eq=False)
+class StreamedAnalysis:
+    """The per-sample values that the HTML report plots (those of PairAnalysis: predicted
+    classes, confidence gaps, logit displacement), gathered chunk by chunk so that no
+    (N, C) array other than the memory-mapped logits is ever held."""
+
+    old_pred: np.ndarray
+    new_pred: np.ndarray
+    old_gap: np.ndarray
+    new_gap: np.ndarray
+    displacement: np.ndarray
+    counts: FlipCounts
+    flipped: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray, *,
+           chunk_rows: int | None = None, progress: Progress | None = None,
+           ) -> "StreamedAnalysis":
+        """The values of a pair of (N, C) logits, `chunk_rows` samples at a time."""
+        parts: list[tuple[np.ndarray, ...]] = []
+        n, classes = old_logits.shape
+        for start, stop in sample_ranges(n, rows_per_chunk(classes, chunk_rows)):
+            values = pair_chunk(old_logits[start:stop], new_logits[start:stop],
+                                labels[start:stop], 1.0)
+            parts.append((values.predictions("old"), values.predictions("new"),
+                          values.gap("old"), values.gap("new"), values.displacement))
+            for logits in (old_logits, new_logits):
+                release(logits, start, stop)
+            if progress:
+                progress(stop, n)
+        old_pred, new_pred, *gaps_and_displacement = (np.concatenate(column)
+                                                      for column in zip(*parts, strict=True))
+        return cls(old_pred, new_pred, *gaps_and_displacement,
+                   count_flips(old_pred, new_pred, labels),
+                   flipped_indices(old_pred, new_pred, labels))
 
 
 def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
     """The stored predictions of the pair's versions on its data set."""
     return PairInputs(*(get_predictions(session=session, version=version, dataset=pair.dataset)
-                        for version in (pair.old, pair.new)), pair.dataset)
-
-
-def _sources(session: Session, pair: Pair) -> dict[str, dict[str, str]]:
-    """The "old" and "new" entries of the report."""
-    return {"old": _source(session, pair.old, pair.dataset),
-            "new": _source(session, pair.new, pair.dataset)}
-
-
-def _source(session: Session, version: ModelVersion, dataset: Dataset) -> dict[str, str]:
-    """Which version was scored, and by what (an execution provider, or "uploaded")."""
-    prediction = get_predictions(session=session, version=version, dataset=dataset)
-    return {"source": qualified_name(session=session, version=version),
-            "provider": prediction.provider or prediction.source.value}
+                        for version in (pair.old, pair.new)), pair.dataset,
+                      (qualified_name(session=session, version=pair.old),
+                       qualified_name(session=session, version=pair.new)))
 
 
 def metrics_params(pair: Pair) -> dict[str, Any]:

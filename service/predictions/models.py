@@ -16,7 +16,8 @@ class PredictionSource(StrEnum):
 
 
 class Prediction(Record, Base):
-    """The (N, C) logits of one version on one data set, kept as a .npy artifact."""
+    """The (N, C) logits of one version on one data set, kept as a .npy artifact, and its
+    predicted classes beside them."""
 
     __tablename__ = "predictions"
     __table_args__ = (UniqueConstraint("version_id", "dataset_id"),)
@@ -24,6 +25,9 @@ class Prediction(Record, Base):
     version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
     logits_sha256: Mapped[str] = mapped_column(String(64))
+    # the argmax of the logits in the smallest integer dtype (.npy); None on rows stored
+    # before it existed, until a metrics job reads them
+    classes_sha256: Mapped[str | None] = mapped_column(String(64))
     source: Mapped[PredictionSource] = mapped_column(str_enum(PredictionSource,
                                                               "prediction_source"))
     provider: Mapped[str | None] = mapped_column(String(64))

@@ -9,7 +9,7 @@ from service.artifacts import upload_name
 from service.datasets.service import get_dataset
 from service.deps import WRITE, SessionDep, SettingsDep, StoreDep
 from service.predictions import service
-from service.predictions.models import Prediction
+from service.predictions.models import Prediction, PredictionSource
 from service.predictions.schemas import PredictionRead
 from service.registry.service import find_version
 
@@ -27,8 +27,10 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
     dataset = get_dataset(session=session, name=evalset)
     with store.stage(logits.file, filename="logits.npy",
                      max_bytes=settings.max_upload_bytes) as path:
-        prediction = service.store_uploaded_logits(
-            session=session, store=store, npy_path=path, version=row, dataset=dataset,
-            source=upload_name("logits", logits.filename))
+        checked = service.check_logits_file(version=row, dataset=dataset, npy_path=path,
+                                            name=upload_name("logits", logits.filename))
+        prediction = service.store_logits_file(
+            session=session, store=store, version=row, dataset=dataset, logits=checked,
+            source=PredictionSource.UPLOADED)
     flows.logits_stored(session=session, version=row, dataset=dataset)
     return prediction

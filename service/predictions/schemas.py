@@ -10,3 +10,4 @@ class PredictionRead(RecordRead):
     logits_sha256: str
     source: PredictionSource
     provider: str | None
+    classes_sha256: str | None  # its predicted classes (.npy, smallest integer dtype)

@@ -2,6 +2,7 @@
 that compute missing ones."""
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +11,12 @@ from sqlalchemy.orm import Session
 
 from flipgate.formats import load_evalset, load_logits, validate_logits
 from flipgate.inference import OnnxClassifier, Progress
+from flipgate.metrics import predicted_classes
+from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
 from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
-from service.errors import Conflict, InvalidInput, library_input
+from service.errors import Conflict, InvalidInput, NotFound, library_input
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
 from service.predictions.models import Prediction, PredictionSource
@@ -25,13 +28,15 @@ def store_predictions(
     *, session: Session, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
     logits: np.ndarray, source: PredictionSource, provider: str | None = None,
 ) -> Prediction:
-    """Keep a version's logits on a data set; the same logits again change nothing."""
+    """Keep a version's logits on a data set, and their predicted classes; the same logits
+    again change nothing."""
     with library_input():
         validate_logits(logits, source=f"logits of version {version.id}")
     _check_shape(logits, version, dataset)
-    sha256 = store_logits(store=store, logits=logits)
-    return _prediction_row(session=session, version=version, dataset=dataset, sha256=sha256,
-                           source=source, provider=provider)
+    sha256 = store_array(store=store, array=logits)
+    row = _prediction_row(session=session, version=version, dataset=dataset, sha256=sha256,
+                          source=source, provider=provider)
+    return _with_classes(store, row, predicted_classes(logits))
 
 
 def _prediction_row(*, session: Session, version: ModelVersion, dataset: Dataset, sha256: str,
@@ -49,35 +54,106 @@ def _prediction_row(*, session: Session, version: ModelVersion, dataset: Dataset
     return existing
 
 
-def store_logits(*, store: ArtifactStore, logits: np.ndarray) -> str:
-    """Keep a logits array as an .npy artifact; its sha256."""
-    return store.put_stream(io.BytesIO(_npy_bytes(logits))).sha256
+def store_array(*, store: ArtifactStore, array: np.ndarray) -> str:
+    """Keep an array held in memory as an .npy artifact; its sha256."""
+    return store.put_stream(io.BytesIO(_npy_bytes(array))).sha256
+
+
+def _with_classes(store: ArtifactStore, row: Prediction, classes: np.ndarray) -> Prediction:
+    """The row, given the artifact of its predicted `classes` unless it has one."""
+    if row.classes_sha256 is None:
+        row.classes_sha256 = store_array(store=store, array=classes)
+    return row
+
+
+def predicted_classes_artifact(*, store: ArtifactStore, prediction: Prediction) -> str:
+    """The address of a prediction's predicted classes: its own, or (a row stored before
+    they were kept) one stored now from its logits. Needs no session."""
+    return prediction.classes_sha256 or store_array(
+        store=store, array=predicted_classes(read_logits(store=store, prediction=prediction)))
+
+
+def read_predicted_classes(*, store: ArtifactStore, prediction: Prediction) -> np.ndarray:
+    """The (N,) predicted classes of a prediction, in the smallest unsigned dtype that holds
+    its classes (computed from its memory-mapped logits when the row has none stored)."""
+    if prediction.classes_sha256 is None:
+        return predicted_classes(read_logits(store=store, prediction=prediction))
+    return np.load(store.path(prediction.classes_sha256), allow_pickle=False)
 
 
 def score_version(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
-                  progress: Progress | None = None,
-                  rows: slice = slice(None)) -> tuple[np.ndarray, str]:
-    """A version's logits on a data set (on its samples `rows` only, when given), computed
-    with ONNX Runtime, and the provider used."""
+                  progress: Progress | None = None) -> tuple[np.ndarray, str]:
+    """A version's logits on a data set, computed in memory with ONNX Runtime, and the
+    provider used."""
     with library_input():
-        classifier = OnnxClassifier(store.path(version.artifact_sha256))
-        evalset = load_evalset(store.path(dataset.sha256), mmap=True)
-        classifier.check_evalset(evalset)
-        return classifier.predict(evalset.x[rows], progress=progress), classifier.provider
+        classifier, x = _scoring(store, version, dataset)
+        return classifier.predict(x, progress=progress), classifier.provider
 
 
-def store_uploaded_logits(*, session: Session, store: ArtifactStore, version: ModelVersion,
-                          dataset: Dataset, npy_path: Path, source: str | None = None,
-                          ) -> Prediction:
-    """Keep logits that a team computed itself: the uploaded .npy is checked memory-mapped,
-    chunk by chunk, and enters the store as it is once its row is in."""
+def score_version_to_file(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
+                          path: Path, progress: Progress | None = None,
+                          rows: slice = slice(None)) -> str:
+    """Write a version's logits on a data set (on its samples `rows` only, when given) to the
+    .npy `path` batch by batch, reading the samples memory-mapped; the provider used."""
     with library_input():
-        logits = load_logits(npy_path, mmap=True, source=source)
+        classifier, x = _scoring(store, version, dataset)
+        classifier.predict_to_file(x[rows], path, progress=progress)
+        return classifier.provider
+
+
+def _scoring(store: ArtifactStore, version: ModelVersion,
+             dataset: Dataset) -> tuple[OnnxClassifier, np.ndarray]:
+    """The version's classifier and the data set's samples (memory-mapped), checked to fit."""
+    classifier = OnnxClassifier(store.path(version.artifact_sha256))
+    evalset = load_evalset(store.path(dataset.sha256), mmap=True)
+    classifier.check_evalset(evalset)
+    return classifier, evalset.x
+
+
+@dataclass(frozen=True, eq=False)
+class LogitsFile:
+    """An .npy of logits checked to fit a version on a data set: where it is, its sha256 and
+    its predicted classes."""
+
+    path: Path
+    sha256: str
+    classes: np.ndarray
+
+
+def check_logits_file(*, version: ModelVersion, dataset: Dataset, npy_path: Path,
+                      name: str | None = None) -> LogitsFile:
+    """Check logits written to an .npy file (uploaded, or by an inference job) memory-mapped,
+    chunk by chunk, and take their digest and predicted classes; needs no session (a job
+    does it outside any transaction). Messages name the file `name`."""
+    with library_input():
+        logits = load_logits(npy_path, mmap=True, source=name)
     _check_shape(logits, version, dataset)
+    return LogitsFile(npy_path, file_sha256(npy_path), predicted_classes(logits))
+
+
+def store_logits_file(*, session: Session, store: ArtifactStore, version: ModelVersion,
+                      dataset: Dataset, logits: LogitsFile, source: PredictionSource,
+                      provider: str | None = None) -> Prediction:
+    """Keep checked logits: their row, then the file linked into the store as it is (no
+    copy) and their predicted classes beside it."""
     row = _prediction_row(session=session, version=version, dataset=dataset,
-                          sha256=file_sha256(npy_path), source=PredictionSource.UPLOADED)
-    store.put_file(npy_path, row.logits_sha256)
-    return row
+                          sha256=logits.sha256, source=source, provider=provider)
+    store.put_file(logits.path, logits.sha256)
+    return _with_classes(store, row, logits.classes)
+
+
+def concatenate_logits(parts: list[np.ndarray], path: Path) -> None:
+    """Write the (n_i, C) logits `parts` (memory-mapped), in order, as one float32 .npy at
+    `path`, a chunk at a time."""
+    rows, columns = sum(part.shape[0] for part in parts), parts[0].shape[1]
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
+              "shape": (rows, columns)}
+    with path.open("wb") as file:
+        np.lib.format.write_array_header_2_0(file, header)
+        for part in parts:
+            for start, stop in sample_ranges(part.shape[0], chunk_rows(columns)):
+                file.write(np.ascontiguousarray(part[start:stop], dtype="<f4").tobytes())
+                release(part, start, stop)
 
 
 def _check_shape(logits: np.ndarray, version: ModelVersion, dataset: Dataset) -> None:
@@ -113,9 +189,10 @@ def read_logits(*, store: ArtifactStore, prediction: Prediction) -> np.ndarray:
 
 
 def read_logits_artifact(*, store: ArtifactStore, sha256: str) -> np.ndarray:
-    """The logits array stored as the artifact `sha256`."""
-    with store.open(sha256) as readable:
-        return np.load(readable, allow_pickle=False)
+    """The logits array stored as the artifact `sha256`, memory-mapped (read-only)."""
+    if not store.exists(sha256):
+        raise NotFound("artifact_not_found", f"no artifact {sha256}")
+    return np.load(store.path(sha256), mmap_mode="r", allow_pickle=False)
 
 
 def versions_with_predictions(*, session: Session, versions: list[ModelVersion],

@@ -8,7 +8,15 @@ from service.datasets.models import DatasetRole
 from service.datasets.service import register_dataset
 from service.errors import Conflict, InvalidInput
 from service.predictions.models import Prediction, PredictionSource
-from service.predictions.service import get_predictions, read_logits, store_predictions
+from service.predictions.service import (
+    check_logits_file,
+    get_predictions,
+    predicted_classes_artifact,
+    read_logits,
+    read_predicted_classes,
+    store_logits_file,
+    store_predictions,
+)
 from service.registry.service import register_version
 
 
@@ -64,3 +72,34 @@ def test_logits_that_do_not_fit_are_refused(save, bad, code):
     with pytest.raises(InvalidInput) as refused:
         save(bad)
     assert refused.value.code == code
+
+
+def test_predicted_classes_are_stored_once_in_the_smallest_dtype(store, save):
+    row = save(logits())
+    classes = read_predicted_classes(store=store, prediction=row)
+    assert classes.dtype == np.uint8
+    np.testing.assert_array_equal(classes, logits().argmax(axis=1))
+    assert save(logits()).classes_sha256 == row.classes_sha256
+    assert store.exists(row.classes_sha256)
+
+
+def test_a_logits_file_is_linked_into_the_store_with_its_classes(session, store, tmp_path,
+                                                                 version_and_dataset):
+    version, dataset = version_and_dataset
+    path = tmp_path / "logits.npy"
+    np.save(path, logits(seed=3))
+    checked = check_logits_file(version=version, dataset=dataset, npy_path=path)
+    row = store_logits_file(session=session, store=store, version=version, dataset=dataset,
+                            logits=checked, source=PredictionSource.UPLOADED)
+    assert store.path(row.logits_sha256).stat().st_ino == path.stat().st_ino  # no copy
+    np.testing.assert_array_equal(read_predicted_classes(store=store, prediction=row),
+                                  logits(seed=3).argmax(axis=1))
+
+
+def test_a_row_stored_without_classes_gets_them_from_its_logits(session, store, save):
+    row = save(logits(seed=2))
+    row.classes_sha256 = None  # a row stored before migration 0006
+    expected = logits(seed=2).argmax(axis=1)
+    np.testing.assert_array_equal(read_predicted_classes(store=store, prediction=row), expected)
+    row.classes_sha256 = predicted_classes_artifact(store=store, prediction=row)
+    np.testing.assert_array_equal(read_predicted_classes(store=store, prediction=row), expected)

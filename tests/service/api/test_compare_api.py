@@ -6,8 +6,9 @@ import pytest
 
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits, pairwise_matrices
+from service.compare.service import find_pair_metrics, resolve_pair
 from service.datasets.service import get_dataset
-from service.predictions.service import get_predictions, read_logits
+from service.predictions.service import get_predictions, read_logits, read_predicted_classes
 from service.registry.service import find_version, set_alias
 from tests.service.api.conftest import error_code, measure, run_task
 from worker import tasks
@@ -52,6 +53,38 @@ def test_format_html_returns_the_report_page(client, logits):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert "<svg" in response.text and "digits:1.1" in response.text
+
+
+def test_the_html_page_is_the_one_the_metrics_job_stored(client, db, worker, logits):
+    measure(client, "digits:1.0", "digits:1.1", "eval")
+    with db() as session:
+        pair = resolve_pair(session=session, old="digits:1.0", new="digits:1.1", evalset="eval")
+        row = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
+        html_sha256, row.html_sha256 = row.html_sha256, None  # as if measured before pages
+    url, params = "/compare/digits:1.0/digits:1.1", {"evalset": "eval", "format": "html"}
+    assert error_code(client.get(url, params=params), 404) == "report_html_not_stored"
+    with db() as session:
+        find_pair_metrics(session=session, old=pair.old, new=pair.new,
+                          dataset=pair.dataset).html_sha256 = html_sha256
+    stored = worker.store.path(html_sha256).read_bytes()
+    assert client.get(url, params=params).content == stored
+    assert b"digits:1.0" in stored and stored.count(b"<svg") >= 4
+
+
+def test_a_metrics_job_gives_older_predictions_their_classes(client, db, worker, logits):
+    arrays, _ = logits
+    with db() as session:
+        pair = resolve_pair(session=session, old="digits:1.0", new="digits:1.2", evalset="eval")
+        for version in (pair.old, pair.new):
+            get_predictions(session=session, version=version,
+                            dataset=pair.dataset).classes_sha256 = None
+    measure(client, "digits:1.0", "digits:1.2", "eval")
+    with db() as session:
+        for version, array in ((pair.old, arrays[0]), (pair.new, arrays[2])):
+            row = get_predictions(session=session, version=version, dataset=pair.dataset)
+            assert row.classes_sha256 is not None
+            classes = read_predicted_classes(store=worker.store, prediction=row)
+            np.testing.assert_array_equal(classes, array.argmax(axis=1))
 
 
 def test_an_alias_names_the_version_it_points_at(client, db, logits):
