@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 
 from flipgate.datasets import mnist_digits, save_evalset, split
 from flipgate.formats import EvalSet, load_evalset
@@ -41,11 +42,16 @@ def fine_tuned(tmp_path_factory) -> dict[str, Path]:
     files = {"eval": save_evalset(evaluation, folder / "eval.npz"),
              "calibration": save_evalset(digits(2 * OLD_DIGITS, training.n),
                                          folder / "calibration.npz")}
-    files["1"] = train("baseline", "mlp:hidden=128", digits(0, OLD_DIGITS), 10,
-                       TrainConfig(epochs=10, seed=0)).save(folder / "old.onnx", (28, 28))
-    files["2"] = train("baseline", "mlp:hidden=128", digits(0, 2 * OLD_DIGITS), 10,
-                       TrainConfig(epochs=10, seed=1), init=files["1"]).save(
-        folder / "new.onnx", (28, 28))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a small mlp: more threads only contend on a shared CPU
+    try:
+        files["1"] = train("baseline", "mlp:hidden=128", digits(0, OLD_DIGITS), 10,
+                           TrainConfig(epochs=10, seed=0)).save(folder / "old.onnx", (28, 28))
+        files["2"] = train("baseline", "mlp:hidden=128", digits(0, 2 * OLD_DIGITS), 10,
+                           TrainConfig(epochs=10, seed=1), init=files["1"]).save(
+            folder / "new.onnx", (28, 28))
+    finally:
+        torch.set_num_threads(threads)
     return files
 
 
