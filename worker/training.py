@@ -1,5 +1,6 @@
-"""The training task: repair a blocked candidate, register the result and gate it again
-(it runs on worker.runtime; the request is checked and queued by service.gate.repair)."""
+"""The repair task: retrain a blocked candidate, or mix it with its baseline on their ONNX
+files; register the result and gate it again (it runs on worker.runtime; the request is
+checked and queued by service.gate.repair)."""
 
 import hashlib
 import itertools
@@ -11,6 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from flipgate.formats import load_evalset
+from flipgate.repair import Limits, RepairResult, ensemble, interpolate
 from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
@@ -21,6 +23,7 @@ from service.datasets.service import get_dataset
 from service.db import session_scope
 from service.gate.decisions import gate, get_decision
 from service.gate.models import Decision
+from service.gate.repair import ONNX_REPAIRS, artifacts_named, pair_artifacts
 from service.gate.schemas import GateRequest
 from service.predictions.service import score_version
 from service.queue import TRAIN_TASK
@@ -30,8 +33,14 @@ from worker.runtime import JobProgress, WorkerContext, finishing, job_task
 
 
 def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
-    """Retrain a blocked candidate with a flip-reducing method (service.gate.repair), then
-    register the new version with its lineage and gate it like the original."""
+    """Repair a blocked candidate as service.gate.repair queued it: on the ONNX files or by
+    retraining."""
+    (repair_on_onnx if params["method"] in ONNX_REPAIRS else retrain)(ctx, job_id, params)
+
+
+def retrain(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
+    """Retrain a blocked candidate with a flip-reducing method, then register the new version
+    with its lineage and gate it like the original."""
     with session_scope(ctx.sessions) as session:
         line = session.get_one(ModelLine, get_decision(
             session=session, decision_id=params["decision_id"]).line_id)
@@ -47,13 +56,48 @@ def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
         progress=phase_progress(ctx, job_id, METHODS[params["method"]].phases))
     with tempfile.TemporaryDirectory() as folder:
         path = trained.save(Path(folder) / "model.onnx", data.sample_shape)
-        with finishing(ctx, job_id) as (session, result):
-            version = register_repaired(ctx, session, job_id, params, line, path, trained.record)
-            decision = gate_again(session, job_id, version, params["decision_id"])
-            result.update(version=version.version, decision_id=decision.id,
-                          repaired_decision_id=params["decision_id"],
-                          version_url=f"/models/{line.name}/versions/{version.version}",
-                          decision_url=f"/gate/decisions/{decision.id}")
+        finish_repair(ctx, job_id, params, path, metadata={"arch": params["arch"]},
+                      produced_by={"dataset": params["dataset"], "record": trained.record})
+
+
+def repair_on_onnx(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
+    """Mix the blocked candidate with its baseline (flipgate.repair: interpolation or the
+    ensemble), the baseline's share chosen on the calibration set; register and gate it."""
+    with session_scope(ctx.sessions) as session:
+        pair = pair_artifacts(session=session, store=ctx.store, decision=get_decision(
+            session=session, decision_id=params["decision_id"]))
+        calibration = get_dataset(session=session, name=params["calibration"])
+    with tempfile.TemporaryDirectory() as folder:
+        with artifacts_named(pair):
+            result = _mixed(params, *(path for path, _ in pair), ctx.store.path(calibration.sha256),
+                            Path(folder) / "model.onnx", JobProgress(ctx, job_id))
+        details = {key: value for key, value in result.to_dict().items() if key != "out"}
+        finish_repair(ctx, job_id, params, result.out,
+                      produced_by={**details, "calibration": params["calibration"]})
+
+
+def _mixed(params: dict[str, Any], old: Path, new: Path, calibration: Path, out: Path,
+           progress: JobProgress) -> RepairResult:
+    """The job's repair of the ONNX pair, written to `out`."""
+    limits = Limits(**params["limits"])
+    if params["method"] == "interpolate":
+        return interpolate(old, new, calibration, out, limits, progress=progress)
+    return ensemble(old, new, out, calibration=calibration, limits=limits, progress=progress,
+                    probabilities=params["options"]["probabilities"])
+
+
+def finish_repair(ctx: WorkerContext, job_id: int, params: dict[str, Any], path: Path, *,
+                  produced_by: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
+    """Register the repaired model and gate it again; the job succeeds in the same commit,
+    its result linking the new version and decision."""
+    with finishing(ctx, job_id) as (session, result):
+        version = register_repaired(ctx, session, job_id, params, path, produced_by, metadata)
+        decision = gate_again(session, job_id, version, params["decision_id"])
+        line = session.get_one(ModelLine, version.line_id).name
+        result.update(version=version.version, decision_id=decision.id,
+                      repaired_decision_id=params["decision_id"],
+                      version_url=f"/models/{line}/versions/{version.version}",
+                      decision_url=f"/gate/decisions/{decision.id}")
 
 
 def phase_progress(ctx: WorkerContext, job_id: int, phases: int) -> ProgressFactory:
@@ -68,18 +112,20 @@ def phase_progress(ctx: WorkerContext, job_id: int, phases: int) -> ProgressFact
 
 
 def register_repaired(ctx: WorkerContext, session: Session, job_id: int, params: dict[str, Any],
-                      line: ModelLine, path: Path, record: dict[str, Any]) -> ModelVersion:
-    """The trained model as a new version whose parent is the baseline it must replace; its
-    follow-up inference and metrics jobs are queued."""
+                      path: Path, produced_by: dict[str, Any],
+                      metadata: dict[str, Any] | None) -> ModelVersion:
+    """The repaired model as a new version whose parent is the baseline it must replace,
+    `produced_by` naming the job, the method and the candidate it repairs; its follow-up
+    inference and metrics jobs are queued."""
     decision = get_decision(session=session, decision_id=params["decision_id"])
     baseline = get_version(session=session, version_id=decision.baseline_id)
     candidate = get_version(session=session, version_id=decision.candidate_id)
+    line = session.get_one(ModelLine, decision.line_id)
     version = register_version(
         session=session, store=ctx.store, line_name=line.name, version=params["version"],
-        onnx_path=path, parent=f"{line.name}:{baseline.version}",
-        metadata={"arch": params["arch"]}, produced_by={
-            "job_id": job_id, "method": params["method"], "repair_of": candidate.version,
-            "decision_id": decision.id, "dataset": params["dataset"], "record": record})
+        onnx_path=path, parent=f"{line.name}:{baseline.version}", metadata=metadata,
+        produced_by={"job_id": job_id, "method": params["method"],
+                     "repair_of": candidate.version, "decision_id": decision.id, **produced_by})
     flows.version_registered(session=session, version=version)
     return version
 

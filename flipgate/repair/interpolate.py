@@ -27,7 +27,7 @@ def interpolate(old: str | Path, new: str | Path, calibration: str | Path | Eval
                 out: str | Path, limits: Limits = DEFAULT_LIMITS,
                 progress: Progress | None = None) -> RepairResult:
     """Write the interpolation with the smallest α meeting `limits` on the calibration set."""
-    old_model, new_model = _same_structure(old, new)
+    old_model, new_model = same_structure(old, new)
     reference = Calibration(calibration, OnnxClassifier(old, device="cpu"))
     blend = _blender(old_model, new_model)
 
@@ -41,7 +41,7 @@ def interpolate(old: str | Path, new: str | Path, calibration: str | Path | Eval
 
 def interpolate_graph(old: str | Path, new: str | Path, alpha: float) -> onnx.ModelProto:
     """The new model's graph with every float initializer set to α·θ_old + (1 − α)·θ_new."""
-    return _blender(*_same_structure(old, new))(alpha)
+    return _blender(*same_structure(old, new))(alpha)
 
 
 def _blender(old: onnx.ModelProto, new: onnx.ModelProto,
@@ -73,7 +73,7 @@ def _by_name(model: onnx.ModelProto, like: onnx.ModelProto) -> list[onnx.TensorP
     return [tensors[tensor.name] for tensor in like.graph.initializer]
 
 
-def _same_structure(old: str | Path, new: str | Path) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+def same_structure(old: str | Path, new: str | Path) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """Both models, refused unless they have the same nodes, inputs, outputs, opsets and
     initializers (names, shapes, dtypes; non-float initializers equal)."""
     (old_model, _), (new_model, _) = load_classifier(old), load_classifier(new)

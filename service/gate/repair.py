@@ -1,53 +1,186 @@
-"""Repairing a blocked candidate: a training job that retrains its architecture on the line's
-training data with a flip-reducing method, registers the result and gates it again.
+"""Repairing a blocked candidate: a job that retrains its architecture on the line's training
+data with a flip-reducing method, or (interpolate, ensemble) mixes it with the baseline on
+their ONNX files with the baseline's share chosen on a calibration eval set; either way it
+registers the result and gates it again.
 
 Everything the job needs is checked and resolved here, when it is requested, so that a bad
 request is refused at once instead of failing in the worker.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+import flipgate.errors
+from flipgate.repair import Limits, same_structure
+from flipgate.repair.search import DEFAULT_LIMITS
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS, resolve_options
+from service.artifacts import ArtifactStore
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
-from service.errors import Conflict, InvalidInput
+from service.errors import Conflict, InvalidInput, describe_problems
 from service.gate.decisions import get_decision
 from service.gate.models import Decision, Verdict
-from service.gate.schemas import RepairRequest
+from service.gate.policies import current_policy
+from service.gate.rules import DEFAULT_POLICY, Policy
+from service.gate.schemas import ONNX_REPAIR_OPTIONS, RepairRequest
 from service.jobs.enqueue import create_job
 from service.jobs.models import Job, JobKind
 from service.names import VERSION, check_name
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import get_version
+from service.registry.service import get_version, qualified_name
+
+ONNX_REPAIRS = tuple(ONNX_REPAIR_OPTIONS)
+TRAINING_FIELDS = ("config", "arch", "dataset")
+CALIBRATION_FIELDS = ("calibration", "max_nfr", "max_er_increase")
+STRUCTURE_CHECK_MAX_BYTES = 64 * 2**20  # larger pairs are compared by the job, not the request
 
 
-def request_repair(*, session: Session, decision_id: int, repair: RepairRequest,
-                   requested_by: str) -> Job:
-    """Queue the training job that repairs the blocked candidate of a decision."""
+def request_repair(*, session: Session, store: ArtifactStore, decision_id: int,
+                   repair: RepairRequest, requested_by: str) -> Job:
+    """Queue the job that repairs the blocked candidate of a decision."""
     decision = get_decision(session=session, decision_id=decision_id)
     if decision.verdict != Verdict.BLOCK:
         raise Conflict("not_blocked", f"decision {decision_id} is {decision.verdict}; only a "
                        "blocked candidate can be repaired")
-    if repair.method not in METHODS:
+    if repair.method in ONNX_REPAIRS:
+        params = _onnx_repair_params(session, store, decision, repair)
+    elif repair.method in METHODS:
+        params = _training_params(session, decision, repair)
+    else:
         raise InvalidInput("unknown_method", f"unknown method {repair.method!r}; choose from "
-                           f"{', '.join(METHODS)}")
+                           f"{', '.join([*METHODS, *ONNX_REPAIRS])}")
+    candidate = get_version(session=session, version_id=decision.candidate_id)
+    params.update(decision_id=decision.id, method=repair.method, requested_by=requested_by,
+                  version=_new_version_name(session, repair, candidate))
+    return create_job(session=session, kind=JobKind.TRAIN, params=params)
+
+
+def _training_params(session: Session, decision: Decision,
+                     repair: RepairRequest) -> dict[str, Any]:
+    """What a retraining job needs: options, settings, architecture, data, the old model."""
+    _refuse_fields(repair, CALIBRATION_FIELDS)
     candidate = get_version(session=session, version_id=decision.candidate_id)
     baseline = get_version(session=session, version_id=decision.baseline_id)
     old = baseline if _targets_old_model(repair.method, baseline) else None
-    params = {
-        "decision_id": decision.id, "method": repair.method, "requested_by": requested_by,
-        "options": _options(repair, has_old=old is not None),
-        "config": asdict(_config(repair, candidate)), "arch": _arch(repair, candidate),
-        "dataset": _training_dataset(session, repair, decision).name,
-        "version": _new_version_name(session, repair, candidate),
-        "old_version_id": old and old.id,
-    }
-    return create_job(session=session, kind=JobKind.TRAIN, params=params)
+    return {"options": _options(repair, has_old=old is not None),
+            "config": asdict(_config(repair, candidate)), "arch": _arch(repair, candidate),
+            "dataset": _training_dataset(session, repair, decision).name,
+            "old_version_id": old and old.id}
+
+
+def _onnx_repair_params(session: Session, store: ArtifactStore, decision: Decision,
+                        repair: RepairRequest) -> dict[str, Any]:
+    """What a repair on the ONNX files needs: its options, calibration set and limits."""
+    _refuse_fields(repair, TRAINING_FIELDS)
+    try:
+        options = ONNX_REPAIR_OPTIONS[repair.method].model_validate(repair.options)
+    except ValidationError as error:
+        raise InvalidInput("invalid_options", f"options of {repair.method!r}: "
+                           f"{describe_problems(error.errors())}") from error
+    policy = _current_rules(session, decision)
+    candidate = get_version(session=session, version_id=decision.candidate_id)
+    calibration = _calibration_set(session, decision, policy, repair.calibration, candidate)
+    if repair.method == "interpolate":
+        _check_interpolable(session, store, decision)
+    return {"options": options.model_dump(), "calibration": calibration.name,
+            "limits": asdict(_limits(repair, policy))}
+
+
+def _refuse_fields(repair: RepairRequest, fields: tuple[str, ...]) -> None:
+    """422 when the request sets a field that the method does not use."""
+    given = [name for name in fields if name in repair.model_fields_set]
+    if given:
+        raise InvalidInput("not_applicable", f"{', '.join(given)}: not used by method "
+                           f"{repair.method!r}")
+
+
+def _current_rules(session: Session, decision: Decision) -> Policy:
+    """The line's policy now: the one the repaired version will be gated by."""
+    row = current_policy(session=session, line=session.get_one(ModelLine, decision.line_id))
+    return DEFAULT_POLICY if row is None else Policy.model_validate(row.rules)
+
+
+def _calibration_set(session: Session, decision: Decision, policy: Policy, name: str | None,
+                     candidate: ModelVersion) -> Dataset:
+    """The calibration eval set: none the gate decides the candidate on (by name or content:
+    tuning on the gate's own data would game it), and one the line's models can score."""
+    if name is None:
+        raise InvalidInput("calibration_required", "name the eval set to choose the "
+                           "baseline's share on in 'calibration'")
+    dataset = get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
+    gated = session.scalars(select(Dataset).where(
+        Dataset.name.in_([*decision.evalsets, *policy.evalsets]),
+        (Dataset.name == name) | (Dataset.sha256 == dataset.sha256))).first()
+    if gated is not None:
+        raise InvalidInput("calibration_is_gated", f"eval set {name!r} "
+                           f"{'is' if gated.name == name else 'holds the same data as'} "
+                           f"{gated.name!r}, which the gate decides on; calibrate on other data")
+    _check_scorable(dataset, candidate)
+    return dataset
+
+
+def _check_scorable(dataset: Dataset, version: ModelVersion) -> None:
+    """422 unless the data set's samples fit the version's input and its labels its classes."""
+    expected = version.input_shape[1:]
+    fits = len(expected) == len(dataset.sample_shape) and all(
+        size is None or size == actual for size, actual in zip(expected, dataset.sample_shape,
+                                                               strict=True))
+    if not fits or dataset.num_classes > version.num_classes:
+        raise InvalidInput("calibration_mismatch", f"eval set {dataset.name!r} holds samples "
+                           f"shaped {dataset.sample_shape} with {dataset.num_classes} classes; "
+                           f"the line's models take {expected} and have {version.num_classes}")
+
+
+def _limits(repair: RepairRequest, policy: Policy) -> Limits:
+    """The request's limits, else the policy's bounds on NFR and on the error rate's change,
+    else the library's defaults (NFR 0.01, no error increase)."""
+    max_nfr = next(value for value in (repair.max_nfr, policy.max_nfr, DEFAULT_LIMITS.max_nfr)
+                   if value is not None)
+    if repair.max_er_increase is not None:
+        return Limits(max_nfr=max_nfr, max_er_increase=repair.max_er_increase)
+    bounds = [policy.max_er_increase,
+              None if policy.min_er_decrease is None else -policy.min_er_decrease]
+    return Limits(max_nfr=max_nfr, max_er_increase=min(
+        (bound for bound in bounds if bound is not None), default=DEFAULT_LIMITS.max_er_increase))
+
+
+def _check_interpolable(session: Session, store: ArtifactStore, decision: Decision) -> None:
+    """422 structure_mismatch when the pair's graphs differ (checked here only while both
+    files are small; the job checks the others)."""
+    pair = pair_artifacts(session=session, store=store, decision=decision)
+    if sum(path.stat().st_size for path, _ in pair) <= STRUCTURE_CHECK_MAX_BYTES:
+        with artifacts_named(pair):
+            same_structure(*(path for path, _ in pair))
+
+
+def pair_artifacts(*, session: Session, store: ArtifactStore,
+                   decision: Decision) -> list[tuple[Path, str]]:
+    """The stored ONNX files of the decision's baseline and candidate, with their names."""
+    versions = (get_version(session=session, version_id=decision.baseline_id),
+                get_version(session=session, version_id=decision.candidate_id))
+    return [(store.path(version.artifact_sha256), qualified_name(session=session,
+                                                                 version=version))
+            for version in versions]
+
+
+@contextmanager
+def artifacts_named(pair: list[tuple[Path, str]]) -> Iterator[None]:
+    """The library's InputError as InvalidInput, with stored files called by their versions."""
+    try:
+        yield
+    except flipgate.errors.InputError as error:
+        message = error.message
+        for path, name in pair:
+            message = message.replace(str(path), name)
+        raise InvalidInput(error.code, message) from error
 
 
 def _targets_old_model(method: str, baseline: ModelVersion) -> bool:

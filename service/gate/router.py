@@ -10,7 +10,17 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from service.config import Settings
-from service.deps import ADMIN, READ, WRITE, Credentials, SessionDep, SettingsDep, TokenDep, require
+from service.deps import (
+    ADMIN,
+    READ,
+    WRITE,
+    Credentials,
+    SessionDep,
+    SettingsDep,
+    StoreDep,
+    TokenDep,
+    require,
+)
 from service.errors import InvalidInput, describe_problems
 from service.gate import decisions, policies, repair, webhook_secrets
 from service.gate.models import Verdict
@@ -137,11 +147,13 @@ def list_decisions(name: str, session: SessionDep, candidate: str | None = None,
 @router.post("/gate/decisions/{decision_id}/repair", response_model=RepairQueued,
              status_code=202, dependencies=[WRITE])
 def repair_candidate(decision_id: DecisionId, body: RepairRequest, session: SessionDep,
-                     token: TokenDep) -> RepairQueued:
+                     store: StoreDep, token: TokenDep) -> RepairQueued:
     """Retrain a blocked candidate (default: ELODI, with the legacy term towards a baseline
-    not trained with ELODI); the job registers the new version and gates it again."""
-    job = repair.request_repair(session=session, decision_id=decision_id, repair=body,
-                                requested_by=token.name)
+    not trained with ELODI), or mix it with the baseline on their ONNX files (`interpolate`,
+    `ensemble`, tuned on a `calibration` eval set the gate does not decide on); the job
+    registers the new version and gates it again."""
+    job = repair.request_repair(session=session, store=store, decision_id=decision_id,
+                                repair=body, requested_by=token.name)
     return RepairQueued(job=JobRead.model_validate(job), status_url=f"/jobs/{job.id}")
 
 

@@ -3,10 +3,10 @@
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, StrictBool
 
 from service.gate.models import Verdict
-from service.gate.rules import MAX_POLICY_EVALSETS, EvalsetName, Policy
+from service.gate.rules import MAX_POLICY_EVALSETS, EvalsetName, Policy, Rate, RateChange
 from service.jobs.schemas import JobRead
 from service.names import NAME, VERSION
 
@@ -118,16 +118,44 @@ class TrainingSettings(BaseModel):
 
 
 class RepairRequest(BaseModel):
-    """Retrain a blocked candidate with a method that removes flips."""
+    """Repair a blocked candidate: retrain it with a method that removes flips, or (methods
+    `interpolate` and `ensemble`) mix it with the baseline on their ONNX files alone, with the
+    baseline's share chosen on a calibration eval set."""
 
     model_config = ConfigDict(extra="forbid")
 
     method: str = "elodi"
-    options: dict[str, Any] = Field(default_factory=dict, description="the method's options")
+    options: dict[str, Any] = Field(default_factory=dict, description="the method's options "
+                                    "(ensemble: {\"probabilities\": true} mixes probabilities)")
     config: TrainingSettings = Field(default_factory=TrainingSettings)
     arch: str | None = Field(None, description="default: the candidate's recorded arch")
     dataset: str | None = Field(None, description="default: the line's training data set")
     version: str | None = Field(None, description="default: <candidate>-<method>")
+    calibration: EvalsetName | None = Field(
+        None, description="interpolate and ensemble (required): the eval set the baseline's "
+                          "share is chosen on; none the decision was gated on")
+    max_nfr: Rate | None = Field(None, description="interpolate and ensemble: NFR on the "
+                                 "calibration set; default: the policy's max_nfr, else 0.01")
+    max_er_increase: RateChange | None = Field(
+        None, description="interpolate and ensemble: error above the baseline's on the "
+                          "calibration set; default: the policy's bound on it, else 0")
+
+
+class InterpolateOptions(BaseModel):
+    """Interpolation has no options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnsembleOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    probabilities: StrictBool = Field(False, description="mix softmax probabilities (the "
+                                      "output is their log) instead of logits")
+
+
+ONNX_REPAIR_OPTIONS: dict[str, type[BaseModel]] = {"interpolate": InterpolateOptions,
+                                                   "ensemble": EnsembleOptions}
 
 
 class RepairQueued(BaseModel):
