@@ -61,7 +61,6 @@ REFUSALS = {
 }
 PROBE_REFUSALS = (422, 503)
 logger = logging.getLogger(__name__)
-logger = logging.getLogger(__name__)
 
 
 @asynccontextmanager

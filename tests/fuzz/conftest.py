@@ -1,0 +1,10 @@
+"""The API on both databases (the fixtures of tests/service), for the fuzz tests."""
+
+from tests.service.api.conftest import client, db, error_code, settings  # noqa: F401
+from tests.service.conftest import (  # noqa: F401
+    database_url,
+    engine,
+    no_flipgate_environment,
+    npz_file,
+    onnx_file,
+)
