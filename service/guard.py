@@ -6,6 +6,9 @@
 - No NUL byte anywhere in the path, the query string, JSON bodies or form fields (names,
   values and file names): 422 `nul_byte`. PostgreSQL cannot store them in text, and no name or
   message needs one.
+- No query parameter or form field given twice: 422 `duplicate_field`. Every parameter of
+  the API is a single value, and silently keeping the last of two names would act on a name
+  the client may not have meant.
 """
 
 import json
@@ -31,7 +34,9 @@ _INTEGER = TypeAdapter(int)
 async def check_request_scalars(request: Request) -> None:
     """Refuse out-of-range integers in the path and query, and NUL bytes anywhere."""
     _refuse_nul(request.url.path, "the path")
-    for key, value in request.query_params.multi_items():
+    query = request.query_params.multi_items()
+    _refuse_duplicates(query, "query parameter")
+    for key, value in query:
         _refuse_nul(key + value, f"query parameter {key!r}")
     route = request.scope["route"]
     path_ints, query_ints = integer_parameters(route)
@@ -44,7 +49,9 @@ async def check_request_scalars(request: Request) -> None:
     if content_type == "application/json":
         _refuse_nul_in_json(await request.body())
     elif content_type in FORM_TYPES and _reads_a_body(route):
-        for key, value in (await request.form()).multi_items():
+        fields = (await request.form()).multi_items()
+        _refuse_duplicates(fields, "form field")
+        for key, value in fields:
             text = (value.filename or "") if isinstance(value, UploadFile) else value
             _refuse_nul(key + text, f"form field {key!r}")
 
@@ -95,6 +102,14 @@ def _check_range(text: str | None, where: str) -> None:
         return
     if not INT32_MIN <= value <= INT32_MAX:
         raise InvalidInput("out_of_range", f"{where} must lie in [{INT32_MIN}, {INT32_MAX}]")
+
+
+def _refuse_duplicates(items: list[tuple[str, Any]], what: str) -> None:
+    seen = set()
+    for key, _value in items:
+        if key in seen:
+            raise InvalidInput("duplicate_field", f"{what} {key!r} is given more than once")
+        seen.add(key)
 
 
 def _refuse_nul(text: str, where: str) -> None:

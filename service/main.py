@@ -2,7 +2,7 @@
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 
@@ -32,6 +32,7 @@ from service.migrate import check_current
 from service.predictions.router import router as predictions_router
 from service.queue import create_celery_app
 from service.registry.router import router as registry_router
+from service.schemas import ErrorBody
 from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
@@ -48,6 +49,17 @@ TAGS = [
     {"name": "health", "description": "liveness and readiness probes"},
 ]
 HTTP_ERROR_CODES = {413: "payload_too_large"}
+REFUSALS = {
+    400: "a body that cannot be parsed (malformed multipart)",
+    401: "no valid token or signature (unauthorized)",
+    403: "the token lacks the scope (forbidden)",
+    404: "the named thing does not exist",
+    409: "clashes with what is stored",
+    413: "the upload is over the size limit (payload_too_large)",
+    422: "the request is refused: its code says why",
+    503: "the database is busy or unreachable; retry (Retry-After)",
+}
+PROBE_REFUSALS = (422, 503)
 logger = logging.getLogger(__name__)
 
 
@@ -95,9 +107,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(OperationalError, database_error)
     app.add_exception_handler(PoolTimeout, database_error)
     for router in ROUTERS:
-        app.include_router(router)
+        app.include_router(router, responses=documented_refusals(
+            PROBE_REFUSALS if router is health.router else REFUSALS))
     mount_dashboard(app)
     return app
+
+
+def documented_refusals(statuses: Iterable[int]) -> dict[int | str, dict]:
+    """The OpenAPI entries of the error responses a router's endpoints may give, each with the
+    ErrorBody schema (a route's own entry for a status replaces these)."""
+    return {status: {"model": ErrorBody, "description": REFUSALS[status]}
+            for status in statuses}
 
 
 def error_response(status: int, code: str, message: str,

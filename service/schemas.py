@@ -12,3 +12,16 @@ class RecordRead(BaseModel):
 
     id: int
     created_at: datetime
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a machine-readable code and a message for people."""
+
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """The body of every refusal (4xx) and of an unavailable database (503)."""
+
+    error: ErrorDetail
