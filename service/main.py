@@ -21,7 +21,6 @@ from service.compare.router import router as compare_router
 from service.config import Settings, get_settings
 from service.datasets.router import router as datasets_router
 from service.db import (
-    POOL_SIZE,
     create_db_engine,
     create_session_factory,
 )
@@ -53,7 +52,9 @@ TAGS = [
     {"name": "health", "description": "liveness and readiness probes"},
 ]
 HTTP_ERROR_CODES = {413: "payload_too_large"}
-ADMITTED_REQUESTS = POOL_SIZE - 2  # below the pool (a probe, the sweeper) and the 40 threads
+# requests served at once: well below the pool's connections and the 40 threads, and few
+# enough that their threads leave the GIL to the event loop, which answers the rest 503 at once
+ADMITTED_REQUESTS = 4
 logger = logging.getLogger(__name__)
 
 
