@@ -1,6 +1,7 @@
 """The deploy gate's answer on an already-measured pair vs. a trivial endpoint, under load.
 
     python benchmarks/gate_bench.py [--clients 50] [--requests 2000] [--database-url URL]
+    python benchmarks/gate_bench.py --hold 60 --clients 200 [--database-url URL]
 
 Starts `flipgate serve --api-only` on a fresh data dir whose SQLite database (or the empty
 database at --database-url) it migrates first, registers a line
@@ -9,6 +10,13 @@ the pair once (stopped before the load).
 Then C concurrent clients on loopback send N requests to GET /healthz and N to POST /gate
 (a token with scope gate, no delivery id: every request records a new decision). Prints p50
 and p99 latency and requests/s of both, and the ratios gate / healthz.
+
+With --hold S, the C clients instead hold the server for S seconds with a mix of
+GET /compare (the stored report) and GET /models/{line} under a `read` token and POST /gate
+under a `gate` token, each asking again as soon as it is answered, while a probe asks
+/healthz every quarter second, and for a few seconds after the load stops. Prints the
+statuses, timeouts, 503s slower than a second, p50/p99 and throughput (answers/s, 200s/s),
+and how /healthz answered during and after.
 """
 
 import argparse
@@ -41,6 +49,8 @@ LINE, EVALSET = "bench", "eval"
 SAMPLES, FEATURES, CLASSES = 10_000, 16, 10
 GATE_REQUEST = {"model": LINE, "candidate": "2", "baseline": "1", "evalsets": [EVALSET]}
 START_SECONDS = 60
+REQUEST_TIMEOUT_SECONDS = 30  # an answer later than this counts as a timeout
+PROBE_EVERY_SECONDS, PROBE_TIMEOUT_SECONDS, PROBES_AFTER = 0.25, 2.0, 8
 
 
 @dataclass
@@ -59,6 +69,27 @@ class Run:
     @property
     def per_second(self) -> float:
         return len(self.latencies) / self.seconds
+
+
+@dataclass
+class Hold:
+    """What the clients of a --hold run saw, and what /healthz answered during and after."""
+
+    run: Run
+    slow_busy: int  # 503 answers that took longer than a second
+    probes_during: list[float | None]  # each probe's latency (s), None if unanswered
+    probes_after: list[float | None]
+
+    @property
+    def timeouts(self) -> int:
+        return sum(count for status, count in self.run.statuses.items()
+                   if isinstance(status, str) and "Timeout" in status)
+
+    @property
+    def unanswered(self) -> int:
+        """Requests that got no answer at all (timeouts and transport errors)."""
+        return sum(count for status, count in self.run.statuses.items()
+                   if isinstance(status, str))
 
 
 def linear_onnx(seed: int) -> bytes:
@@ -81,11 +112,12 @@ def npy(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def gate_token(settings: Settings) -> str:
-    """Migrate the database and mint a token with scope gate."""
+def client_tokens(settings: Settings) -> dict[str, str]:
+    """Migrate the database and mint one token with scope read and one with scope gate."""
     upgrade(settings)
     with settings_session(settings) as session:
-        return create_token(session=session, name="bench", scopes=["gate"])[1]
+        return {scope: create_token(session=session, name=f"bench-{scope}", scopes=[scope])[1]
+                for scope in ("read", "gate")}
 
 
 @contextmanager
@@ -194,6 +226,91 @@ async def load(url: str, method: str, path: str, *, clients: int, requests: int,
                    np.array(server_ms))
 
 
+def mixed_requests(tokens: dict[str, str]) -> list[tuple[str, str, dict]]:
+    """The requests of a --hold run: two reads under the read token, the gate under the gate
+    token."""
+    read = {"headers": {"Authorization": f"Bearer {tokens['read']}"}}
+    return [("GET", f"/compare/{LINE}:1/{LINE}:2", {**read, "params": {"evalset": EVALSET}}),
+            ("POST", "/gate", {"json": GATE_REQUEST,
+                               "headers": {"Authorization": f"Bearer {tokens['gate']}"}}),
+            ("GET", f"/models/{LINE}", read)]
+
+
+async def hold(url: str, requests: list[tuple[str, str, dict]], *, clients: int,
+               seconds: float) -> Hold:
+    """`clients` connections that send `requests` in turn for `seconds`, each asking again as
+    soon as it is answered, while /healthz is probed; then /healthz a few times more."""
+    latencies, statuses, slow_busy = [], Counter(), 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    deadline = time.monotonic() + seconds
+    async with httpx.AsyncClient(base_url=url, limits=limits,
+                                 timeout=REQUEST_TIMEOUT_SECONDS) as http:
+
+        async def one_client(offset: int) -> None:
+            nonlocal slow_busy
+            turn = offset
+            while time.monotonic() < deadline:
+                method, path, options = requests[turn % len(requests)]
+                turn += 1
+                start = time.perf_counter()
+                try:
+                    response = await http.request(method, path, **options)
+                except httpx.TransportError as error:
+                    statuses[type(error).__name__] += 1
+                    continue
+                latencies.append(time.perf_counter() - start)
+                statuses[response.status_code] += 1
+                slow_busy += response.status_code == 503 and latencies[-1] > 1
+
+        start = time.perf_counter()
+        load_done = asyncio.Event()
+        prober = asyncio.create_task(probe_until(url, load_done))
+        await asyncio.gather(*(one_client(offset) for offset in range(clients)))
+        run = Run(np.array(latencies), time.perf_counter() - start, statuses, np.array([]))
+        load_done.set()
+        during = await prober
+    after = [await probe(url) for _ in range(PROBES_AFTER)]
+    return Hold(run, slow_busy, during, after)
+
+
+async def probe(url: str) -> float | None:
+    """The latency of one GET /healthz on a fresh connection, or None without a 200."""
+    start = time.perf_counter()
+    try:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_SECONDS) as http:
+            response = await http.get(f"{url}/healthz")
+    except httpx.TransportError:
+        return None
+    return time.perf_counter() - start if response.status_code == 200 else None
+
+
+async def probe_until(url: str, done: asyncio.Event) -> list[float | None]:
+    """Probe /healthz every PROBE_EVERY_SECONDS until `done` is set."""
+    results = []
+    while not done.is_set():
+        results.append(await probe(url))
+        await asyncio.sleep(PROBE_EVERY_SECONDS)
+    return results
+
+
+def probe_line(name: str, latencies: list[float | None]) -> str:
+    answered = [latency for latency in latencies if latency is not None]
+    slowest = f", slowest {max(answered) * 1000:.0f} ms" if answered else ""
+    return f"/healthz {name}: {len(answered)} of {len(latencies)} answered 200{slowest}"
+
+
+def hold_report(result: Hold, clients: int, seconds: float) -> list[str]:
+    """The lines a --hold run prints."""
+    run = result.run
+    ok = run.statuses.get(200, 0) + run.statuses.get(202, 0)
+    return [line(f"{clients} clients", run),
+            f"{seconds:g} s held: {run.per_second:.0f} answers/s, {ok / run.seconds:.0f} "
+            f"served (200/202)/s; {result.timeouts} timeouts, {result.unanswered} unanswered, "
+            f"{result.slow_busy} 503s slower than 1 s",
+            probe_line("during the load", result.probes_during),
+            probe_line("after the load", result.probes_after)]
+
+
 def line(name: str, run: Run) -> str:
     statuses = ", ".join(f"{count}× {status}" for status, count in run.statuses.most_common())
     return (f"{name:<13}: p50 {run.percentile_ms(50):7.1f} ms  p99 {run.percentile_ms(99):7.1f}"
@@ -206,12 +323,22 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--database-url", default="",
                         help="an empty database to use instead of SQLite in the data dir")
+    parser.add_argument("--hold", type=float, metavar="SECONDS",
+                        help="hold the server with the read/gate mix this long instead")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gate-bench-") as folder:
         settings = Settings(data_dir=Path(folder), database_url=args.database_url)
-        token = gate_token(settings)
+        tokens = client_tokens(settings)
+        token = tokens["gate"]
         with server(settings, free_port()) as url:
             decision = measured_pair(url, token, settings)
+            if args.hold:
+                result = asyncio.run(hold(url, mixed_requests(tokens), clients=args.clients,
+                                          seconds=args.hold))
+                print(f"{settings.safe_database_url.split(':')[0]}; gate verdict on the "
+                      f"measured pair: {decision['verdict']}")
+                print("\n".join(hold_report(result, args.clients, args.hold)))
+                return
             gate = {"json": GATE_REQUEST, "headers": {"Authorization": f"Bearer {token}"}}
             runs = {}
             for name, method, path, options in (("GET /healthz", "GET", "/healthz", {}),

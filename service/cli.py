@@ -34,8 +34,12 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+GRACEFUL_SHUTDOWN_SECONDS = 10  # after SIGTERM, open requests get this long, then are cut
+
+
 def run_serve(args: argparse.Namespace) -> int:
-    """Serve the API with uvicorn, with a worker subprocess unless --api-only."""
+    """Serve the API with uvicorn, with a worker subprocess unless --api-only; SIGTERM stops
+    it within GRACEFUL_SHUTDOWN_SECONDS, whatever its clients do."""
     import uvicorn
 
     from service.config import get_settings
@@ -50,7 +54,8 @@ def run_serve(args: argparse.Namespace) -> int:
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit normally so `finally` runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(create_app(settings), host=args.host, port=args.port)
+        uvicorn.run(create_app(settings), host=args.host, port=args.port,
+                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
     finally:
         if worker is not None:
             stop_process(worker)

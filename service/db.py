@@ -31,6 +31,7 @@ from service.errors import Conflict, NotFound
 Row = TypeVar("Row")
 WRITE_LOCK_AT_BEGIN = "flipgate_write_lock_at_begin"
 SQLITE_BUSY_SECONDS = 30  # how long a SQLite transaction waits for another's write lock
+POOL_SIZE, POOL_OVERFLOW = 10, 5  # pooled connections kept, and opened beyond them at peaks
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -88,10 +89,13 @@ def create_db_engine(settings: Settings) -> Engine:
     """An engine for settings.database_url; SQLite gets foreign keys, WAL and real savepoints."""
     url = make_url(settings.database_url)
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE,
+                             max_overflow=POOL_OVERFLOW)
+    pool: dict[str, int] = {}
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS})
+        pool = {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS}, **pool)
     event.listen(engine, "connect", _configure_sqlite_connection)
     event.listen(engine, "begin", _begin_sqlite)
     return engine
@@ -120,6 +124,12 @@ def create_session_factory(engine: Engine) -> sessionmaker[Session]:
     on SQLite their transactions take the write lock when they begin."""
     return sessionmaker(engine.execution_options(**{WRITE_LOCK_AT_BEGIN: True}),
                         expire_on_commit=False)
+
+
+def read_only(session: Session) -> None:
+    """Begin the session's transaction without SQLite's write lock (WAL readers wait for no
+    writer); for sessions that only read."""
+    session.connection(execution_options={WRITE_LOCK_AT_BEGIN: False})
 
 
 @contextmanager

@@ -1,18 +1,22 @@
 """Request dependencies: settings, the artifact store, one session per request, and auth."""
 
+import functools
+import inspect
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
+from starlette.datastructures import State
 
 from service.artifacts import ArtifactStore
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
-from service.db import session_scope
+from service.db import read_only
 from service.errors import Unauthorized
 from service.jobs.enqueue import enqueue_after_commit
 
@@ -29,17 +33,56 @@ def get_store(request: Request) -> ArtifactStore:
     return request.app.state.store
 
 
-async def get_session(request: Request) -> AsyncIterator[Session]:
-    """One session per request: committed when the endpoint returns, rolled back if it raises;
-    the jobs it created are sent to the workers after the commit.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_request_session: ContextVar[Session | None] = ContextVar("request_session", default=None)
 
-    An async dependency, so the commit runs on the event loop as soon as the endpoint
-    returns: a request that holds SQLite's write lock never waits for a free thread of the
-    pool (which the requests waiting for that lock may all occupy) to release it.
+
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """One session per request: committed in the endpoint's own thread as soon as it returns
+    (commit_in_endpoint_thread), rolled back if it raises; the jobs it created are sent to
+    the workers after the commit.
+
+    The session connects on its first query, in the endpoint (a safe method's at once, to
+    begin without the write lock), and its transaction ends
+    before the response is validated in another pool thread: no request holds a connection
+    or SQLite's write lock while it waits for a thread. Safe methods only read: on SQLite
+    their transactions take no write lock.
     """
-    with session_scope(request.app.state.sessions) as session:
-        enqueue_after_commit(session=session, celery=request.app.state.celery)
-        yield session
+    state = request.app.state
+    with state.sessions() as session:
+        if request.method in SAFE_METHODS:
+            read_only(session)
+        enqueue_after_commit(session=session, celery=state.celery)
+        current = _request_session.set(session)
+        try:
+            yield session
+            session.commit()  # endpoints that are coroutines, or that did not finish
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            _request_session.reset(current)
+
+
+def commit_in_endpoint_thread(app: FastAPI) -> None:
+    """Make every synchronous endpoint of `app` commit the request's session in its own
+    thread right after it returns, before FastAPI validates the answer in another one."""
+    for route in app.routes:
+        call = getattr(route, "dependant", None) and route.dependant.call
+        if call is not None and not inspect.iscoroutinefunction(call):
+            route.dependant.call = _committing(call)
+
+
+def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(endpoint)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        answer = endpoint(*args, **kwargs)
+        session = _request_session.get()
+        if session is not None:
+            session.commit()
+        return answer
+
+    return run
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -48,16 +91,29 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def current_token(session: SessionDep, settings: SettingsDep,
-                  credentials: Credentials) -> ApiToken:
-    """The token the request presents: the bootstrap admin token or a stored one."""
+def current_token(request: Request, credentials: Credentials) -> ApiToken:
+    """The token the request presents, checked by the Admission middleware from its headers
+    (service.limits) before the body was read."""
     if credentials is None:
         raise Unauthorized("missing_token", "send an 'Authorization: Bearer <token>' header")
-    admin = settings.admin_token
-    if admin is not None and secrets.compare_digest(credentials.credentials.encode(),
-                                                    admin.get_secret_value().encode()):
-        return ApiToken(name="admin", scopes=["admin"])
-    return authenticate(session=session, token=credentials.credentials)
+    return request.state.token
+
+
+def token_checker(state: State) -> Callable[[str], ApiToken]:
+    """A function from a presented token to the bootstrap admin token or a live stored one;
+    it reads on a session of its own (from `state.sessions`), closed before it returns, and
+    writes nothing."""
+
+    def check(presented: str) -> ApiToken:
+        admin = state.settings.admin_token
+        if admin is not None and secrets.compare_digest(presented.encode(),
+                                                        admin.get_secret_value().encode()):
+            return ApiToken(name="admin", scopes=["admin"])
+        with state.sessions() as session:
+            read_only(session)
+            return authenticate(session=session, token=presented)
+
+    return check
 
 
 TokenDep = Annotated[ApiToken, Depends(current_token)]

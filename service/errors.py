@@ -4,6 +4,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import ClassVar
 
+from starlette.responses import JSONResponse
+
 import flipgate.errors
 
 
@@ -59,3 +61,10 @@ def library_input() -> Iterator[None]:
         yield
     except flipgate.errors.InputError as error:
         raise InvalidInput(error.code, error.message) from error
+
+
+def error_response(status: int, code: str, message: str,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """The body of every refusal: {"error": {"code": ..., "message": ...}}."""
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status,
+                        headers=headers)

@@ -20,14 +20,18 @@ from service.auth.router import router as auth_router
 from service.compare.router import router as compare_router
 from service.config import Settings, get_settings
 from service.datasets.router import router as datasets_router
-from service.db import create_db_engine, create_session_factory
-from service.errors import ServiceError, Unauthorized, describe_problems
+from service.db import (
+    create_db_engine,
+    create_session_factory,
+)
+from service.deps import commit_in_endpoint_thread, token_checker
+from service.errors import ServiceError, Unauthorized, describe_problems, error_response
 from service.gate.router import router as gate_router
 from service.gate.webhook_secrets import require_secret_key
 from service.guard import check_request_scalars
 from service.housekeeping import sweep_partial_files
 from service.jobs.router import router as jobs_router
-from service.limits import RequestBodyLimit
+from service.limits import Admission, RequestBodyLimit
 from service.migrate import check_current
 from service.predictions.router import router as predictions_router
 from service.queue import create_celery_app
@@ -60,6 +64,9 @@ REFUSALS = {
     503: "the database is busy or unreachable; retry (Retry-After)",
 }
 PROBE_REFUSALS = (422, 503)
+# requests served at once: well below the pool's connections and the 40 threads, and few
+# enough that their threads leave the GIL to the event loop, which answers the rest 503 at once
+ADMITTED_REQUESTS = 4
 logger = logging.getLogger(__name__)
 
 
@@ -99,6 +106,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_bytes=settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.state.settings, app.state.engine = settings, create_db_engine(settings)
     app.state.sessions = create_session_factory(app.state.engine)
+    app.add_middleware(Admission, slots=ADMITTED_REQUESTS,
+                       authenticate=token_checker(app.state))
     app.state.store = ArtifactStore.from_settings(settings)
     app.state.celery = create_celery_app(settings)
     app.add_exception_handler(ServiceError, service_error)
@@ -110,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, responses=documented_refusals(
             PROBE_REFUSALS if router is health.router else REFUSALS))
     mount_dashboard(app)
+    commit_in_endpoint_thread(app)
     return app
 
 
@@ -118,13 +128,6 @@ def documented_refusals(statuses: Iterable[int]) -> dict[int | str, dict]:
     ErrorBody schema (a route's own entry for a status replaces these)."""
     return {status: {"model": ErrorBody, "description": REFUSALS[status]}
             for status in statuses}
-
-
-def error_response(status: int, code: str, message: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    """The body of every refusal: {"error": {"code": ..., "message": ...}}."""
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status,
-                        headers=headers)
 
 
 def service_error(_request: Request, error: ServiceError) -> JSONResponse:

@@ -98,7 +98,7 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
     this request holds until its session commits after the endpoint returns."""
     started = time.perf_counter()
     gate_request = parse_gate_request(body)
-    caller = (gate_caller(session, settings, credentials) if credentials is not None
+    caller = (gate_caller(request, credentials) if credentials is not None
               else webhook_caller(session=session, settings=settings,
                                   line_name=gate_request.model, body=body, signature=signature))
     decision = decisions.gate(session=session, settings=settings, request=gate_request,

@@ -28,9 +28,9 @@ async def raw_body(request: Request) -> bytes:
 RawBody = Annotated[bytes, Depends(raw_body)]
 
 
-def gate_caller(session: Session, settings: Settings, credentials: Credentials) -> str:
+def gate_caller(request: Request, credentials: Credentials) -> str:
     """The name of a bearer token allowed to ask the gate."""
-    token: ApiToken = current_token(session, settings, credentials)
+    token: ApiToken = current_token(request, credentials)
     require_scope(token, "gate")
     return token.name
 

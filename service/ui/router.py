@@ -21,7 +21,7 @@ from flipgate.reporting.gallery import GALLERY_CSS, gallery_html, is_image
 from flipgate.reporting.html import report_body
 from service.artifacts import ArtifactStore
 from service.config import Settings
-from service.db import WRITE_LOCK_AT_BEGIN
+from service.db import read_only
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.ui import docs, queries, samples
 from service.ui.heatmap import heatmap_svg
@@ -36,7 +36,7 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 def read_session(request: Request) -> Iterator[Session]:
     """A session that only reads: on SQLite its transaction takes no write lock."""
     with request.app.state.sessions() as session:
-        session.connection(execution_options={WRITE_LOCK_AT_BEGIN: False})
+        read_only(session)
         yield session
 
 

@@ -1,4 +1,5 @@
-"""A SQLite database locked by another writer for too long gives a JSON 503, not a crash."""
+"""A SQLite database locked by another writer for too long gives a JSON 503 to a request
+that writes, not a crash (requests that only read take no write lock)."""
 
 import sqlite3
 
@@ -20,7 +21,7 @@ def test_a_locked_database_answers_503_with_retry_after(tmp_path, monkeypatch):
     with TestClient(create_app(settings), headers={"Authorization": f"Bearer {TOKEN}"}) as api:
         other_writer.execute("BEGIN EXCLUSIVE")
         try:
-            response = api.get("/models")
+            response = api.post("/gate", json={"model": "m", "candidate": "2"})  # a write
         finally:
             other_writer.execute("ROLLBACK")
         assert response.status_code == 503
