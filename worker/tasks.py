@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
+from flipgate.metrics.report import compare_logits
 from service import flows
 from service.compare.service import pair_from_params, pair_inputs, store_pair_metrics
 from service.config import get_settings
 from service.datasets.models import Dataset
-from service.datasets.service import get_dataset
+from service.datasets.service import get_dataset, read_groups
 from service.db import session_scope
 from service.jobs.enqueue import create_shards
 from service.jobs.models import Job, JobState
@@ -113,7 +114,9 @@ def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> Non
     with session_scope(ctx.sessions) as session:
         inputs = pair_inputs(session=session, pair=pair_from_params(session=session,
                                                                     params=params))
-    report = inputs.analyse(ctx.store).to_dict()
+    analysis = inputs.analyse(ctx.store)
+    report = compare_logits(analysis.old_logits, analysis.new_logits, analysis.labels,
+                            groups=read_groups(store=ctx.store, dataset=inputs.dataset))
     with finishing(ctx, job_id) as (session, result):
         pair = pair_from_params(session=session, params=params)
         row = store_pair_metrics(session=session, old=pair.old, new=pair.new,

@@ -112,6 +112,11 @@ def read_logits(*, store: ArtifactStore, prediction: Prediction) -> np.ndarray:
     return read_logits_artifact(store=store, sha256=prediction.logits_sha256)
 
 
+def read_predicted_classes(*, store: ArtifactStore, prediction: Prediction) -> np.ndarray:
+    """The predicted class of each sample (the argmax of the stored logits)."""
+    return read_logits(store=store, prediction=prediction).argmax(axis=1)
+
+
 def read_logits_artifact(*, store: ArtifactStore, sha256: str) -> np.ndarray:
     """The logits array stored as the artifact `sha256`."""
     with store.open(sha256) as readable:
