@@ -35,7 +35,7 @@ def describe(result: dict) -> list[str]:
     """The replay in lines: how many decisions, then each verdict that would change."""
     changed = result.get("changed", [])
     lines = [f"{result.get('model')}: {result.get('replayed')} past decisions replayed, "
-             f"{len(changed)} verdicts would change"]
+             f"{len(changed)} of them would change verdict"]
     for change in changed:
         lines.append(f"decision {change['decision_id']} ({change['baseline']} → "
                      f"{change['candidate']}): {change['old_verdict']} → "
