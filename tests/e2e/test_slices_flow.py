@@ -16,11 +16,10 @@ from flipgate.export import export_onnx
 from flipgate.formats import EvalSet, load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits
-from flipgate.processes import free_port
 from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
-from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
-from tests.e2e.test_gate_flow import final, ready
+from tests.e2e.conftest import served
+from tests.e2e.test_gate_flow import final
 
 TOKEN = "e2e-slices-admin-token-0123456789"
 FORGOTTEN = 7
@@ -56,13 +55,7 @@ def test_a_better_candidate_that_forgets_a_group_is_blocked_naming_it(tmp_path, 
                                                                      run_cli):
     expected = measured_numbers(mnist_files)
     assert expected["er_new"] < expected["er_old"]  # better overall
-    port = free_port()
-    env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=TOKEN)
-    server = f"http://127.0.0.1:{port}"
-    with (flipgate_process(["serve", "--port", str(port)], env, tmp_path),
-          httpx.Client(base_url=server, timeout=60,
-                       headers={"Authorization": f"Bearer {TOKEN}"}) as client):
-        wait_for(lambda: ready(client), "/readyz")
+    with served(tmp_path, TOKEN) as (server, client):
         register(client, mnist_files)
         pooled = gate_2(client, {"max_er_increase": 0.0, "evalsets": ["eval"]})
         assert pooled["verdict"] == "approve", pooled["reasons"]
