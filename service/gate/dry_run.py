@@ -14,14 +14,16 @@ from service.registry.service import get_line, get_version
 
 def dry_run(*, session: Session, settings: Settings, line_name: str, policy: Policy) -> DryRun:
     """The verdicts `policy` would have given the line's final decisions that compared a pair
-    (on their eval sets, their stored pair metrics and the production history of then), and
-    those that differ from the verdict given."""
+    and were measured (on their eval sets, their stored pair metrics and the production
+    history of then), and those that differ from the verdict given."""
     line = get_line(session=session, name=line_name)
     replayed, changed = 0, []
     for decision in _comparing_decisions(session, line):
+        if _failed(decision):
+            continue
         measured = decision_evidence(session=session, settings=settings, decision=decision,
                                      policy=policy, before=decision.created_at)
-        if measured is None:  # a measurement failed: nothing to replay
+        if measured is None:  # a pair's metrics are not stored (any more)
             continue
         replayed += 1
         verdict, reasons = check(policy, measured)
@@ -37,6 +39,11 @@ def _comparing_decisions(session: Session, line: ModelLine) -> list[Decision]:
                                        Decision.baseline_id != Decision.candidate_id,
                                        Decision.verdict != Verdict.PENDING)
     return list(session.scalars(statement.order_by(Decision.id)))
+
+
+def _failed(decision: Decision) -> bool:
+    """Whether a measurement of the decision failed (its verdict did not weigh metrics)."""
+    return any(reason["code"] == "measurement_failed" for reason in decision.reasons)
 
 
 def _change(session: Session, decision: Decision, verdict: Verdict,
