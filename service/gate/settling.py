@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.config import get_settings
 from service.gate.decisions import waited_jobs
 from service.gate.evidence import decision_evidence
 from service.gate.models import Decision, DecisionJob, Verdict
@@ -42,7 +41,7 @@ def _decide(session: Session, decision: Decision) -> None:
             note("measurement_failed", f"job {job.id} ({job.kind}) {job.state}: "
                  f"{job.error or 'no error recorded'}", blocking=True) for job in failed])
     policy = Policy.model_validate(decision.policy)
-    measured = decision_evidence(session=session, settings=get_settings(), decision=decision,
+    measured = decision_evidence(session=session, settings=None, decision=decision,
                                  policy=policy)
     verdict, reasons = check(policy, measured)
     finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,

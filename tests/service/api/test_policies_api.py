@@ -17,7 +17,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from tests.service.api.conftest import error_code, measure
+from tests.service.api.conftest import error_code, measure, run_task
 
 N, CLASSES = 100, 3
 LABELS = np.arange(N) % CLASSES
@@ -141,6 +141,19 @@ def test_history_limit_counts_what_any_recent_production_version_got_right(line)
     decision = line.post("/gate", json={"model": "digits", "candidate": "2"}).json()
     assert decision["verdict"] == "approve"
     assert decision["metrics"]["ev"]["history_nfr"] == pytest.approx(0.1)
+
+
+def test_a_pending_decision_settles_with_the_history_limit(line, settings, monkeypatch):
+    # The worker settles with its own process's settings: here, the test server's.
+    monkeypatch.setattr("service.gate.evidence.get_settings", lambda: settings)
+    assert line.put("/models/digits/policy", json={
+        "max_nfr_vs_history": {"versions": 2, "max": 0.12}, "evalsets": ["ev"]}).is_success
+    pending = line.post("/gate", json={"model": "digits", "candidate": "2"})
+    assert pending.status_code == 202 and pending.json()["verdict"] == "pending"
+    for job_id in pending.json()["waiting_for"]:
+        run_task(line, job_id)
+    decision = line.get(f"/gate/decisions/{pending.json()['decision_id']}").json()
+    assert codes(decision) == [("max_nfr_vs_history", None, pytest.approx(0.15), True)]
 
 
 def test_unstable_samples_follow_the_production_history(line):
