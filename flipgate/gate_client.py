@@ -98,6 +98,10 @@ class GateClient:
         return as_decision(self._send("GET", f"/gate/decisions/{decision_id}",
                                       headers=self.credentials.headers()))
 
+    def post_json(self, url: str, payload: dict) -> dict:
+        """The JSON answer of POSTing `payload` to `url` with the credentials' token."""
+        return self._send("POST", url, json=payload, headers=self.credentials.headers())
+
     def _send(self, method: str, url: str, **options) -> dict:
         """The JSON body of the first answer that is not a transport error or a 5xx."""
         for attempt in range(self.retries + 1):

@@ -20,7 +20,7 @@ from service.artifacts import ArtifactStore
 from service.compare.models import REPORT_SCALARS, PairMetrics
 from service.compare.schemas import MissingPair, PairMatrix
 from service.datasets.models import Dataset
-from service.datasets.service import get_dataset, read_labels
+from service.datasets.service import get_dataset, read_groups, read_labels
 from service.db import insert_or_conflict
 from service.errors import InvalidInput, NotFound
 from service.jobs.enqueue import queue_job
@@ -157,7 +157,8 @@ class PairInputs:
 
     def measure(self, store: ArtifactStore, *, chunk_rows: int | None = None,
                 progress: Progress | None = None) -> tuple[dict[str, Any], str]:
-        """The pair's report and the address of its HTML page (stored), reading both logits
+        """The pair's report (with its per-group table when the eval set has groups) and the
+        address of its HTML page (stored), reading both logits
         memory-mapped `chunk_rows` samples at a time: memory stays a few chunks plus a few
         values per sample, whatever N is."""
         old, new = (read_logits(store=store, prediction=side) for side in (self.old, self.new))
@@ -165,7 +166,8 @@ class PairInputs:
         halves = [None, None] if progress is None else [
             lambda done, total, start=start: progress(done + start * total, 2 * total)
             for start in (0, 1)]
-        report = compare_logits(old, new, labels, chunk_size=chunk_rows, progress=halves[0])
+        report = compare_logits(old, new, labels, chunk_size=chunk_rows, progress=halves[0],
+                                groups=read_groups(store=store, dataset=self.dataset))
         analysis = StreamedAnalysis.of(old, new, labels, chunk_rows=chunk_rows,
                                        progress=halves[1])
         page = render_html(analysis, {**report, **self.sources()},  # type: ignore[arg-type]

@@ -60,6 +60,12 @@ def list_datasets(*, session: Session, role: DatasetRole) -> list[Dataset]:
     return list(session.scalars(statement))
 
 
+def read_groups(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray | None:
+    """The optional `groups` array of a stored eval set (one string or integer per sample)."""
+    with np.load(store.path(dataset.sha256), allow_pickle=False) as archive:
+        return archive["groups"] if "groups" in archive.files else None
+
+
 def read_labels(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray:
     """The labels y of a stored data set (x is not read)."""
     with np.load(store.path(dataset.sha256), allow_pickle=False) as archive:

@@ -8,16 +8,17 @@ it waits for the inference and metrics jobs it queued (gate_decision_jobs) and i
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.compare.service import Pair, find_pair_metrics, queue_measurement
+from service.compare.service import Pair, queue_measurement
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput
+from service.gate.evidence import pair_evidence
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.outbound import check_callback_url
 from service.gate.policies import current_policy
-from service.gate.rules import DEFAULT_POLICY, Policy, check, measured_metrics
+from service.gate.rules import DEFAULT_POLICY, Policy, check
 from service.gate.schemas import GateRequest
 from service.gate.verdicts import finalize, note
 from service.jobs.models import Job
@@ -54,7 +55,8 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
         insert_or_conflict(session, decision, code="delivery_exists", message="")
     except Conflict:  # the same delivery arrived twice at once
         return _replayed(_delivered(session, line, delivery_id), request_sha256)
-    _measure_or_decide(session, decision, candidate, baseline, policy, datasets)
+    _measure_or_decide(session, settings, decision, line, candidate, baseline, policy,
+                       datasets)
     return decision
 
 
@@ -92,9 +94,9 @@ def _compares(candidate: ModelVersion, baseline: ModelVersion | None) -> bool:
     return baseline is not None and baseline.id != candidate.id
 
 
-def _measure_or_decide(session: Session, decision: Decision, candidate: ModelVersion,
-                       baseline: ModelVersion | None, policy: Policy,
-                       datasets: list[Dataset]) -> None:
+def _measure_or_decide(session: Session, settings: Settings, decision: Decision,
+                       line: ModelLine, candidate: ModelVersion, baseline: ModelVersion | None,
+                       policy: Policy, datasets: list[Dataset]) -> None:
     """Decide now, or queue the missing measurements and leave the decision pending."""
     if baseline is None:
         return finalize(session=session, decision=decision, verdict=Verdict.APPROVE,
@@ -104,14 +106,13 @@ def _measure_or_decide(session: Session, decision: Decision, candidate: ModelVer
         return finalize(session=session, decision=decision, verdict=Verdict.APPROVE,
                         reasons=[note("already_baseline", "the candidate is the baseline")])
     decision.evalsets = [dataset.name for dataset in datasets]
-    stored = {dataset.name: find_pair_metrics(session=session, old=baseline, new=candidate,
-                                              dataset=dataset) for dataset in datasets}
-    if all(stored.values()):
-        measured = {name: measured_metrics(row) for name, row in stored.items()}
+    measured = pair_evidence(session=session, settings=settings, policy=policy, line=line,
+                             baseline=baseline, candidate=candidate, datasets=datasets)
+    if measured is not None:
         verdict, reasons = check(policy, measured)
         return finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
                         metrics=measured)
-    jobs = [job for dataset in datasets if stored[dataset.name] is None
+    jobs = [job for dataset in datasets
             for job in _queue_measurement(session, baseline, candidate, dataset)]
     session.add_all(DecisionJob(decision_id=decision.id, job_id=job_id)
                     for job_id in dict.fromkeys(job.id for job in jobs))

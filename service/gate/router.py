@@ -10,6 +10,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from service.config import Settings
+from service.datasets.models import DatasetRole
+from service.datasets.service import get_dataset_of_role
 from service.deps import (
     ADMIN,
     READ,
@@ -22,17 +24,19 @@ from service.deps import (
     require,
 )
 from service.errors import InvalidInput, describe_problems
-from service.gate import decisions, policies, repair, webhook_secrets
+from service.gate import decisions, dry_run, history, policies, repair, webhook_secrets
 from service.gate.models import Verdict
 from service.gate.promotion_router import router as promotion_router
 from service.gate.rules import Policy
 from service.gate.schemas import (
     DecisionRead,
+    DryRun,
     GateRequest,
     PolicyRead,
     RepairQueued,
     RepairRequest,
     SecretCreated,
+    UnstableSamples,
 )
 from service.gate.views import decision_view
 from service.gate.webhook_auth import (
@@ -43,6 +47,7 @@ from service.gate.webhook_auth import (
     webhook_caller,
 )
 from service.jobs.schemas import JobRead
+from service.names import NAME_LENGTH
 from service.registry.service import get_line
 
 router = APIRouter(tags=["gate"])
@@ -69,6 +74,27 @@ def read_policy(name: str, session: SessionDep,
         line = get_line(session=session, name=name)
         row = policies.current_policy(session=session, line=line)
     return policies.policy_read(name=name, row=row)
+
+
+@router.post("/models/{name}/policy/dry-run", response_model=DryRun, dependencies=[READ])
+def dry_run_policy(name: str, policy: Policy, session: SessionDep,
+                   settings: SettingsDep) -> DryRun:
+    """Replay a draft policy on the line's past final decisions (their eval sets and stored
+    metrics) and list the verdicts it would change; nothing is stored."""
+    return dry_run.dry_run(session=session, settings=settings, line_name=name, policy=policy)
+
+
+@router.get("/models/{name}/unstable-samples", response_model=UnstableSamples,
+            dependencies=[READ])
+def read_unstable_samples(name: str, session: SessionDep, store: StoreDep,
+                          evalset: Annotated[str, Query(max_length=NAME_LENGTH)],
+                          limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+                          ) -> UnstableSamples:
+    """The eval set's samples whose correctness changed between consecutive production
+    versions, most often first (only samples that changed at least once)."""
+    dataset = get_dataset_of_role(session=session, name=evalset, role=DatasetRole.EVAL)
+    return history.unstable_samples(session=session, store=store, line_name=name,
+                                    dataset=dataset, limit=limit)
 
 
 @router.post("/models/{name}/webhook-secret", response_model=SecretCreated, status_code=201,

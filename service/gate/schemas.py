@@ -82,6 +82,41 @@ class PolicyRead(BaseModel):
     created_at: datetime | None
 
 
+class UnstableSample(BaseModel):
+    index: int = Field(description="the sample's position in the eval set")
+    changes: int = Field(description="how often its correctness changed between consecutive "
+                                     "production versions")
+    label: int
+    correct: list[bool] = Field(description="right or wrong under each of `versions`")
+
+
+class UnstableSamples(BaseModel):
+    """The samples that flipped most often across the line's production history."""
+
+    model: str
+    evalset: str
+    versions: list[str] = Field(description="the production versions with predictions on "
+                                            "the eval set, oldest first")
+    samples: list[UnstableSample]
+
+
+class VerdictChange(BaseModel):
+    decision_id: int
+    candidate: str
+    baseline: str | None
+    old_verdict: Verdict
+    new_verdict: Verdict
+    reasons: list[dict[str, Any]] = Field(description="the draft policy's reasons")
+
+
+class DryRun(BaseModel):
+    """What a draft policy would have decided on the line's past final decisions."""
+
+    model: str
+    replayed: int = Field(description="final decisions that compared a pair")
+    changed: list[VerdictChange]
+
+
 class SecretCreated(BaseModel):
     secret: str = Field(description="shown once; sign deliveries with HMAC-SHA256 of the body")
 

@@ -2,20 +2,17 @@
 failed (or cancelled) job makes it a block. Called when a job ends, never by a read."""
 
 from collections.abc import Iterable
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.compare.service import find_pair_metrics
-from service.datasets.service import get_dataset
 from service.gate.decisions import waited_jobs
+from service.gate.evidence import decision_evidence
 from service.gate.models import Decision, DecisionJob, Verdict
-from service.gate.rules import Policy, check, measured_metrics
+from service.gate.rules import Policy, check
 from service.gate.verdicts import finalize, note
 from service.jobs.models import Job, JobState
 from service.jobs.service import OPEN_STATES
-from service.registry.service import get_version
 
 
 def settle_pending(*, session: Session, job_ids: Iterable[int] | None = None) -> list[Decision]:
@@ -43,17 +40,9 @@ def _decide(session: Session, decision: Decision) -> None:
         return finalize(session=session, decision=decision, verdict=Verdict.BLOCK, reasons=[
             note("measurement_failed", f"job {job.id} ({job.kind}) {job.state}: "
                  f"{job.error or 'no error recorded'}", blocking=True) for job in failed])
-    measured = _measured(session, decision)
-    verdict, reasons = check(Policy.model_validate(decision.policy), measured)
+    policy = Policy.model_validate(decision.policy)
+    measured = decision_evidence(session=session, settings=None, decision=decision,
+                                 policy=policy)
+    verdict, reasons = check(policy, measured)
     finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
              metrics=measured)
-
-
-def _measured(session: Session, decision: Decision) -> dict[str, dict[str, Any]]:
-    """The policy's numbers for each of the decision's eval sets, from stored pair metrics."""
-    baseline = get_version(session=session, version_id=decision.baseline_id)
-    candidate = get_version(session=session, version_id=decision.candidate_id)
-    rows = {name: find_pair_metrics(session=session, old=baseline, new=candidate,
-                                    dataset=get_dataset(session=session, name=name))
-            for name in decision.evalsets}
-    return {name: measured_metrics(row) for name, row in rows.items()}

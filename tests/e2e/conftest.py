@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import redis
 
-from flipgate.processes import stop_process
+from flipgate.processes import free_port, stop_process
 from tests.conftest import linear_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,3 +107,24 @@ def register(client: httpx.Client, models: list[Path], evalset: Path) -> None:
     response = client.post("/evalsets", data={"name": "eval"},
                            files={"data": ("eval.npz", evalset.read_bytes())})
     assert response.status_code == 201, response.text
+
+
+@contextmanager
+def served(tmp_path: Path, token: str) -> Iterator[tuple[str, httpx.Client]]:
+    """`flipgate serve` (embedded) on a free port with `token` as its admin token, once
+    ready: its address and a client sending the token."""
+    port = free_port()
+    env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=token)
+    address = f"http://127.0.0.1:{port}"
+    with (flipgate_process(["serve", "--port", str(port)], env, tmp_path),
+          httpx.Client(base_url=address, timeout=60,
+                       headers={"Authorization": f"Bearer {token}"}) as client):
+        wait_for(lambda: _ready(client), "/readyz")
+        yield address, client
+
+
+def _ready(client: httpx.Client) -> bool:
+    try:
+        return client.get("/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
