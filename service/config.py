@@ -28,6 +28,11 @@ class Settings(BaseSettings):
     max_decompressed_mb: int = Field(default=2048, ge=1)  # compressed .npz arrays, expanded
     staging_idle_minutes: float = Field(default=15, gt=0)  # then an upload's files are junk
     shard_size: int = Field(default=50_000, ge=1)  # eval sets with more samples are sharded
+    job_heartbeat_seconds: float = Field(default=5.0, gt=0)  # a running job's lease renewal
+    job_lease_seconds: float = Field(default=30.0, gt=0)  # no heartbeat for this long: lost
+    job_attempts: int = Field(default=3, ge=1)  # runs of a job before a lost one fails
+    job_resend_seconds: float = Field(default=60.0, gt=0)  # a queued job's message resent
+    sweep_seconds: float = Field(default=2.0, gt=0)  # the worker's reaper and dispatcher
     public_url: str | None = None  # the API's address in links; default: the request's
     callback_attempts: int = Field(default=6, ge=1)  # deliveries of a decision's status
     callback_backoff_seconds: float = Field(default=5.0, ge=0)  # doubled after each failure
