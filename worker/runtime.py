@@ -77,7 +77,7 @@ def job_task(name: str, work: Work) -> Task:
         try:
             params = claim(context(), job_id)
         except DBAPIError as error:
-            logger.warning("job %s not claimed (%s); retrying", job_id, type(error).__name__)
+            logger.warning("job %s not claimed (%s); retrying", job_id, error.orig)
             raise task.retry(countdown=CLAIM_RETRY_SECONDS) from error
         if params is None:
             logger.info("job %s is not queued (ended, running elsewhere, or unknown)", job_id)

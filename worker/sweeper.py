@@ -1,21 +1,27 @@
-"""The worker process's sweeper: a thread that, every sweep_seconds, queues again (or fails)
-the jobs whose lease expired (service.flows.reap_lost_jobs) and sends the queued jobs the
-broker has not accepted (service.jobs.enqueue.send_unsent). Every `flipgate worker` runs one;
-several sweepers share the work through row locks."""
+"""The worker's sweeper: a process that, every sweep_seconds, queues again (or fails)
+the jobs whose lease expired (service.flows.reap_lost_jobs), sends the queued jobs the
+broker has not accepted (service.jobs.enqueue.send_unsent) and the callbacks that are due
+(service.gate.callbacks.due_callbacks). Every `flipgate worker` runs one in a process of
+its own (`python -m worker.sweeper`), never a thread of the Celery process whose pool
+processes are forked from it (a forked SQLite connection breaks locking); it stops when its
+parent does. Several sweepers share the work through row locks."""
 
 import logging
 import os
-import threading
+import subprocess
+import sys
+import time
 
 from celery import Celery
-from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import flows
-from service.config import Settings
+from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
-from service.jobs.enqueue import send_unsent
+from service.gate.callbacks import due_callbacks
+from service.jobs.enqueue import enqueue_after_commit, send_task_after_commit, send_unsent
+from service.queue import CALLBACK_TASK
 
 logger = logging.getLogger(__name__)
 
@@ -32,25 +38,33 @@ def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -
                            resend_seconds=settings.job_resend_seconds)
         if sent:
             logger.info("sent jobs %s to the broker", sent)
+    with session_scope(sessions) as session:
+        enqueue_after_commit(session=session, celery=celery)
+        for decision_id in due_callbacks(session=session,
+                                         resend_seconds=settings.job_resend_seconds):
+            send_task_after_commit(session=session, task=CALLBACK_TASK, argument=decision_id)
 
 
-def start_sweeper(celery: Celery, settings: Settings) -> threading.Event:
-    """Sweep every settings.sweep_seconds in a daemon thread until the returned event is set.
-    Its engine is disposed of in processes forked later (the pool's), never shared with them."""
-    engine = create_db_engine(settings)
-    os.register_at_fork(after_in_child=lambda: _forget(engine))
-    sessions, stop = create_session_factory(engine), threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(settings.sweep_seconds):
-            try:
-                sweep(sessions, celery, settings)
-            except DBAPIError as error:
-                logger.warning("sweep skipped: the database failed (%s)", type(error).__name__)
-
-    threading.Thread(target=loop, name="flipgate-sweeper", daemon=True).start()
-    return stop
+def sweep_while_parent_lives(celery: Celery, settings: Settings) -> None:
+    """Sweep every settings.sweep_seconds until the process that started this one ends."""
+    parent = os.getppid()
+    sessions = create_session_factory(create_db_engine(settings))
+    while os.getppid() == parent:
+        time.sleep(settings.sweep_seconds)
+        try:
+            sweep(sessions, celery, settings)
+        except DBAPIError as error:
+            logger.warning("sweep skipped: the database failed (%s)", type(error).__name__)
 
 
-def _forget(engine: Engine) -> None:
-    engine.dispose(close=False)
+def start_sweeper() -> subprocess.Popen:
+    """This module's loop in a child process (sharing this one's output)."""
+    return subprocess.Popen([sys.executable, "-m", "worker.sweeper"])
+
+
+if __name__ == "__main__":
+    from worker.app import app
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s: %(levelname)s/sweeper] "
+                                                   "%(message)s")
+    sweep_while_parent_lives(app, get_settings())

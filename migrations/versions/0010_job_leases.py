@@ -1,5 +1,5 @@
 """Jobs as leases and as outbox messages: the worker's heartbeat, the attempts made, and
-when the broker last accepted the job's message.
+when the broker last accepted the job's message; a callback's next delivery is due_at.
 
 Revision ID: 0010
 Revises: 0005
@@ -26,9 +26,13 @@ def upgrade() -> None:
         batch.add_column(sa.Column("heartbeat_at", TIMESTAMP, nullable=True))
         batch.add_column(sa.Column("sent_at", TIMESTAMP, nullable=True))
         batch.create_index("ix_jobs_state", ["state"])
+    with op.batch_alter_table("gate_callbacks") as batch:
+        batch.add_column(sa.Column("due_at", TIMESTAMP, nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("gate_callbacks") as batch:
+        batch.drop_column("due_at")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_index("ix_jobs_state")
         batch.drop_column("sent_at")
