@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 
 
 def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -> None:
-    """One pass: lost jobs queued again or failed, then unsent jobs sent."""
+    """One pass: lost jobs queued again or failed, unsent jobs sent, due callbacks sent (a
+    callback not attempted job_resend_seconds after its send is due again)."""
     with session_scope(sessions) as session:
         lost = flows.reap_lost_jobs(session=session, lease_seconds=settings.job_lease_seconds,
                                     max_attempts=settings.job_attempts)
