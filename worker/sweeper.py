@@ -13,17 +13,27 @@ import sys
 import time
 
 from celery import Celery
+from sqlalchemy import exists, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import flows
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
-from service.gate.callbacks import due_callbacks
+from service.gate.callbacks import due_callbacks, due_now
 from service.jobs.enqueue import enqueue_after_commit, send_task_after_commit, send_unsent
+from service.jobs.leases import lost_jobs, unsent_jobs
 from service.queue import CALLBACK_TASK
 
 logger = logging.getLogger(__name__)
+
+
+def has_work(session: Session, settings: Settings) -> bool:
+    """Whether a job is lost or unsent or a callback due: read without the write lock that
+    the sweep's own transactions take on SQLite (an idle sweeper never blocks writers)."""
+    return bool(lost_jobs(session=session, lease_seconds=settings.job_lease_seconds)
+                or unsent_jobs(session=session, resend_seconds=settings.job_resend_seconds)
+                or session.scalar(select(exists().where(due_now()))))
 
 
 def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -> None:
@@ -48,11 +58,14 @@ def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -
 
 def sweep_while_parent_lives(celery: Celery, settings: Settings) -> None:
     """Sweep every settings.sweep_seconds until the process that started this one ends."""
-    parent = os.getppid()
-    sessions = create_session_factory(create_db_engine(settings))
+    parent, engine = os.getppid(), create_db_engine(settings)
+    sessions, readers = create_session_factory(engine), sessionmaker(engine)
     while os.getppid() == parent:
         time.sleep(settings.sweep_seconds)
         try:
+            with session_scope(readers) as session:
+                if not has_work(session, settings):
+                    continue
             sweep(sessions, celery, settings)
         except DBAPIError as error:
             logger.warning("sweep skipped: the database failed (%s)", type(error).__name__)

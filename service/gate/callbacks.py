@@ -4,7 +4,7 @@ and the record of each delivery attempt."""
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
@@ -65,11 +65,15 @@ def record_attempt(*, callback: Callback, status: int | None, error: str | None,
     return callback
 
 
+def due_now() -> ColumnElement[bool]:
+    """The condition of a queued callback that is due now."""
+    return and_(Callback.state == CallbackState.QUEUED, Callback.due_at <= utcnow())
+
+
 def due_callbacks(*, session: Session, resend_seconds: float) -> list[int]:
     """The decisions whose queued callback is due, locked; each is due again
     `resend_seconds` later unless an attempt is recorded before."""
-    statement = select(Callback).where(Callback.state == CallbackState.QUEUED,
-                                       Callback.due_at <= utcnow())
+    statement = select(Callback).where(due_now())
     due = list(session.scalars(statement.order_by(Callback.id).with_for_update(
         skip_locked=True)))
     for callback in due:
