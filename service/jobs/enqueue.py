@@ -117,7 +117,10 @@ def enqueue_after_commit(*, session: Session, celery: Celery) -> None:
 def _send_asked(session: Session) -> None:
     """After a commit: the tasks the transaction asked for; the jobs the broker accepted are
     marked sent in a transaction of their own (a session bound to a connection, not an
-    engine, leaves them unmarked: the sweeper sends them once more, which is harmless)."""
+    engine, leaves them unmarked: the sweeper sends them once more, which is harmless). A
+    savepoint's release fires after_commit too: its tasks wait for the real commit."""
+    if session.in_nested_transaction():
+        return
     tasks, celery = session.info.pop(TASKS_TO_SEND, []), session.info[SENDER]
     sent_jobs = [argument for task_name, argument in tasks
                  if _send(celery, task_name, argument) and task_name in JOB_TASKS.values()]
