@@ -1,4 +1,4 @@
-"""The server's subcommands of `flipgate`: migrate, serve and token.
+"""The server's subcommands of `flipgate`: migrate, serve, token and store.
 
 They reach the `flipgate` command through the entry-point group "flipgate.commands"
 (pyproject.toml, see flipgate/commands.py); the worker package contributes `flipgate worker`
@@ -101,6 +101,40 @@ def run_token_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_store_check(args: argparse.Namespace) -> int:
+    """Print the artifacts no row references and the rows whose artifact is missing; exit 1
+    when there is either."""
+    from service.artifacts import ArtifactStore
+    from service.config import get_settings
+    from service.housekeeping import check_store
+
+    settings = get_settings()
+    with token_session() as session:
+        report = check_store(session=session, store=ArtifactStore.from_settings(settings))
+    for sha256 in report.unreferenced:
+        print(f"unreferenced artifact {sha256}")
+    for sha256 in report.missing:
+        print(f"missing artifact {sha256} (a row references it)")
+    print(f"{len(report.unreferenced)} unreferenced, {len(report.missing)} missing",
+          file=sys.stderr)
+    return 1 if report.unreferenced or report.missing else 0
+
+
+def run_store_gc(args: argparse.Namespace) -> int:
+    """Delete the unreferenced artifacts older than --min-age-minutes and print them."""
+    from service.artifacts import ArtifactStore
+    from service.config import get_settings
+    from service.housekeeping import collect_garbage
+
+    with token_session() as session:
+        removed = collect_garbage(session=session, store=ArtifactStore.from_settings(
+            get_settings()), min_age_seconds=args.min_age_minutes * 60)
+    for sha256 in removed:
+        print(f"removed {sha256}")
+    print(f"{len(removed)} unreferenced artifacts removed", file=sys.stderr)
+    return 0
+
+
 def add_migrate_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate migrate` subcommand."""
     migrate = commands.add_parser(
@@ -149,3 +183,30 @@ def add_token_command(commands: argparse._SubParsersAction) -> None:
     revoke.add_argument("name", metavar="NAME", help="the name the token was created with")
     revoke.set_defaults(run=run_token_revoke)
 
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def add_store_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate store` subcommand: check and gc."""
+    store = commands.add_parser("store", help="check or clean the server's artifact store")
+    store_commands = store.add_subparsers(dest="store_command", required=True,
+                                          parser_class=Parser)
+    where = ("The artifacts in $FLIPGATE_DATA_DIR/artifacts against the rows of "
+             "$FLIPGATE_DATABASE_URL.")
+    check = store_commands.add_parser(
+        "check", help="list unreferenced artifacts and rows without theirs (exit 1 if any)",
+        description=where)
+    check.set_defaults(run=run_store_check)
+    gc = store_commands.add_parser(
+        "gc", help="delete the artifacts no row references (never a referenced one)",
+        description=where)
+    gc.add_argument("--min-age-minutes", type=non_negative_float, default=60.0,
+                    help="keep younger artifacts: a registration may not have committed its "
+                         "row yet (default 60)")
+    gc.set_defaults(run=run_store_gc)

@@ -30,6 +30,11 @@ class Settings(BaseSettings):
     shard_size: int = Field(default=50_000, ge=1)  # eval sets with more samples are sharded
     # samples read at a time by the metrics job and by the predicted classes (None: ~2 MB)
     metrics_chunk_rows: int | None = Field(default=None, ge=1)
+    job_heartbeat_seconds: float = Field(default=5.0, gt=0)  # a running job's lease renewal
+    job_lease_seconds: float = Field(default=30.0, gt=0)  # no heartbeat for this long: lost
+    job_attempts: int = Field(default=3, ge=1)  # runs of a job before a lost one fails
+    job_resend_seconds: float = Field(default=60.0, gt=0)  # a queued job's message resent
+    sweep_seconds: float = Field(default=2.0, gt=0)  # the worker's reaper and dispatcher
     public_url: str | None = None  # the API's address in links; default: the request's
     callback_attempts: int = Field(default=6, ge=1)  # deliveries of a decision's status
     callback_backoff_seconds: float = Field(default=5.0, ge=0)  # doubled after each failure

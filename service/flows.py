@@ -7,7 +7,9 @@ Each event calls its flow from one place per origin:
 - logits are stored: POST .../predictions (service.predictions.router) and an inference job
   (worker.tasks) call `logits_stored`;
 - a job ends: the worker runtime (worker.runtime) ends it with `finish_job`, POST
-  /jobs/{id}/cancel (service.jobs.router) with `cancel_job`.
+  /jobs/{id}/cancel (service.jobs.router) with `cancel_job`;
+- a job's lease expires (its worker was lost): the worker's sweeper (worker.sweeper) calls
+  `reap_lost_jobs`.
 Registering an eval set queues nothing: no line has been measured on it yet.
 
 The domains below (service.compare, service.predictions, service.jobs) know how to queue a
@@ -23,6 +25,7 @@ from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.settling import settle_pending
 from service.jobs import service as jobs
 from service.jobs.enqueue import release_waiting
+from service.jobs.leases import lost_jobs, requeue
 from service.jobs.models import Job, JobState
 from service.predictions.service import (
     measured_datasets,
@@ -103,3 +106,19 @@ def _settle(session: Session, job: Job) -> list[Decision]:
                                               Decision.verdict == Verdict.PENDING)
                     .order_by(Decision.id).with_for_update()).all()
     return settle_pending(session=session)
+
+
+def reap_lost_jobs(*, session: Session, lease_seconds: float, max_attempts: int) -> list[Job]:
+    """Queue again the running jobs whose lease expired (their worker was lost), or fail those
+    that have had `max_attempts` runs, like any failure (the decisions waiting on them block)."""
+    lost = lost_jobs(session=session, lease_seconds=lease_seconds)
+    for job in lost:
+        if job.state != JobState.RUNNING:  # ended with a shard that failed just before
+            continue
+        if job.attempts < max_attempts:
+            requeue(session=session, job=job)
+        else:
+            finish_job(session=session, job=job, state=JobState.FAILED,
+                       error=f"worker_lost: no heartbeat for {lease_seconds:g} s, "
+                             f"{job.attempts} attempts made")
+    return lost

@@ -21,10 +21,13 @@ FILESYSTEM_POLL_SECONDS = 0.1
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Celery settings for the broker of `settings`: late acks, one message per worker slot."""
+    """Celery settings for the broker of `settings`: late acks, a message whose worker died is
+    delivered again (the job's lease decides whether it runs: service.jobs.leases), one
+    message per worker slot."""
     return {
         **_broker(settings),
         "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "task_default_queue": "default",
         "task_routes": ROUTES,
@@ -36,8 +39,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 def _broker(settings: Settings) -> dict[str, Any]:
     """The Redis URL, or a filesystem broker whose folders are created under data_dir."""
-    if settings.redis_url:
-        return {"broker_url": settings.redis_url}
+    if settings.redis_url:  # an unacknowledged message comes back after twice a job's lease
+        return {"broker_url": settings.redis_url, "broker_transport_options": {
+            "visibility_timeout": 2 * settings.job_lease_seconds}}
     root = (settings.data_dir / "broker").resolve()
     messages, processed, control = root / "messages", root / "processed", root / "control"
     for folder in (messages, processed, control):

@@ -1,10 +1,10 @@
-"""The callback task: POST a final decision's status to its callback URL, with retries."""
+"""The callback task: POST a final decision's status to its callback URL once; a failure is
+retried from its row (Callback.due_at), which the worker's sweeper sends when it is due."""
 
 import json
 import logging
 
 import httpx
-from celery import Task
 
 from flipgate.signing import HEADER, signature
 from service.config import Settings, get_settings
@@ -20,10 +20,10 @@ from worker.runtime import context
 logger = logging.getLogger(__name__)
 
 
-@app.task(name=CALLBACK_TASK, bind=True, max_retries=None)
-def deliver_callback(task: Task, decision_id: int) -> None:
-    """POST the status once; a failure is retried later with a doubling delay until the
-    attempts allowed by FLIPGATE_CALLBACK_ATTEMPTS are spent."""
+@app.task(name=CALLBACK_TASK)
+def deliver_callback(decision_id: int) -> None:
+    """POST the status once; a failure is due again after a doubling delay (worker.sweeper)
+    until the attempts allowed by FLIPGATE_CALLBACK_ATTEMPTS are spent."""
     sessions, settings = context().sessions, get_settings()
     with session_scope(sessions) as session:
         if queued_callback(session=session, decision_id=decision_id) is None:
@@ -35,14 +35,10 @@ def deliver_callback(task: Task, decision_id: int) -> None:
         callback = queued_callback(session=session, decision_id=decision_id)
         if callback is None:
             return
-        record_attempt(callback=callback, status=status, error=error,
-                       max_attempts=settings.callback_attempts)
-        retry = callback.state == CallbackState.QUEUED
-        delay = settings.callback_backoff_seconds * 2 ** (callback.attempts - 1)
-    if retry:
-        logger.warning("callback of decision %s failed (%s); retrying in %s s", decision_id,
-                       error or status, delay)
-        raise task.retry(countdown=delay)
+        record_attempt(callback=callback, status=status, error=error, settings=settings)
+        if callback.state == CallbackState.QUEUED:
+            logger.warning("callback of decision %s failed (%s); due again at %s",
+                           decision_id, error or status, callback.due_at)
 
 
 def post_status(settings: Settings, url: str, body: bytes, secret: str | None,

@@ -7,11 +7,18 @@ from flipgate.commands import positive_int
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    """Run a Celery worker that takes the server's jobs from the broker."""
+    """Run a Celery worker that takes the server's jobs from the broker, with the sweeper
+    that requeues lost jobs and sends unsent ones (worker.sweeper)."""
+    from flipgate.processes import stop_process
     from worker.app import app
+    from worker.sweeper import start_sweeper
 
-    app.worker_main(["worker", f"--queues={args.queues}", f"--concurrency={args.concurrency}",
-                     "--loglevel=INFO"])
+    sweeper = start_sweeper()
+    try:
+        app.worker_main(["worker", f"--queues={args.queues}",
+                         f"--concurrency={args.concurrency}", "--loglevel=INFO"])
+    finally:
+        stop_process(sweeper)
     return 0
 
 

@@ -5,9 +5,15 @@ A task claims its job, reads what it needs in a short transaction, works outside
 transaction, then stores its output and ends the job in one commit, only while the job is
 still running (`running_job`, `finishing`). Progress writes and cancellations never wait on a
 long transaction; what follows the job's end is service.flows.
+
+While the work runs, a thread renews the job's lease every job_heartbeat_seconds
+(service.jobs.leases); a worker that dies stops renewing it and the sweeper (worker.sweeper)
+queues the job again. A database error means "later", never "lost": before the claim the
+task is retried, after it the job's lease runs out and it is queued again.
 """
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,6 +21,7 @@ from functools import cache
 from typing import Any
 
 from celery import Celery, Task
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import flows
@@ -23,11 +30,13 @@ from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import ServiceError
 from service.jobs.enqueue import enqueue_after_commit
+from service.jobs.leases import renew
 from service.jobs.models import Job, JobState
 from service.jobs.service import claim_job, lock_running_job, set_progress
 from worker.app import app
 
 PROGRESS_STEP = 0.05
+CLAIM_RETRY_SECONDS = 5.0
 logger = logging.getLogger(__name__)
 
 
@@ -62,31 +71,66 @@ def context() -> WorkerContext:
 
 def job_task(name: str, work: Work) -> Task:
     """A task of the worker's app, registered under `name`, that runs `work` on the job whose
-    id it is sent (`run_job`)."""
+    id it is sent (`run_job`); retried later while the database cannot be reached."""
 
-    def run(job_id: int) -> None:
-        run_job(job_id, work)
+    def run(task: Task, job_id: int) -> None:
+        try:
+            params = claim(context(), job_id)
+        except DBAPIError as error:
+            logger.warning("job %s not claimed (%s); retrying", job_id, error.orig)
+            raise task.retry(countdown=CLAIM_RETRY_SECONDS) from error
+        if params is None:
+            logger.info("job %s is not queued (ended, running elsewhere, or unknown)", job_id)
+            return
+        run_job(job_id, params, work)
 
     run.__doc__ = work.__doc__
-    return app.task(name=name)(run)
+    return app.task(name=name, bind=True, max_retries=None)(run)
 
 
-def run_job(job_id: int, work: Work) -> None:
-    """Claim the job and run `work`; a failure is written to the job row."""
-    ctx = context()
+def claim(ctx: WorkerContext, job_id: int) -> dict[str, Any] | None:
+    """The params of the job once claimed, or None when it is not queued."""
     with session_scope(ctx.sessions) as session:
         job = claim_job(session=session, job_id=job_id)
-        params = None if job is None else dict(job.params)
-    if params is None:
-        logger.info("job %s has ended or does not exist; nothing to do", job_id)
-        return
+        return None if job is None else dict(job.params)
+
+
+def run_job(job_id: int, params: dict[str, Any], work: Work) -> None:
+    """Run `work` on a claimed job while its lease is renewed; a failure (SystemExit
+    included) is written to the job row, a database error leaves the job to its lease."""
+    ctx = context()
     try:
-        work(ctx, job_id, params)
+        with heartbeat(ctx, job_id, get_settings().job_heartbeat_seconds):
+            work(ctx, job_id, params)
     except JobStopped:
         logger.info("job %s stopped running while it was worked on", job_id)
-    except Exception as error:
+    except DBAPIError:
+        logger.exception("job %s lost its database; its lease will expire", job_id)
+    except (Exception, SystemExit) as error:
         logger.exception("job %s failed", job_id)
         fail(ctx, job_id, error)
+
+
+@contextmanager
+def heartbeat(ctx: WorkerContext, job_id: int, every_seconds: float) -> Iterator[None]:
+    """Renew the job's lease every `every_seconds` while the block runs."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_seconds):
+            try:
+                with session_scope(ctx.sessions) as session:
+                    renew(session=session, job_id=job_id)
+            except DBAPIError as error:
+                logger.warning("job %s: lease not renewed (%s)", job_id, type(error).__name__)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{job_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @contextmanager
@@ -116,7 +160,7 @@ def succeed(session: Session, job: Job, result: dict[str, Any]) -> None:
     flows.finish_job(session=session, job=job, state=JobState.SUCCEEDED, result=result)
 
 
-def fail(ctx: WorkerContext, job_id: int, error: Exception) -> None:
+def fail(ctx: WorkerContext, job_id: int, error: BaseException) -> None:
     """Mark the job failed with a one-line description of `error`, if it is still running."""
     message = (f"{error.code}: {error.message}" if isinstance(error, ServiceError)
                else f"{type(error).__name__}: {error}")

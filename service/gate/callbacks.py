@@ -1,9 +1,10 @@
 """The status a final decision POSTs to its callback URL, shaped like a GitHub commit status,
 and the record of each delivery attempt."""
 
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
@@ -49,12 +50,32 @@ def delivery(*, session: Session, settings: Settings,
 
 
 def record_attempt(*, callback: Callback, status: int | None, error: str | None,
-                   max_attempts: int) -> Callback:
-    """Count one delivery attempt: a 2xx status delivers it; the last failure gives up."""
+                   settings: Settings) -> Callback:
+    """Count one delivery attempt: a 2xx status delivers it; the last failure gives up; any
+    other failure is due again after a delay that doubles with each attempt."""
     callback.attempts += 1
     callback.last_status, callback.last_error = status, error
     if status is not None and 200 <= status < 300:
         callback.state, callback.delivered_at = CallbackState.DELIVERED, utcnow()
-    elif callback.attempts >= max_attempts:
+    elif callback.attempts >= settings.callback_attempts:
         callback.state = CallbackState.FAILED
+    else:
+        delay = settings.callback_backoff_seconds * 2 ** (callback.attempts - 1)
+        callback.due_at = utcnow() + timedelta(seconds=delay)
     return callback
+
+
+def due_now() -> ColumnElement[bool]:
+    """The condition of a queued callback that is due now."""
+    return and_(Callback.state == CallbackState.QUEUED, Callback.due_at <= utcnow())
+
+
+def due_callbacks(*, session: Session, resend_seconds: float) -> list[int]:
+    """The decisions whose queued callback is due, locked; each is due again
+    `resend_seconds` later unless an attempt is recorded before."""
+    statement = select(Callback).where(due_now())
+    due = list(session.scalars(statement.order_by(Callback.id).with_for_update(
+        skip_locked=True)))
+    for callback in due:
+        callback.due_at = utcnow() + timedelta(seconds=resend_seconds)
+    return [callback.decision_id for callback in due]

@@ -86,7 +86,8 @@ class DecisionJob(Base):
 
 
 class Callback(Record, Base):
-    """The delivery of a final decision's status to its callback URL, with its attempts."""
+    """The delivery of a final decision's status to its callback URL, with its attempts; a
+    queued one is (re)sent by the worker's sweeper once `due_at` has passed."""
 
     __tablename__ = "gate_callbacks"
 
@@ -97,6 +98,7 @@ class Callback(Record, Base):
     last_status: Mapped[int | None]
     last_error: Mapped[str | None] = mapped_column(Text)
     delivered_at: Mapped[datetime | None]
+    due_at: Mapped[datetime | None]
 
 
 class Promotion(Record, Base):

@@ -5,7 +5,9 @@ A job is sent once nothing it waits for (job_dependencies) is open: at once when
 ready, else by `release_waiting` when the last job it waits for succeeds (service.flows calls
 it). Sending happens after the commit: every task a session asks for is remembered on it, and
 a session handed to `enqueue_after_commit` sends them after its transaction commits and forgets
-them on rollback, so a worker never receives the id of a row it cannot see yet.
+them on rollback, so a worker never receives the id of a row it cannot see yet. The broker's
+acceptance is recorded on the job row (sent_at); `send_unsent` sends what it has not accepted
+(service.jobs.leases: the row is the message).
 """
 
 import logging
@@ -13,9 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import event
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine, event
+from sqlalchemy.orm import Session, sessionmaker
 
+from service.db import session_scope
+from service.jobs.leases import mark_sent, unsent_jobs
 from service.jobs.models import Job, JobDependency, JobKind, JobState
 from service.jobs.service import (
     OPEN_STATES,
@@ -111,18 +115,42 @@ def enqueue_after_commit(*, session: Session, celery: Celery) -> None:
 
 
 def _send_asked(session: Session) -> None:
-    """After a commit: the tasks the transaction asked for."""
+    """After a commit: the tasks the transaction asked for; the jobs the broker accepted are
+    marked sent in a transaction of their own (a session bound to a connection, not an
+    engine, leaves them unmarked: the sweeper sends them once more, which is harmless). A
+    savepoint's release fires after_commit too: its tasks wait for the real commit."""
+    if session.in_nested_transaction():
+        return
     tasks, celery = session.info.pop(TASKS_TO_SEND, []), session.info[SENDER]
-    for task_name, argument in tasks:
-        _send(celery, task_name, argument)
+    sent_jobs = [argument for task_name, argument in tasks
+                 if _send(celery, task_name, argument) and task_name in JOB_TASKS.values()]
+    bind = session.get_bind()
+    if sent_jobs and isinstance(bind, Engine):
+        with session_scope(sessionmaker(bind)) as marking:
+            mark_sent(session=marking, job_ids=sent_jobs)
 
 
-def _send(celery: Celery, task_name: str, argument: int) -> None:
-    """Send one task; a broker failure leaves the committed row as it is and is logged."""
+def _send(celery: Celery, task_name: str, argument: int) -> bool:
+    """Send one task; whether the broker accepted it. A broker failure leaves the committed
+    row queued and unsent, for `send_unsent`, and is logged."""
     try:
         celery.send_task(task_name, args=[argument])
-    except Exception:  # the row is committed; a worker or a later request can still pick it up
+    except Exception:  # the row is committed and stays unsent: the dispatcher sends it later
         logger.exception("could not send %s(%s) to the broker", task_name, argument)
+        return False
+    return True
+
+
+def send_unsent(*, session: Session, celery: Celery, resend_seconds: float) -> list[int]:
+    """Send the ready queued jobs the broker has not accepted (or accepted more than
+    `resend_seconds` ago) and mark them sent; stops at the first broker failure. The ids sent."""
+    sent = []
+    for job in unsent_jobs(session=session, resend_seconds=resend_seconds):
+        if not _send(celery, JOB_TASKS[job.kind], job.id):
+            break
+        sent.append(job.id)
+    mark_sent(session=session, job_ids=sent)
+    return sent
 
 
 def _forget_asked(session: Session) -> None:

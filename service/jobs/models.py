@@ -25,20 +25,26 @@ class JobState(StrEnum):
 
 
 class Job(Record, Base):
-    """A unit of work for a worker; shards of a large job point at it as their parent."""
+    """A unit of work for a worker; shards of a large job point at it as their parent.
+
+    The row is the message (service.jobs.leases): a queued job is sent until the broker has
+    accepted it, and a running job is a lease its worker renews (heartbeat_at)."""
 
     __tablename__ = "jobs"
     __table_args__ = (CheckConstraint("progress >= 0 AND progress <= 1", name="progress"),)
 
     kind: Mapped[JobKind] = mapped_column(str_enum(JobKind, "job_kind"))
     state: Mapped[JobState] = mapped_column(str_enum(JobState, "job_state"),
-                                            default=JobState.QUEUED)
+                                            default=JobState.QUEUED, index=True)
     progress: Mapped[float] = mapped_column(default=0.0)
     params: Mapped[dict[str, Any]]
     result: Mapped[dict[str, Any] | None]
     error: Mapped[str | None] = mapped_column(Text)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
     started_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(default=0, server_default="0")  # times claimed
+    heartbeat_at: Mapped[datetime | None]  # renewed by the worker while the job runs
+    sent_at: Mapped[datetime | None]  # when the broker last accepted the job's message
     finished_at: Mapped[datetime | None]
 
     parent: Mapped["Job | None"] = relationship(remote_side="Job.id", lazy="raise")

@@ -13,7 +13,8 @@ from service.jobs.models import Job, JobDependency, JobKind, JobState
 
 NEXT_STATES = {
     JobState.QUEUED: {JobState.RUNNING, JobState.CANCELLED},
-    JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED},
+    JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                       JobState.QUEUED},  # queued again: its worker was lost
 }
 FINAL_STATES = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
 OPEN_STATES = {JobState.QUEUED, JobState.RUNNING}
@@ -59,14 +60,12 @@ def get_job(*, session: Session, job_id: int) -> Job:
 
 
 def claim_job(*, session: Session, job_id: int) -> Job | None:
-    """Lock a job and start it when queued (a running one is resumed after a lost worker);
-    None when it is unknown or already finished or cancelled."""
+    """Lock a queued job and start it; None when it is unknown, ended, or running already (a
+    message delivered twice; a lost worker's job is queued again by the reaper)."""
     job = _locked(session, job_id)
-    if job is None or job.state in FINAL_STATES:
+    if job is None or job.state != JobState.QUEUED:
         return None
-    if job.state == JobState.QUEUED:
-        start_job(session=session, job=job)
-    return job
+    return start_job(session=session, job=job)
 
 
 def lock_running_job(*, session: Session, job_id: int) -> Job | None:
@@ -89,9 +88,10 @@ def _lock(session: Session, job_id: int) -> Job | None:
 
 
 def start_job(*, session: Session, job: Job) -> Job:
-    """Mark a queued job as running."""
+    """Mark a queued job as running: one more attempt, its lease renewed now."""
     _move(job, JobState.RUNNING)
-    job.started_at = utcnow()
+    job.started_at = job.heartbeat_at = utcnow()
+    job.attempts += 1
     session.flush()
     return job
 

@@ -8,11 +8,15 @@ churn 0.15 and a one-sided McNemar p of P(X ≥ 10 | 15, ½) = 4944/32768.
 """
 
 import json
+from datetime import timedelta
 
 import numpy as np
 import pytest
 
 from flipgate.signing import signature
+from service.config import Settings
+from service.db import utcnow
+from service.gate.callbacks import due_callbacks, queued_callback, record_attempt
 from service.gate.settling import settle_pending
 from service.jobs.models import JobState
 from service.jobs.service import finish_job, get_job, start_job
@@ -232,6 +236,28 @@ def test_a_final_decision_with_a_callback_url_queues_its_delivery(line):
     assert decision["callback"]["attempts"] == 0
     assert error_code(gate(line, candidate="1", callback_url="ftp://x"), 422) == (
         "invalid_request")
+
+
+
+def test_a_failed_callback_is_due_again_from_its_row_with_a_doubling_delay(line, db):
+    line.app.state.settings.callback_allowlist = ["127.0.0.1"]
+    decision_id = gate(line, candidate="1", callback_url="http://127.0.0.1:9/status").json()[
+        "decision_id"]
+    settings = Settings(callback_attempts=3, callback_backoff_seconds=10)
+    with db() as session:
+        assert due_callbacks(session=session, resend_seconds=60) == []  # sent after commit
+        callback = queued_callback(session=session, decision_id=decision_id)
+        delays = []
+        for _ in range(2):
+            record_attempt(callback=callback, status=500, error="HTTP 500", settings=settings)
+            delays.append(round((callback.due_at - utcnow()).total_seconds()))
+        assert delays == [10, 20] and callback.state == "queued"
+        callback.due_at = utcnow() - timedelta(seconds=1)
+        assert due_callbacks(session=session, resend_seconds=60) == [decision_id]
+        assert due_callbacks(session=session, resend_seconds=60) == []  # due again in 60 s
+        record_attempt(callback=callback, status=None, error="timeout", settings=settings)
+        assert (callback.state, callback.attempts) == ("failed", 3)
+        assert due_callbacks(session=session, resend_seconds=0) == []
 
 
 @pytest.fixture

@@ -1,0 +1,109 @@
+"""Dead workers, lost brokers and an unreachable database, with nothing stuck: each test ends
+with every job succeeded exactly once (logits byte-identical to a clean run, one prediction
+row per version) and the gate's decision final. The redelivery bound (from the kill to the
+job's next run) is printed; the lease in these tests is LEASE s, renewed every HEARTBEAT s."""
+
+import os
+import signal
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from service.jobs.models import Job
+from tests.faults.conftest import (
+    LEASE,
+    SpareRedis,
+    kill_group,
+    now,
+    pool_processes,
+    seconds_since,
+    system,
+)
+from tests.service.conftest import POSTGRES_URL, postgres_schema
+
+pytestmark = pytest.mark.slow
+BOUND = 120  # seconds: the lease, a sweep, and a worker starting on a loaded machine
+
+
+def report_redelivery(what: str, since: float, job: Job) -> None:
+    """Print how long after `since` the job's message was sent again and its run began (a
+    one-slot worker may run another job first); both within BOUND."""
+    sent, started = seconds_since(since, job.sent_at), seconds_since(since, job.started_at)
+    print(f"\nafter {what}: sent again in {sent:.1f} s, running again in {started:.1f} s "
+          f"(lease {LEASE:g} s)")
+    assert 0 < sent <= started < BOUND
+
+
+def test_a_killed_pool_process_loses_nothing_on_the_folder_broker(tmp_path, workload):
+    with system(tmp_path) as running:
+        worker = running.start_worker()
+        running.gate(workload)
+        victim = running.wait_running(attempt=1)
+        killed_at = now()
+        for pid in pool_processes(worker):
+            os.kill(pid, signal.SIGKILL)
+        again = running.wait_running(attempt=2, job_id=victim.id)
+        report_redelivery("SIGKILL of the pool process (folder broker)", killed_at, again)
+        jobs = running.assert_all_done_once(workload)
+    assert {job.id: job.attempts for job in jobs}[victim.id] == 2
+
+
+def test_a_killed_worker_group_on_redis_loses_nothing(tmp_path, workload, spare_redis):
+    with system(tmp_path, redis_url=spare_redis.url) as running:
+        worker = running.start_worker()
+        running.gate(workload)
+        victim = running.wait_running(attempt=1)
+        killed_at = now()
+        kill_group(worker)
+        running.start_worker()
+        again = running.wait_running(attempt=2, job_id=victim.id)
+        report_redelivery("SIGKILL of the worker's process group (Redis)", killed_at, again)
+        running.assert_all_done_once(workload)
+
+
+def test_jobs_queued_in_a_redis_that_restarts_empty_are_sent_again(tmp_path, workload,
+                                                                   spare_redis: SpareRedis):
+    with system(tmp_path, redis_url=spare_redis.url) as running:
+        running.gate(workload)  # no worker yet: its jobs wait in Redis
+        assert {job.state for job in running.jobs()} == {"queued"}
+        spare_redis.kill()
+        spare_redis.start()  # no persistence: the messages are gone
+        restarted_at = now()
+        running.start_worker()
+        first = running.wait_running(attempt=1)
+        report_redelivery("a Redis restart with jobs queued", restarted_at, first)
+        running.assert_all_done_once(workload)
+
+
+def test_jobs_queued_while_redis_is_down_run_once_it_is_back(tmp_path, workload,
+                                                             spare_redis: SpareRedis):
+    with system(tmp_path, redis_url=spare_redis.url) as running:
+        spare_redis.kill()
+        running.gate(workload)  # committed; the send after the commit fails
+        assert {job.sent_at for job in running.jobs()} == {None}
+        spare_redis.start()
+        running.start_worker()
+        running.assert_all_done_once(workload)
+
+
+def test_a_worker_survives_its_database_disappearing_mid_job(tmp_path, workload, spare_redis):
+    """PostgreSQL: the schema the worker uses is renamed away mid-job (every statement fails:
+    relation does not exist), then renamed back."""
+    with postgres_schema() as url, system(tmp_path, database_url=url,
+                                          redis_url=spare_redis.url) as running:
+        running.start_worker()
+        running.gate(workload)
+        victim = running.wait_running(attempt=1)
+        schema = make_url(url).query["options"].split("=", 1)[1]
+        server = create_engine(POSTGRES_URL)
+        with server.begin() as connection:
+            connection.execute(text(f'ALTER SCHEMA "{schema}" RENAME TO "{schema}_away"'))
+        try:
+            running.wait_for_log("lost its database", seconds=120)
+        finally:
+            with server.begin() as connection:
+                connection.execute(text(f'ALTER SCHEMA "{schema}_away" RENAME TO "{schema}"'))
+            server.dispose()
+        jobs = running.assert_all_done_once(workload)
+    assert {job.id: job.attempts for job in jobs}[victim.id] == 2

@@ -1,0 +1,84 @@
+"""The worker's sweeper: a process that, every sweep_seconds, queues again (or fails)
+the jobs whose lease expired (service.flows.reap_lost_jobs), sends the queued jobs the
+broker has not accepted (service.jobs.enqueue.send_unsent) and the callbacks that are due
+(service.gate.callbacks.due_callbacks). Every `flipgate worker` runs one in a process of
+its own (`python -m worker.sweeper`), never a thread of the Celery process whose pool
+processes are forked from it (a forked SQLite connection breaks locking); it stops when its
+parent does. Several sweepers share the work through row locks."""
+
+import logging
+import os
+import subprocess
+import sys
+import time
+
+from celery import Celery
+from sqlalchemy import exists, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service import flows
+from service.config import Settings, get_settings
+from service.db import create_db_engine, create_session_factory, session_scope
+from service.gate.callbacks import due_callbacks, due_now
+from service.jobs.enqueue import enqueue_after_commit, send_task_after_commit, send_unsent
+from service.jobs.leases import lost_jobs, unsent_jobs
+from service.queue import CALLBACK_TASK
+
+logger = logging.getLogger(__name__)
+
+
+def has_work(session: Session, settings: Settings) -> bool:
+    """Whether a job is lost or unsent or a callback due: read without the write lock that
+    the sweep's own transactions take on SQLite (an idle sweeper never blocks writers)."""
+    return bool(lost_jobs(session=session, lease_seconds=settings.job_lease_seconds)
+                or unsent_jobs(session=session, resend_seconds=settings.job_resend_seconds)
+                or session.scalar(select(exists().where(due_now()))))
+
+
+def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -> None:
+    """One pass: lost jobs queued again or failed, unsent jobs sent, due callbacks sent (a
+    callback not attempted job_resend_seconds after its send is due again)."""
+    with session_scope(sessions) as session:
+        lost = flows.reap_lost_jobs(session=session, lease_seconds=settings.job_lease_seconds,
+                                    max_attempts=settings.job_attempts)
+        for job in lost:
+            logger.warning("job %s lost its worker: %s", job.id, job.state)
+    with session_scope(sessions) as session:
+        sent = send_unsent(session=session, celery=celery,
+                           resend_seconds=settings.job_resend_seconds)
+        if sent:
+            logger.info("sent jobs %s to the broker", sent)
+    with session_scope(sessions) as session:
+        enqueue_after_commit(session=session, celery=celery)
+        for decision_id in due_callbacks(session=session,
+                                         resend_seconds=settings.job_resend_seconds):
+            send_task_after_commit(session=session, task=CALLBACK_TASK, argument=decision_id)
+
+
+def sweep_while_parent_lives(celery: Celery, settings: Settings) -> None:
+    """Sweep every settings.sweep_seconds until the process that started this one ends."""
+    parent, engine = os.getppid(), create_db_engine(settings)
+    sessions, readers = create_session_factory(engine), sessionmaker(engine)
+    while os.getppid() == parent:
+        time.sleep(settings.sweep_seconds)
+        try:
+            with session_scope(readers) as session:
+                if not has_work(session, settings):
+                    continue
+            sweep(sessions, celery, settings)
+        except DBAPIError as error:
+            logger.warning("sweep skipped: the database failed (%s)", type(error).__name__)
+
+
+def start_sweeper() -> subprocess.Popen:
+    """This module's loop in a child process (sharing this one's output)."""
+    return subprocess.Popen([sys.executable, "-m", "worker.sweeper"])
+
+
+if __name__ == "__main__":
+    from worker.app import app
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s: %(levelname)s/sweeper] "
+                                                   "%(message)s")
+    sweep_while_parent_lives(app, get_settings())
