@@ -1,7 +1,7 @@
 """Jobs as leases and as outbox messages: the worker's heartbeat, the attempts made, and
 when the broker last accepted the job's message; a callback's next delivery is due_at.
 
-Revision ID: 0010
+Revision ID: 0007
 Revises: 0005
 Create Date: 2026-11-23 07:00:00
 """
