@@ -41,13 +41,15 @@ class Settings(BaseSettings):
     callback_timeout_seconds: float = Field(default=10.0, gt=0)
     # hosts or CIDRs a callback may reach although they are loopback, private or reserved
     callback_allowlist: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # package.module:function factories a repair may train (zoo architectures always may)
+    custom_architectures: Annotated[list[str], NoDecode] = Field(default_factory=list)
     signature_tolerance_seconds: int = Field(default=300, ge=1, le=86_400)
     # encrypts webhook secrets at rest; development without one: a key file in data_dir
     secret_key: SecretStr | None = None
     secret_grace_seconds: int = Field(default=3600, ge=0, le=30 * 86_400)  # old secret valid
     min_gate_samples: int = Field(default=100, ge=1)  # eval sets a default-policy gate uses
 
-    @field_validator("callback_allowlist", mode="before")
+    @field_validator("callback_allowlist", "custom_architectures", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         return [item.strip() for item in value.split(",") if item.strip()] if isinstance(

@@ -23,7 +23,12 @@ from service.datasets.service import get_dataset
 from service.db import session_scope
 from service.gate.decisions import gate, get_decision
 from service.gate.models import Decision
-from service.gate.repair import ONNX_REPAIRS, artifacts_named, pair_artifacts
+from service.gate.repair import (
+    ONNX_REPAIRS,
+    allowed_architecture,
+    artifacts_named,
+    pair_artifacts,
+)
 from service.gate.schemas import GateRequest
 from service.predictions.service import score_version
 from service.queue import TRAIN_TASK
@@ -41,6 +46,7 @@ def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
 def retrain(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     """Retrain a blocked candidate with a flip-reducing method, then register the new version
     with its lineage and gate it like the original."""
+    allowed_architecture(params["arch"])  # checked when requested; again before any import
     with session_scope(ctx.sessions) as session:
         line = session.get_one(ModelLine, get_decision(
             session=session, decision_id=params["decision_id"]).line_id)

@@ -3,6 +3,9 @@
 import math
 from dataclasses import dataclass
 
+MAX_EPOCHS = 10_000
+MAX_BATCH_SIZE = 1 << 16
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -15,12 +18,18 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError(f"epochs and batch size must be >= 1, got {self.epochs} and "
-                             f"{self.batch_size}")
+        if not (1 <= self.epochs <= MAX_EPOCHS and 1 <= self.batch_size <= MAX_BATCH_SIZE):
+            raise ValueError(f"epochs must lie in [1, {MAX_EPOCHS}] and batch size in [1, "
+                             f"{MAX_BATCH_SIZE}], got {self.epochs} and {self.batch_size}")
         if not (0 < self.lr < math.inf and 0 <= self.weight_decay < math.inf):
             raise ValueError(f"lr must be > 0 and weight decay >= 0, got {self.lr} and "
                              f"{self.weight_decay}")
 
     def steps(self, samples: int) -> int:
         return self.epochs * math.ceil(samples / self.batch_size)
+
+
+def is_custom_architecture(spec: str) -> bool:
+    """Whether an architecture spec names a factory to import (package.module:function)
+    rather than one of the zoo's (flipgate.train.zoo)."""
+    return "." in spec.partition(":")[0]

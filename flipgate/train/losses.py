@@ -8,21 +8,24 @@ place they are set.
 """
 
 import math
-from typing import Literal, get_args
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from flipgate.train.methods import FD, KD, AntiDistill, Codistill, Elodi, Entropy
-
-FocalDivergence = Literal["kl", "lm"]
-Selection = Literal["reference", "student", "union"]
-ConfidenceKind = Literal["entropy", "skl_uniform"]
-AntiDistillationVariant = Literal[
-    "correlation", "covariance", "residual_correlation", "negative_squared_difference"
-]
-
+from flipgate.train.methods import (
+    FD,
+    KD,
+    AntiDistill,
+    AntiDistillationVariant,
+    Codistill,
+    ConfidenceKind,
+    Elodi,
+    Entropy,
+    FocalDivergence,
+    Selection,
+)
 
 # --- hyperparameter checks -------------------------------------------------------------------
 

@@ -1,56 +1,102 @@
 """The training methods and their options, without torch: what the CLI parses and records.
 
-The recipes that run them live in flipgate.train.recipes.
+Every option is checked when its options object is made: a number against its bounds (and
+its kind: integer or real), a word against its choices, so a request names only values that
+training can run (the server validates repairs with these before it queues anything). The
+recipes that run them live in flipgate.train.recipes.
 """
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, Literal, get_args, get_origin
 
 DEFAULT_LEGACY_WEIGHT = 0.5  # ELODI's λ towards an old model not trained with ELODI
+MAX_MEMBERS = 64  # replicas in an ensemble
+MAX_WEIGHT = 1000.0  # loss weights, temperatures, ramps' β
+MAX_TOP_K = 1 << 20  # classes
+
+FocalDivergence = Literal["kl", "lm"]
+Selection = Literal["reference", "student", "union"]
+ConfidenceKind = Literal["entropy", "skl_uniform"]
+AntiDistillationVariant = Literal[
+    "correlation", "covariance", "residual_correlation", "negative_squared_difference"
+]
+
+
+def bounded(default: Any, low: float, high: float, *, above: bool = False) -> Any:
+    """An option in [low, high] (in (low, high] with `above`); None too when its type is
+    optional."""
+    return field(default=default, metadata={"bounds": (low, high, above)})
+
+
+class CheckedOptions:
+    """Base of the options classes: each bounded or Literal field is checked on creation."""
+
+    def __post_init__(self) -> None:
+        for option in fields(self):  # type: ignore[arg-type]
+            check_option(option, getattr(self, option.name))
+
+
+def check_option(option: Field, value: Any) -> None:
+    """Raise ValueError unless `value` is one of a Literal field's choices, or a number of the
+    field's kind within its bounds."""
+    if get_origin(option.type) is Literal:
+        if value not in get_args(option.type):
+            raise ValueError(f"{option.name} must be one of {get_args(option.type)}, "
+                             f"got {value!r}")
+        return
+    if "bounds" not in option.metadata or (value is None and type(None) in get_args(option.type)):
+        return
+    low, high, above = option.metadata["bounds"]
+    integer = int in (option.type, *get_args(option.type))
+    kind_ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    in_range = kind_ok and not isinstance(value, bool) and math.isfinite(value) and (
+        low < value if above else low <= value) and value <= high
+    if not in_range:
+        kind = " (an integer)" if integer else ""
+        raise ValueError(f"{option.name} must lie in {'(' if above else '['}{low}, {high}]"
+                         f"{kind}, got {value!r}")
 
 
 @dataclass(frozen=True)
-class Baseline:
+class Baseline(CheckedOptions):
     """Plain cross-entropy."""
 
 
 @dataclass(frozen=True)
-class KD:
+class KD(CheckedOptions):
     """Knowledge distillation from the old model."""
 
-    lam: float = 1.0
-    temperature: float = 4.0
+    lam: float = bounded(1.0, 0, MAX_WEIGHT)
+    temperature: float = bounded(4.0, 0, MAX_WEIGHT, above=True)
 
 
 @dataclass(frozen=True)
-class FD:
+class FD(CheckedOptions):
     """Focal Distillation towards the old model, weighted α + β·1[old correct]."""
 
-    alpha: float = 1.0
-    beta: float = 5.0
-    temperature: float = 100.0
-    lam: float = 1.0
-    divergence: str = "kl"
+    alpha: float = bounded(1.0, 0, MAX_WEIGHT)
+    beta: float = bounded(5.0, 0, MAX_WEIGHT)
+    temperature: float = bounded(100.0, 0, MAX_WEIGHT, above=True)
+    lam: float = bounded(1.0, 0, MAX_WEIGHT)
+    divergence: FocalDivergence = "kl"
 
 
 @dataclass(frozen=True)
-class Elodi:
+class Elodi(CheckedOptions):
     """Distil a homogeneous ensemble of `members` replicas with the top-K LDI loss.
 
     α = 0.5 and p = 1 (the paper: 0.8 and 2) halve NFR at no more than +0.3 points of error
     on small data sets such as 2,500 MNIST digits (docs/reproduction.md).
     """
 
-    members: int = 8
-    k: int | None = 10
-    p: float = 1.0
-    alpha: float = 0.5
-    select: str = "reference"
-    legacy_weight: float | None = None
-
-    def __post_init__(self) -> None:
-        _check_members(self.members)
+    members: int = bounded(8, 1, MAX_MEMBERS)
+    k: int | None = bounded(10, 1, MAX_TOP_K)
+    p: float = bounded(1.0, 0, 8, above=True)
+    alpha: float = bounded(0.5, 0, 1)
+    select: Selection = "reference"
+    legacy_weight: float | None = bounded(None, 0, 1)
 
     def for_old_model(self, has_old: bool) -> "Elodi":
         """Resolve λ: the legacy term needs an old model and defaults to DEFAULT_LEGACY_WEIGHT."""
@@ -62,50 +108,39 @@ class Elodi:
 
 
 @dataclass(frozen=True)
-class Codistill:
+class Codistill(CheckedOptions):
     """Two models trained jointly with symmetric KL (member 0 is deployed)."""
 
-    beta: float = 5.0
-    ramp_steps: int = 200
-    top_k: int | None = None
-    entropy_weight: float = 0.0
-    entropy_kind: str = "entropy"
+    beta: float = bounded(5.0, 0, MAX_WEIGHT)
+    ramp_steps: int = bounded(200, 0, 10**7)
+    top_k: int | None = bounded(None, 1, MAX_TOP_K)
+    entropy_weight: float = bounded(0.0, 0, MAX_WEIGHT)
+    entropy_kind: ConfidenceKind = "entropy"
 
 
 @dataclass(frozen=True)
-class Entropy:
+class Entropy(CheckedOptions):
     """Cross-entropy with a minimum-entropy regulariser."""
 
-    alpha: float = 0.1
-    top_k: int | None = None
-    kind: str = "entropy"
+    alpha: float = bounded(0.1, 0, 1)
+    top_k: int | None = bounded(None, 1, MAX_TOP_K)
+    kind: ConfidenceKind = "entropy"
 
 
 @dataclass(frozen=True)
-class AntiDistill:
+class AntiDistill(CheckedOptions):
     """An ensemble whose members' logits are decorrelated; deployed as one averaged graph."""
 
-    members: int = 4
-    lam: float = 1.0
-    variant: str = "correlation"
-
-    def __post_init__(self) -> None:
-        _check_members(self.members)
+    members: int = bounded(4, 1, MAX_MEMBERS)
+    lam: float = bounded(1.0, 0, MAX_WEIGHT)
+    variant: AntiDistillationVariant = "correlation"
 
 
 @dataclass(frozen=True)
-class Paragon:
+class Paragon(CheckedOptions):
     """Independently trained members deployed as one averaged graph."""
 
-    members: int = 8
-
-    def __post_init__(self) -> None:
-        _check_members(self.members)
-
-
-def _check_members(members: int) -> None:
-    if members < 1:
-        raise ValueError(f"an ensemble needs members >= 1, got {members}")
+    members: int = bounded(8, 1, MAX_MEMBERS)
 
 
 @dataclass(frozen=True)

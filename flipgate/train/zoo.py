@@ -17,6 +17,8 @@ import torch
 from torch import nn
 
 SampleShape = tuple[int, ...]
+MAX_LAYERS = 8  # hidden layers, conv stages or blocks per stage
+MAX_WIDTH = 4096  # units or channels of one layer
 
 
 def mlp(sample_shape: SampleShape, num_classes: int, hidden: tuple[int, ...] | None = None,
@@ -64,8 +66,8 @@ def resnet(sample_shape: SampleShape, num_classes: int, widths: tuple[int, ...] 
     """A small ResNet: a conv stem, stages of BasicBlocks (stride 2 between them), a linear head
     over the whole feature map."""
     _check_widths("widths", widths)
-    if blocks < 1:
-        raise ValueError(f"blocks must be a positive integer, got {blocks}")
+    if not 1 <= blocks <= MAX_LAYERS:
+        raise ValueError(f"blocks must be an integer in [1, {MAX_LAYERS}], got {blocks}")
     to_image, channels = _image_input(sample_shape, downsamplings=len(widths) - 1)
     layers: list[nn.Module] = [to_image, _conv_norm(channels, widths[0], 3), nn.ReLU()]
     for stage, (width_in, width_out) in enumerate(zip(widths[:1] + widths, widths, strict=False)):
@@ -142,9 +144,11 @@ def _is_tuple_type(annotation: object) -> bool:
 
 
 def _check_widths(name: str, widths: tuple[int, ...]) -> None:
-    """Refuse an empty tuple of layer widths or one with a width below 1."""
-    if not widths or any(width < 1 for width in widths):
-        raise ValueError(f"{name} must be positive integers, got {widths}")
+    """Refuse an empty tuple of layer widths, more than MAX_LAYERS, or a width outside
+    [1, MAX_WIDTH]."""
+    if not 1 <= len(widths) <= MAX_LAYERS or any(not 1 <= width <= MAX_WIDTH for width in widths):
+        raise ValueError(f"{name} must be 1 to {MAX_LAYERS} integers in [1, {MAX_WIDTH}], "
+                         f"got {widths}")
 
 
 def _image_input(sample_shape: SampleShape, downsamplings: int) -> tuple[nn.Module, int]:

@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session
 import flipgate.errors
 from flipgate.repair import Limits, same_structure
 from flipgate.repair.search import DEFAULT_LIMITS
-from flipgate.train.config import TrainConfig
+from flipgate.train.config import TrainConfig, is_custom_architecture
 from flipgate.train.methods import METHODS, resolve_options
 from service.artifacts import ArtifactStore
+from service.config import get_settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.errors import Conflict, InvalidInput, describe_problems
@@ -217,6 +218,17 @@ def _arch(repair: RepairRequest, candidate: ModelVersion) -> str:
     if not isinstance(arch, str) or not arch:
         raise InvalidInput("unknown_architecture", f"version {candidate.version} records no "
                            "architecture (metadata 'arch' or a run record); give 'arch'")
+    return allowed_architecture(arch)
+
+
+def allowed_architecture(arch: str) -> str:
+    """`arch` if it names a zoo architecture, or a custom factory (package.module:function)
+    that FLIPGATE_CUSTOM_ARCHITECTURES lists; nothing a request names is imported otherwise."""
+    if is_custom_architecture(arch) and arch not in get_settings().custom_architectures:
+        raise InvalidInput("architecture_not_allowed", f"architecture {arch!r} is a custom "
+                           "factory the server does not allow; use a zoo architecture (mlp, "
+                           "cnn, resnet) or ask the operator to list it in "
+                           "FLIPGATE_CUSTOM_ARCHITECTURES")
     return arch
 
 

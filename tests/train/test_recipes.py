@@ -240,7 +240,7 @@ BAD = {
     "zero learning rate": ("baseline", ["--lr", "0"], False, "data", "lr must be > 0"),
     "infinite learning rate": ("baseline", ["--lr", "inf"], False, "data", "lr must be > 0"),
     "negative ensemble size": ("paragon", ["--members", "-1"], False, "data",
-                               "an ensemble needs members >= 1, got -1"),
+                               "members must lie in [1, 64] (an integer), got -1"),
     "labels beyond the old model's classes": (
         "kd", [], True, "data4", "labels must lie in [0, 3); label 3 at index 7 does not"),
     "unknown arch": ("baseline", ["--arch", "transformer"], False, "data",

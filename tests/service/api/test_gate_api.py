@@ -295,6 +295,12 @@ def test_repair_queues_a_training_job_with_the_legacy_term(line, blocked, npz_fi
     ({"options": {"alpha": 0.5, "nonsense": 1}}, 422, "invalid_options"),
     ({"options": {"members": 0}}, 422, "invalid_options"),
     ({"config": {"epochs": 0}}, 422, "invalid_request"),
+    ({"config": {"epochs": 10**12}}, 422, "invalid_config"),
+    ({"config": {"batch_size": 10**12}}, 422, "invalid_config"),
+    ({"options": {"members": 10**9}}, 422, "invalid_options"),
+    ({"method": "fd", "options": {"divergence": "bogus"}}, 422, "invalid_options"),
+    ({"method": "fd", "options": {"temperature": 0}}, 422, "invalid_options"),
+    ({"arch": "unittest.__main__:x"}, 422, "architecture_not_allowed"),
     ({"dataset": "ev"}, 422, "not_a_training_set"),
     ({"version": "1"}, 409, "version_exists"),
 ])
