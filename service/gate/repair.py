@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -22,6 +23,7 @@ from flipgate.repair import Limits, same_structure
 from flipgate.repair.search import DEFAULT_LIMITS
 from flipgate.train.config import TrainConfig, is_custom_architecture
 from flipgate.train.methods import METHODS, resolve_options
+from flipgate.train.zoo import build_model
 from service.artifacts import ArtifactStore
 from service.config import get_settings
 from service.datasets.models import Dataset, DatasetRole
@@ -218,7 +220,19 @@ def _arch(repair: RepairRequest, candidate: ModelVersion) -> str:
     if not isinstance(arch, str) or not arch:
         raise InvalidInput("unknown_architecture", f"version {candidate.version} records no "
                            "architecture (metadata 'arch' or a run record); give 'arch'")
-    return allowed_architecture(arch)
+    if not is_custom_architecture(allowed_architecture(arch)):
+        _check_zoo_architecture(arch, candidate)
+    return arch
+
+
+def _check_zoo_architecture(arch: str, candidate: ModelVersion) -> None:
+    """Build the zoo model on torch's meta device (no memory): its options parse, lie within
+    the zoo's bounds and fit the candidate's samples and classes."""
+    try:
+        with torch.device("meta"):
+            build_model(arch, tuple(candidate.input_shape[1:]), candidate.num_classes)
+    except ValueError as error:
+        raise InvalidInput("invalid_architecture", f"architecture {arch!r}: {error}") from error
 
 
 def allowed_architecture(arch: str) -> str:

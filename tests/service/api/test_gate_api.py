@@ -301,6 +301,8 @@ def test_repair_queues_a_training_job_with_the_legacy_term(line, blocked, npz_fi
     ({"method": "fd", "options": {"divergence": "bogus"}}, 422, "invalid_options"),
     ({"method": "fd", "options": {"temperature": 0}}, 422, "invalid_options"),
     ({"arch": "unittest.__main__:x"}, 422, "architecture_not_allowed"),
+    ({"arch": "mlp:hidden=100000000"}, 422, "invalid_architecture"),
+    ({"arch": "mlp:width=3"}, 422, "invalid_architecture"),
     ({"dataset": "ev"}, 422, "not_a_training_set"),
     ({"version": "1"}, 409, "version_exists"),
 ])
