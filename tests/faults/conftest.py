@@ -176,9 +176,11 @@ class System:
 
 
 def pool_processes(worker: subprocess.Popen) -> list[int]:
-    """The pids of a Celery worker's pool processes (its children)."""
+    """The pids of a Celery worker's pool processes: its children but the sweeper (which
+    `flipgate worker` starts as `python -m worker.sweeper`)."""
     children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
-    return [int(pid) for pid in children]
+    return [int(pid) for pid in children
+            if b"worker.sweeper" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
 def kill_group(worker: subprocess.Popen) -> None:
