@@ -87,13 +87,13 @@ class Admission:
             try:
                 token = await anyio.to_thread.run_sync(self.authenticate, presented.strip())
             except Unauthorized as error:
-                return error_response(401, error.code, error.message, BEARER_CHALLENGE)
+                return error_response(401, error.code, error.message, UNREAD_BODY_CHALLENGE)
             scope.setdefault("state", {})["token"] = token
             return None
         if _may_be_large(headers) and SIGNATURE_HEADER.lower() not in headers:
             return error_response(401, "missing_credentials", "send 'Authorization: Bearer "
                                   f"<token>' (or, to the gate, a '{SIGNATURE_HEADER}' "
-                                  "signature); the body was not read", BEARER_CHALLENGE)
+                                  "signature); the body was not read", UNREAD_BODY_CHALLENGE)
         return None
 
 
@@ -109,5 +109,9 @@ SMALL_BODY_BYTES = 64 * 1024  # bodies up to this size get the endpoint's own ch
 PROBES = frozenset({"/healthz", "/readyz"})
 COOKIE_SIGNED_PREFIX = "/ui"
 BEARER_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+# answered before the body was read: the connection closes, so no client reuses it while the
+# unread body is still arriving (a reused one would end in a transport error)
+CLOSE = {"Connection": "close"}
+UNREAD_BODY_CHALLENGE = BEARER_CHALLENGE | CLOSE
 BUSY = error_response(503, "server_busy", "the server is serving as many requests as it can; "
-                      "retry shortly", {"Retry-After": "1"})
+                      "retry shortly", {"Retry-After": "1"} | CLOSE)
