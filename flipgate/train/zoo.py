@@ -67,7 +67,7 @@ def resnet(sample_shape: SampleShape, num_classes: int, widths: tuple[int, ...] 
     over the whole feature map."""
     _check_widths("widths", widths)
     if not 1 <= blocks <= MAX_LAYERS:
-        raise ValueError(f"blocks must be an integer in [1, {MAX_LAYERS}], got {blocks}")
+        raise ValueError(f"blocks must be a positive integer, at most {MAX_LAYERS}; got {blocks}")
     to_image, channels = _image_input(sample_shape, downsamplings=len(widths) - 1)
     layers: list[nn.Module] = [to_image, _conv_norm(channels, widths[0], 3), nn.ReLU()]
     for stage, (width_in, width_out) in enumerate(zip(widths[:1] + widths, widths, strict=False)):
@@ -147,8 +147,8 @@ def _check_widths(name: str, widths: tuple[int, ...]) -> None:
     """Refuse an empty tuple of layer widths, more than MAX_LAYERS, or a width outside
     [1, MAX_WIDTH]."""
     if not 1 <= len(widths) <= MAX_LAYERS or any(not 1 <= width <= MAX_WIDTH for width in widths):
-        raise ValueError(f"{name} must be 1 to {MAX_LAYERS} integers in [1, {MAX_WIDTH}], "
-                         f"got {widths}")
+        raise ValueError(f"{name} must be positive integers, 1 to {MAX_LAYERS} of them, each "
+                         f"at most {MAX_WIDTH}; got {widths}")
 
 
 def _image_input(sample_shape: SampleShape, downsamplings: int) -> tuple[nn.Module, int]:
