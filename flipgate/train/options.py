@@ -3,7 +3,7 @@
 import argparse
 import types
 from dataclasses import fields
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 from flipgate.errors import InputError
 from flipgate.train.methods import METHODS
@@ -15,6 +15,8 @@ def _converter(annotation: Any):
     """A string parser for int, float, str and their `| None` forms ("none"/"all" -> None)."""
     optional = get_origin(annotation) in (Union, types.UnionType)
     base = next(a for a in get_args(annotation) if a is not type(None)) if optional else annotation
+    if get_origin(base) is Literal:  # the options object checks the choice
+        base = str
 
     def convert(text: str):
         if optional and text.lower() in NONE_WORDS:
