@@ -56,7 +56,7 @@ def compare_and_report(
     names = {"old_name": str(old), "new_name": str(new)}
     if html:
         flips = flip_gallery(analysis, evalset.x) if gallery else ""
-        write_text(html, render_html(analysis, report, **names, gallery=flips))
+        write_text(html, render_html(analysis.values, report, **names, gallery=flips))
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:

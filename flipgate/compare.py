@@ -31,7 +31,7 @@ def score(
     """Logits of an .onnx model run on the eval set, or of an .npy file, validated."""
     source = Path(source)
     if source.suffix == ".npy":
-        logits = load_logits(source)
+        logits = load_logits(source, mmap=True)
         check_logits_match(logits, evalset, source=str(source))
         return Scores(source, logits, "precomputed")
     if source.suffix == ".onnx":

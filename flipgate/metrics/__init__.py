@@ -13,7 +13,7 @@ from flipgate.metrics.matrices import (
     predicted_classes,
 )
 from flipgate.metrics.probs import softmax
-from flipgate.metrics.report import compare_logits
+from flipgate.metrics.report import PlotValues, compare_logits, measure_pair
 from flipgate.metrics.schurn import schurn
 from flipgate.metrics.stats import (
     cost_mcnemar_one_sided_p,
@@ -23,6 +23,7 @@ from flipgate.metrics.stats import (
 
 __all__ = [
     "FlipCounts",
+    "PlotValues",
     "SliceCounts",
     "UpdateCost",
     "class_dtype",
@@ -36,6 +37,7 @@ __all__ = [
     "logit_displacement",
     "matrices_from_predictions",
     "mcnemar_one_sided_p",
+    "measure_pair",
     "pairwise_matrices",
     "per_class",
     "predicted_classes",

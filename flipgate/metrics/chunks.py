@@ -22,11 +22,12 @@ FAULT_AROUND_BYTES = 1 << 20  # generously above the kernel's default 64 KiB
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
 
-def chunk_rows(row_elements: int, chunk_size: int | None = None) -> int:
-    """Samples per chunk: `chunk_size`, or as many as keep CHUNK_ELEMENTS values."""
+def chunk_rows(row_elements: int, chunk_size: int | None = None,
+               elements: int = CHUNK_ELEMENTS) -> int:
+    """Samples per chunk: `chunk_size`, or as many as keep `elements` values."""
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk size must be >= 1, not {chunk_size}")
-    return chunk_size or max(1, CHUNK_ELEMENTS // max(row_elements, 1))
+    return chunk_size or max(1, elements // max(row_elements, 1))
 
 
 def sample_ranges(n: int, rows: int) -> Iterator[tuple[int, int]]:

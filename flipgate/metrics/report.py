@@ -14,14 +14,15 @@ from functools import cached_property
 
 import numpy as np
 
-from flipgate.metrics.calibration import ECE_BINS, calibration_gaps, confidence_gap
-from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
-from flipgate.metrics.displacement import describe, logit_displacement, rank_in_old
+from flipgate.metrics.calibration import ECE_BINS, calibration_gaps
+from flipgate.metrics.chunks import chunk_rows
+from flipgate.metrics.displacement import describe, rank_in_old
 from flipgate.metrics.flips import FlipCounts, SliceCounts, count_flips, flipped_indices
-from flipgate.metrics.kernel import PairChunk, pair_chunk
-from flipgate.metrics.probs import softmax
+from flipgate.metrics.kernel import PairChunk, pair_chunks
 from flipgate.metrics.stats import mcnemar_one_sided_p, wilson_interval
 from flipgate.progress import Progress
+
+REPORT_CHUNK_ELEMENTS = 1 << 22  # values per logits array and chunk by default: 16 MB of float32
 
 
 def check_pair(old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray) -> None:
@@ -46,19 +47,40 @@ def compare_logits(
     `groups` (one string or integer per sample) adds the `per_group` table; `chunk_size`
     is the number of samples read at a time; `progress(done, total)` follows the chunks.
     """
+    return measure_pair(old_logits, new_logits, labels, schurn_alpha, groups=groups,
+                        chunk_size=chunk_size, progress=progress)[0]
+
+
+@dataclass(frozen=True, eq=False)
+class PlotValues:
+    """The per-sample values that the HTML report plots (a few bytes a sample)."""
+
+    counts: FlipCounts
+    flipped: dict[str, np.ndarray]  # the "negative" and "positive" flips' indices
+    kept: np.ndarray  # whether the predicted class stayed the same
+    displacement: np.ndarray
+    old_gap: np.ndarray
+    new_gap: np.ndarray
+
+
+def measure_pair(
+    old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray, schurn_alpha: float = 1.0,
+    *, groups: np.ndarray | None = None, chunk_size: int | None = None,
+    progress: Progress | None = None,
+) -> tuple[dict, PlotValues]:
+    """`compare_logits`'s report and the values its plots draw, in one streamed pass."""
     labels = np.asarray(labels)
     check_pair(old_logits, new_logits, labels)
     if schurn_alpha <= 0:
         raise ValueError(f"alpha must be positive, got {schurn_alpha}")
     n, num_classes = old_logits.shape
     tally = PairTally(n, num_classes, schurn_alpha, Slices.of(groups, n))
-    for start, stop in sample_ranges(n, chunk_rows(num_classes, chunk_size)):
-        tally.add(start, old_logits[start:stop], new_logits[start:stop], labels[start:stop])
-        for logits in (old_logits, new_logits):
-            release(logits, start, stop)
+    rows = chunk_rows(num_classes, chunk_size, REPORT_CHUNK_ELEMENTS)
+    for start, stop, chunk in pair_chunks(old_logits, new_logits, labels, schurn_alpha, rows):
+        tally.add(start, chunk, old_logits[start:stop], labels[start:stop])
         if progress:
             progress(stop, n)
-    return tally.report()
+    return tally.report(), tally.plot_values()
 
 
 @dataclass(frozen=True)
@@ -93,19 +115,16 @@ class PairTally:
         self.sums = dict.fromkeys(("schurn", "old_gap", "new_gap", "delta_1", "delta_2",
                                    "delta_l1"), 0.0)
         self.ece = {"old": np.zeros(ECE_BINS), "new": np.zeros(ECE_BINS)}
-        self.displacement: np.ndarray | None = None
+        self.per_sample: dict[str, np.ndarray] = {}  # displacement, old_gap, new_gap
         self.kept = np.zeros(n, dtype=bool)
         self.flips: dict[str, list[np.ndarray]] = {
-            key: [] for key in ("negative", "positive", "old_gap", "new_gap", "rank")}
+            key: [] for key in ("negative", "positive", "rank")}
 
-    def add(self, start: int, old_logits: np.ndarray, new_logits: np.ndarray,
+    def add(self, start: int, chunk: PairChunk, old_logits: np.ndarray,
             labels: np.ndarray) -> None:
         """Fold the chunk of samples [start, start + len(labels)) into the tally."""
-        chunk = pair_chunk(old_logits, new_logits, labels, self.alpha)
         old_pred, new_pred = chunk.predictions("old"), chunk.predictions("new")
-        if self.displacement is None:
-            self.displacement = np.empty(self.n, dtype=chunk.displacement.dtype)
-        self.displacement[start : start + labels.size] = chunk.displacement
+        self._keep(start, "displacement", chunk.displacement)
         self.kept[start : start + labels.size] = old_pred == new_pred
         self._count(start, old_pred, new_pred, labels)
         negative = np.flatnonzero((old_pred == labels) & (new_pred != labels))
@@ -113,9 +132,15 @@ class PairTally:
         for model, pred in (("old", old_pred), ("new", new_pred)):
             gap = chunk.gap(model)
             self.sums[f"{model}_gap"] += float(gap.sum(dtype=np.float64))
-            self.flips[f"{model}_gap"].append(gap[negative])
+            self._keep(start, f"{model}_gap", gap)
             self.ece[model] += calibration_gaps(chunk.confidence(model), pred == labels)
         self._sum_distances(chunk)
+
+    def _keep(self, start: int, name: str, values: np.ndarray) -> None:
+        """Store a chunk's values of a per-sample array (of the chunk's dtype)."""
+        if name not in self.per_sample:
+            self.per_sample[name] = np.empty(self.n, dtype=values.dtype)
+        self.per_sample[name][start : start + values.size] = values
 
     def _count(self, start: int, old_pred: np.ndarray, new_pred: np.ndarray,
                labels: np.ndarray) -> None:
@@ -142,7 +167,7 @@ class PairTally:
     def report(self) -> dict:
         """The JSON-ready report of everything tallied."""
         counts, n = self.counts, self.n
-        flips = {key: np.concatenate(parts) for key, parts in self.flips.items()}
+        flips = self._flips()
         report = {
             "n": n,
             "num_classes": self.num_classes,
@@ -172,21 +197,32 @@ class PairTally:
             report["per_group"] = group_rows(self.by_group, self.groups.names)
         return report
 
+    def plot_values(self) -> PlotValues:
+        """The per-sample values of everything tallied, for the HTML report's plots."""
+        flips = self._flips()
+        return PlotValues(self.counts, {kind: flips[kind] for kind in ("negative", "positive")},
+                          self.kept, **self.per_sample)
+
+    def _flips(self) -> dict[str, np.ndarray]:
+        return {key: np.concatenate(parts) for key, parts in self.flips.items()}
+
     def _confidence_summary(self, flips: dict[str, np.ndarray]) -> dict:
+        negative = flips["negative"]
         return {
             "old_mean_gap": self.sums["old_gap"] / self.n,
             "new_mean_gap": self.sums["new_gap"] / self.n,
             "old_ece": float(np.abs(self.ece["old"]).sum() / self.n),
             "new_ece": float(np.abs(self.ece["new"]).sum() / self.n),
-            "negative_flips_old_gap": describe(flips["old_gap"]),
-            "negative_flips_new_gap": describe(flips["new_gap"]),
+            "negative_flips_old_gap": describe(self.per_sample["old_gap"][negative]),
+            "negative_flips_new_gap": describe(self.per_sample["new_gap"][negative]),
         }
 
     def _displacement_summary(self, negative: np.ndarray) -> dict:
+        displacement = self.per_sample["displacement"]
         return {
-            "all": describe(self.displacement),
-            "negative_flips": describe(self.displacement[negative]),
-            "kept": describe(self.displacement[self.kept]),
+            "all": describe(displacement),
+            "negative_flips": describe(displacement[negative]),
+            "kept": describe(displacement[self.kept]),
         }
 
 
@@ -212,11 +248,9 @@ def group_rows(counts: SliceCounts, names: list) -> list[dict]:
 
 @dataclass(frozen=True, eq=False)
 class PairAnalysis:
-    """Per-sample arrays of an old/new comparison, for plots; `to_dict` is `compare_logits`.
-
-    "kept" samples are those whose predicted label did not change. The arrays hold N values
-    (N × C for the probabilities): use `compare_logits` alone for large eval sets.
-    """
+    """An old/new comparison (arrays or memory-mapped `.npy` logits): `to_dict` is
+    `compare_logits`'s report and `values` what its plots draw, both from one streamed pass;
+    the logits stay with it for the flip gallery."""
 
     old_logits: np.ndarray
     new_logits: np.ndarray
@@ -227,33 +261,13 @@ class PairAnalysis:
         check_pair(self.old_logits, self.new_logits, self.labels)
 
     @cached_property
-    def old_pred(self) -> np.ndarray:
-        return self.old_logits.argmax(axis=1)
+    def _measured(self) -> tuple[dict, PlotValues]:
+        return measure_pair(self.old_logits, self.new_logits, self.labels, self.schurn_alpha)
 
-    @cached_property
-    def new_pred(self) -> np.ndarray:
-        return self.new_logits.argmax(axis=1)
-
-    @cached_property
-    def counts(self) -> FlipCounts:
-        return count_flips(self.old_pred, self.new_pred, self.labels)
-
-    @cached_property
-    def flipped(self) -> dict[str, np.ndarray]:
-        return flipped_indices(self.old_pred, self.new_pred, self.labels)
-
-    @cached_property
-    def displacement(self) -> np.ndarray:
-        return logit_displacement(self.old_logits, self.new_logits)
-
-    @cached_property
-    def old_gap(self) -> np.ndarray:
-        return confidence_gap(softmax(self.old_logits))
-
-    @cached_property
-    def new_gap(self) -> np.ndarray:
-        return confidence_gap(softmax(self.new_logits))
+    @property
+    def values(self) -> PlotValues:
+        return self._measured[1]
 
     def to_dict(self) -> dict:
         """All numbers of `flipgate compare --json`."""
-        return compare_logits(self.old_logits, self.new_logits, self.labels, self.schurn_alpha)
+        return self._measured[0]

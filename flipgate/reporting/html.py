@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from flipgate.metrics.report import PairAnalysis
+from flipgate.metrics.report import PairAnalysis, PlotValues
 from flipgate.reporting.gallery import (
     GALLERY_CSS,
     FlipSample,
@@ -103,9 +103,9 @@ def _densities(
     ax.legend(frameon=False)
 
 
-def _overlap_plot(analysis: PairAnalysis, old_name: str, new_name: str) -> Figure:
+def _overlap_plot(values: PlotValues, old_name: str, new_name: str) -> Figure:
     """(a) Old and new errors as offset bars: progress | common | regress."""
-    counts = analysis.counts
+    counts = values.counts
     progress, common, regress = counts.positive_flips, counts.both_wrong, counts.negative_flips
     fig, ax = plt.subplots(figsize=(6.4, 2.4), layout="constrained")
     rows = [(_plain(f"{old_name} wrong"), [(0, progress, PROGRESS), (progress, common, COMMON)]),
@@ -155,24 +155,23 @@ def _class_flips_plot(report: dict, class_names: list[str] | None) -> Figure:
     return fig
 
 
-def _displacement_plot(analysis: PairAnalysis) -> Figure:
+def _displacement_plot(values: PlotValues) -> Figure:
     """(c) ‖z_new − z_old‖ of negative flips vs. samples whose prediction is kept."""
-    kept = analysis.old_pred == analysis.new_pred
     fig, ax = plt.subplots(figsize=(6.4, 3.2), layout="constrained")
-    _densities(ax, [("kept", analysis.displacement[kept], KEPT),
-                    ("negative flips", analysis.displacement[analysis.flipped["negative"]],
+    _densities(ax, [("kept", values.displacement[values.kept], KEPT),
+                    ("negative flips", values.displacement[values.flipped["negative"]],
                      REGRESS)])
     ax.set_xlabel("logit displacement ‖z_new − z_old‖₂")
     return fig
 
 
-def _confidence_plot(analysis: PairAnalysis, old_name: str, new_name: str) -> Figure:
+def _confidence_plot(values: PlotValues, old_name: str, new_name: str) -> Figure:
     """(d) Confidence gap p_top1 − p_top2 of negative flips vs. all samples, per model."""
-    negative = analysis.flipped["negative"]
+    negative = values.flipped["negative"]
     edges = np.linspace(0.0, 1.0, 21)
     fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.2), sharex=True, layout="constrained")
-    for ax, name, role, gap in ((axes[0], old_name, "old", analysis.old_gap),
-                                (axes[1], new_name, "new", analysis.new_gap)):
+    for ax, name, role, gap in ((axes[0], old_name, "old", values.old_gap),
+                                (axes[1], new_name, "new", values.new_gap)):
         _densities(ax, [("all samples", gap, KEPT), ("negative flips", gap[negative], REGRESS)],
                    edges)
         ax.set_title(_plain(f"under {name} ({role})"))
@@ -203,20 +202,20 @@ def _figure(svg: str, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
-def _plots_section(analysis: PairAnalysis, report: dict, old_name: str, new_name: str,
+def _plots_section(values: PlotValues, report: dict, old_name: str, new_name: str,
                    class_names: list[str] | None) -> str:
     many = len(report.get("per_class") or []) > MAX_PLOT_CLASSES
     plots = [
-        (partial(_overlap_plot, analysis, old_name, new_name),
+        (partial(_overlap_plot, values, old_name, new_name),
          "Error overlap: progress (old wrong, new right), common (both wrong), "
          "regress (old right, new wrong)."),
         (partial(_class_flips_plot, report, class_names),
          "Negative and positive flips per true class"
          + (f" ({MAX_PLOT_CLASSES} classes with the most flips)." if many else ".")),
-        (partial(_displacement_plot, analysis),
+        (partial(_displacement_plot, values),
          "Logit displacement of negatively flipped samples vs. samples whose prediction is "
          "kept (normalized densities)."),
-        (partial(_confidence_plot, analysis, old_name, new_name),
+        (partial(_confidence_plot, values, old_name, new_name),
          "Confidence gap of the negatively flipped samples vs. all samples, under each model."),
     ]
     with plt.rc_context(_RC):
@@ -225,7 +224,7 @@ def _plots_section(analysis: PairAnalysis, report: dict, old_name: str, new_name
     return f'<h2>Plots</h2><div class="plots">{"".join(items)}</div>'
 
 
-def report_body(analysis: PairAnalysis, report: dict, *, old_name: str, new_name: str,
+def report_body(values: PlotValues, report: dict, *, old_name: str, new_name: str,
                 class_names: list[str] | None = None) -> str:
     """The report's sections (headline, verdict hints, per-class table, plots) as HTML."""
     hints = verdict_hints(report, old_name=old_name, new_name=new_name, class_names=class_names)
@@ -234,7 +233,7 @@ def report_body(analysis: PairAnalysis, report: dict, *, old_name: str, new_name
         f"<h2>Headline</h2>{_table(['Metric', 'Value'], headline_rows(report))}",
         f"<h2>Verdict hints</h2><ul>{hint_items}</ul>",
         _class_section(report, class_names),
-        _plots_section(analysis, report, old_name, new_name, class_names),
+        _plots_section(values, report, old_name, new_name, class_names),
     ])
 
 
@@ -257,7 +256,7 @@ def flip_gallery(analysis: PairAnalysis, x: np.ndarray, limit: int = GALLERY_LIM
 
 
 def render_html(
-    analysis: PairAnalysis,
+    values: PlotValues,
     report: dict,
     *,
     old_name: str,
@@ -268,7 +267,7 @@ def render_html(
 ) -> str:
     """One self-contained HTML page (inline CSS and SVG, no external references); `gallery`
     is an optional gallery_section appended to the report."""
-    body = report_body(analysis, report, old_name=old_name, new_name=new_name,
+    body = report_body(values, report, old_name=old_name, new_name=new_name,
                        class_names=class_names)
     return "\n".join([
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">',

@@ -6,14 +6,10 @@ from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
-import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.metrics import FlipCounts, compare_logits, count_flips, flipped_indices
-from flipgate.metrics.chunks import chunk_rows as rows_per_chunk
-from flipgate.metrics.chunks import release, sample_ranges
-from flipgate.metrics.kernel import pair_chunk
+from flipgate.metrics import measure_pair
 from flipgate.progress import Progress
 from flipgate.reporting.html import render_html
 from service.artifacts import ArtifactStore
@@ -158,19 +154,15 @@ class PairInputs:
     def measure(self, store: ArtifactStore, *, chunk_rows: int | None = None,
                 progress: Progress | None = None) -> tuple[dict[str, Any], str]:
         """The pair's report (with its per-group table when the eval set has groups) and the
-        address of its HTML page (stored), reading both logits
-        memory-mapped `chunk_rows` samples at a time: memory stays a few chunks plus a few
-        values per sample, whatever N is."""
+        address of its HTML page (stored), from one pass over both logits memory-mapped
+        `chunk_rows` samples at a time: memory stays a few chunks plus a few values per
+        sample, whatever N is."""
         old, new = (read_logits(store=store, prediction=side) for side in (self.old, self.new))
         labels = read_labels(store=store, dataset=self.dataset)
-        halves = [None, None] if progress is None else [
-            lambda done, total, start=start: progress(done + start * total, 2 * total)
-            for start in (0, 1)]
-        report = compare_logits(old, new, labels, chunk_size=chunk_rows, progress=halves[0],
-                                groups=read_groups(store=store, dataset=self.dataset))
-        analysis = StreamedAnalysis.of(old, new, labels, chunk_rows=chunk_rows,
-                                       progress=halves[1])
-        page = render_html(analysis, {**report, **self.sources()},  # type: ignore[arg-type]
+        report, values = measure_pair(old, new, labels, chunk_size=chunk_rows,
+                                      progress=progress,
+                                      groups=read_groups(store=store, dataset=self.dataset))
+        page = render_html(values, {**report, **self.sources()},
                            old_name=self.names[0], new_name=self.names[1])
         return report, store.put_stream(io.BytesIO(page.encode())).sha256
 
@@ -179,43 +171,6 @@ class PairInputs:
         return {side: {"source": name, "provider": prediction.provider or prediction.source.value}
                 for side, name, prediction in zip(("old", "new"), self.names,
                                                   (self.old, self.new), strict=True)}
-
-
-@dataclass(frozen=True, eq=False)
-class StreamedAnalysis:
-    """The per-sample values that the HTML report plots (those of PairAnalysis: predicted
-    classes, confidence gaps, logit displacement), gathered chunk by chunk so that no
-    (N, C) array other than the memory-mapped logits is ever held."""
-
-    old_pred: np.ndarray
-    new_pred: np.ndarray
-    old_gap: np.ndarray
-    new_gap: np.ndarray
-    displacement: np.ndarray
-    counts: FlipCounts
-    flipped: dict[str, np.ndarray]
-
-    @classmethod
-    def of(cls, old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray, *,
-           chunk_rows: int | None = None, progress: Progress | None = None,
-           ) -> "StreamedAnalysis":
-        """The values of a pair of (N, C) logits, `chunk_rows` samples at a time."""
-        parts: list[tuple[np.ndarray, ...]] = []
-        n, classes = old_logits.shape
-        for start, stop in sample_ranges(n, rows_per_chunk(classes, chunk_rows)):
-            values = pair_chunk(old_logits[start:stop], new_logits[start:stop],
-                                labels[start:stop], 1.0)
-            parts.append((values.predictions("old"), values.predictions("new"),
-                          values.gap("old"), values.gap("new"), values.displacement))
-            for logits in (old_logits, new_logits):
-                release(logits, start, stop)
-            if progress:
-                progress(stop, n)
-        old_pred, new_pred, *gaps_and_displacement = (np.concatenate(column)
-                                                      for column in zip(*parts, strict=True))
-        return cls(old_pred, new_pred, *gaps_and_displacement,
-                   count_flips(old_pred, new_pred, labels),
-                   flipped_indices(old_pred, new_pred, labels))
 
 
 def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:

@@ -138,7 +138,7 @@ def _report(rows: queries.PairRows, paths: dict[str, Path], old: str, new: str) 
         labels = archive["y"].astype(np.int64)
     analysis = PairAnalysis(np.load(paths["old_logits"], mmap_mode="r"),
                             np.load(paths["new_logits"], mmap_mode="r"), labels)
-    return report_body(analysis, rows.metrics.report, old_name=old, new_name=new,
+    return report_body(analysis.values, rows.metrics.report, old_name=old, new_name=new,
                        class_names=rows.class_names)
 
 

@@ -119,7 +119,7 @@ def test_terminal_does_not_interpret_markup_in_names(analysis: PairAnalysis) -> 
 
 
 def test_html_is_self_contained_and_escaped(analysis: PairAnalysis) -> None:
-    page = render_html(analysis, analysis.to_dict(), old_name="<script>alert(1)</script>",
+    page = render_html(analysis.values, analysis.to_dict(), old_name="<script>alert(1)</script>",
                        new_name="v2 & co", title="A <b> title", class_names=CLASSES)
     parsed = parse(page)
     assert parsed.tags.count("svg") == 4
@@ -133,7 +133,7 @@ def test_html_is_self_contained_and_escaped(analysis: PairAnalysis) -> None:
 
 
 def test_html_shows_the_numbers(analysis: PairAnalysis) -> None:
-    page = render_html(analysis, analysis.to_dict(), old_name="v1", new_name="v2",
+    page = render_html(analysis.values, analysis.to_dict(), old_name="v1", new_name="v2",
                        class_names=CLASSES)
     text = squash(" ".join(parse(page).text))
     assert "Negative flips 2" in text and "Positive flips 4" in text
@@ -146,7 +146,7 @@ def test_html_shows_the_numbers(analysis: PairAnalysis) -> None:
 
 
 def test_html_without_flips_and_undefined_values(perfect: PairAnalysis) -> None:
-    page = render_html(perfect, perfect.to_dict(), old_name="a", new_name="b")
+    page = render_html(perfect.values, perfect.to_dict(), old_name="a", new_name="b")
     parsed = parse(page)
     assert parsed.tags.count("svg") == 4
     assert "<td>—</td>" in page
