@@ -255,6 +255,15 @@ def flip_gallery(analysis: PairAnalysis, x: np.ndarray, limit: int = GALLERY_LIM
     return gallery_section(samples, total, x.shape[1:], class_names)
 
 
+BODY_START, BODY_END = "<!-- flipgate:report-body -->", "<!-- /flipgate:report-body -->"
+
+
+def stored_body(page: str) -> str | None:
+    """The report_body inside a page that render_html drew (None for a page without one)."""
+    start, end = page.find(BODY_START), page.find(BODY_END)
+    return page[start + len(BODY_START):end] if 0 <= start < end else None
+
+
 def render_html(
     values: PlotValues,
     report: dict,
@@ -277,7 +286,7 @@ def render_html(
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="sub">{html.escape(old_name)} (old) → {html.escape(new_name)} (new) on '
         f"{html.escape(str(report.get('n')))} samples</p>",
-        body,
+        f"{BODY_START}{body}{BODY_END}",
         gallery,
         "</body>\n</html>\n",
     ])

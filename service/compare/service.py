@@ -29,7 +29,7 @@ from service.predictions.service import (
     read_logits,
     versions_with_predictions,
 )
-from service.registry.models import ModelVersion
+from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import (
     get_version,
     list_versions,
@@ -150,6 +150,7 @@ class PairInputs:
     new: Prediction
     dataset: Dataset
     names: tuple[str, str]
+    class_names: list[str] | None
 
     def measure(self, store: ArtifactStore, *, chunk_rows: int | None = None,
                 progress: Progress | None = None) -> tuple[dict[str, Any], str]:
@@ -163,7 +164,8 @@ class PairInputs:
                                       progress=progress,
                                       groups=read_groups(store=store, dataset=self.dataset))
         page = render_html(values, {**report, **self.sources()},
-                           old_name=self.names[0], new_name=self.names[1])
+                           old_name=self.names[0], new_name=self.names[1],
+                           class_names=self.class_names)
         return report, store.put_stream(io.BytesIO(page.encode())).sha256
 
     def sources(self) -> dict[str, dict[str, str]]:
@@ -178,7 +180,8 @@ def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
     return PairInputs(*(get_predictions(session=session, version=version, dataset=pair.dataset)
                         for version in (pair.old, pair.new)), pair.dataset,
                       (qualified_name(session=session, version=pair.old),
-                       qualified_name(session=session, version=pair.new)))
+                       qualified_name(session=session, version=pair.new)),
+                      session.get_one(ModelLine, pair.new.line_id).class_names)
 
 
 def metrics_params(pair: Pair) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
-import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -16,9 +15,8 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from flipgate.metrics.report import PairAnalysis
 from flipgate.reporting.gallery import GALLERY_CSS, gallery_html, is_image
-from flipgate.reporting.html import report_body
+from flipgate.reporting.html import stored_body
 from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.db import read_only
@@ -124,7 +122,7 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
     page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
     flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
-                  report=Markup(_report(rows, paths, old, new)),
+                  report=Markup(_report(rows, store)),
                   gallery=Markup(gallery_html(flips, rows.dataset.sample_shape,
                                               rows.class_names)),
                   images=is_image(rows.dataset.sample_shape), flips=len(ranked), page=page,
@@ -132,14 +130,16 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
                   gallery_css=Markup(GALLERY_CSS))
 
 
-def _report(rows: queries.PairRows, paths: dict[str, Path], old: str, new: str) -> str:
-    """The pair's report sections, from its memory-mapped logits and the eval set's labels."""
-    with np.load(paths["evalset"], allow_pickle=False) as archive:
-        labels = archive["y"].astype(np.int64)
-    analysis = PairAnalysis(np.load(paths["old_logits"], mmap_mode="r"),
-                            np.load(paths["new_logits"], mmap_mode="r"), labels)
-    return report_body(analysis.values, rows.metrics.report, old_name=old, new_name=new,
-                       class_names=rows.class_names)
+def _report(rows: queries.PairRows, store: ArtifactStore) -> str:
+    """The pair's report sections, cut from the page its metrics job drew and stored (the
+    dashboard never computes a report)."""
+    if rows.metrics.html_sha256 is not None:
+        with store.open(rows.metrics.html_sha256) as readable:
+            body = stored_body(readable.read().decode())
+        if body is not None:
+            return body
+    return ('<p class="muted">This pair was measured before report pages were kept: its '
+            "numbers are in the JSON report (GET /compare).</p>")
 
 
 @router.get("/decisions/{decision_id}", response_class=HTMLResponse)

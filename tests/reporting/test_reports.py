@@ -11,6 +11,7 @@ from rich.console import Console
 
 from flipgate.metrics.report import PairAnalysis
 from flipgate.reporting import render_html, render_report, verdict_hints
+from flipgate.reporting.html import report_body, stored_body
 
 CLASSES = ["cat", "dog", "bird"]
 # Samples 1 and 2 (class cat) are negative flips, 5-8 positive flips, 9 wrong under both.
@@ -130,6 +131,13 @@ def test_html_is_self_contained_and_escaped(analysis: PairAnalysis) -> None:
     assert "http://" not in without_namespaces and "https://" not in without_namespaces
     assert "<link" not in page and "@import" not in page and "src=" not in page
     assert not plt.get_fignums()
+
+
+def test_the_report_body_is_found_again_in_the_page(analysis: PairAnalysis) -> None:
+    body = report_body(analysis.values, analysis.to_dict(), old_name="v1", new_name="v2")
+    page = render_html(analysis.values, analysis.to_dict(), old_name="v1", new_name="v2")
+    assert stored_body(page) == body and "<h2>Headline</h2>" in body
+    assert stored_body("<html><body><h2>Headline</h2></body></html>") is None
 
 
 def test_html_shows_the_numbers(analysis: PairAnalysis) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from flipgate.metrics import compare_logits
+from flipgate.reporting.html import stored_body
 from service.auth.service import revoke_token
 from service.jobs.models import Job, JobKind, JobState
 from service.ui import session as session_module
@@ -141,6 +142,16 @@ def test_pair_page_tables_every_negative_flip_of_a_non_image_eval_set(seeded, si
                   zip(range(len(seeded.labels)), seeded.logits["2"], strict=True)}
     assert [confidence[i] for i in rows] == sorted((confidence[i] for i in rows), reverse=True)
     assert "<h2>Headline</h2>" in text and "<svg" in text  # the report with its plots
+
+
+def test_pair_page_shows_the_report_its_metrics_job_stored(seeded, signed_in):
+    stored = signed_in.get(f"/compare/{LINE}:1/{LINE}:2", headers=bearer(ADMIN_TOKEN),
+                           params={"evalset": EVALSET, "format": "html"}).text
+    text = signed_in.get(f"/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}").text
+    section = re.search(r'<section id="report" class="report">(.*?)</section>\n<section id="flips"',
+                        text, re.DOTALL)
+    assert section is not None and section.group(1) == stored_body(stored)
+    assert f"{LINE}:1" in section.group(1)  # the names the job drew, not recomputed here
 
 
 def test_decision_page_shows_reasons_metrics_and_pair_links(seeded, signed_in):
