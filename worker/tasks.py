@@ -1,6 +1,6 @@
 """The inference, metrics and matrix tasks (the training task is worker.training; what they
-run on, worker.runtime). Each takes a job id and does nothing once the job has ended; a running job
-delivered again (its worker was lost before acking) is run again."""
+run on, worker.runtime). Each takes a job id and does nothing once the job has ended; a
+running job delivered again (its worker was lost before acking) is run again."""
 
 import os
 import socket

@@ -54,9 +54,9 @@ REPORT_SCALARS = ("n", "er_old", "er_new", "nfr", "pfr", "rel_nfr", "nfi", "btc"
 
 
 class PairCounts(Record, Base):
-    """The exact counts behind one cell pair of a line's matrix: an unordered pair of versions
-    (the lower id first) on a data set. NFR, PFR and churn of either direction are a count
-    over n (`rates`)."""
+    """The exact counts behind two cells of a line's matrix (old → new and new → old): an
+    unordered pair of versions, the lower id first, on a data set. NFR, PFR and churn of
+    either direction are a count over n (`rates`)."""
 
     __tablename__ = "pair_counts"
     __table_args__ = (UniqueConstraint("first_version_id", "second_version_id", "dataset_id"),
