@@ -182,10 +182,10 @@ def compare_when_ready(client: httpx.Client, old: str, new: str) -> dict:
 
 
 def matrix_when_ready(client: httpx.Client) -> dict:
-    """The line's matrix, after waiting for the metrics jobs of its missing pairs."""
+    """The line's matrix, after waiting for the matrix job that counts its missing pairs."""
     path, params = f"/models/{LINE}/matrix", {"evalset": EVALSET}
     response = checked(client.post(path, params=params))
-    wait_for_jobs(client, [pair["job_id"] for pair in response.json()["missing"]])
+    wait_for_jobs(client, sorted({pair["job_id"] for pair in response.json()["missing"]}))
     return checked(client.get(path, params=params)).json()
 
 

@@ -1,7 +1,7 @@
 """Imports every domain's ORM models, so that Base.metadata knows all tables (Alembic)."""
 
 from service.auth.models import ApiToken
-from service.compare.models import PairMetrics
+from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
 from service.db import Base
 from service.gate.models import (
@@ -19,5 +19,5 @@ from service.registry.models import Alias, ModelLine, ModelVersion
 metadata = Base.metadata
 
 __all__ = ["Alias", "ApiToken", "Callback", "Dataset", "Decision", "DecisionJob", "GatePolicy",
-           "Job", "JobDependency", "ModelLine", "ModelVersion", "PairMetrics", "Prediction",
-           "Promotion", "WebhookSecret", "metadata"]
+           "Job", "JobDependency", "ModelLine", "ModelVersion", "PairCounts", "PairMetrics",
+           "Prediction", "Promotion", "WebhookSecret", "metadata"]

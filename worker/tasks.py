@@ -1,6 +1,6 @@
-"""The inference and metrics tasks (the training task is worker.training; what they run on,
-worker.runtime). Each takes a job id and does nothing once the job has ended; a running job
-delivered again (its worker was lost before acking) is run again."""
+"""The inference, metrics and matrix tasks (the training task is worker.training; what they
+run on, worker.runtime). Each takes a job id and does nothing once the job has ended; a
+running job delivered again (its worker was lost before acking) is run again."""
 
 import os
 import socket
@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service import flows
+from service.compare.matrix import matrix_inputs, store_pair_counts
 from service.compare.service import pair_from_params, pair_inputs, store_pair_metrics
 from service.config import get_settings
 from service.datasets.models import Dataset
@@ -26,13 +27,13 @@ from service.predictions.service import (
     LogitsFile,
     check_logits_file,
     concatenate_logits,
-    get_predictions,
+    give_classes,
     predicted_classes_artifact,
     read_logits_artifact,
     score_version_to_file,
     store_logits_file,
 )
-from service.queue import INFERENCE_TASK, METRICS_TASK
+from service.queue import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK
 from service.registry.models import ModelVersion
 from service.registry.service import get_version, qualified_name
 from worker.runtime import (
@@ -146,14 +147,28 @@ def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> Non
                for side in (inputs.old, inputs.new)]
     with finishing(ctx, job_id) as (session, result):
         pair = pair_from_params(session=session, params=params)
-        for version, sha256 in zip((pair.old, pair.new), classes, strict=True):
-            get_predictions(session=session, version=version,
-                            dataset=pair.dataset).classes_sha256 = sha256
+        give_classes(session=session, predictions=[inputs.old, inputs.new], classes=classes)
         row = store_pair_metrics(session=session, old=pair.old, new=pair.new,
                                  dataset=pair.dataset, report=report, html_sha256=html_sha256)
         result.update(nfr=row.nfr, churn=row.churn, compare_url=(
             f"/compare/{qualified_name(session=session, version=pair.old)}"
             f"/{qualified_name(session=session, version=pair.new)}?evalset={pair.dataset.name}"))
+
+
+def compute_matrix(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
+    """Store the counts of every pair of the line's versions with logits on the eval set that
+    has none yet, computed outside any transaction from their predicted classes (stored
+    here for predictions kept without them), then inserted in one short transaction (a pair
+    stored meanwhile is kept as it is)."""
+    with session_scope(ctx.sessions) as session:
+        inputs = matrix_inputs(session=session, params=params)
+    classes = inputs.classes(ctx.store)
+    rows = inputs.count(ctx.store, classes)
+    with finishing(ctx, job_id) as (session, result):
+        give_classes(session=session, predictions=inputs.predictions, classes=classes)
+        stored = store_pair_counts(session=session, rows=rows)
+        result.update(pairs_stored=len(stored), matrix_url=(
+            f"/models/{params['line']}/matrix?evalset={params['evalset']}"))
 
 
 def _version_url(session: Session, version: ModelVersion) -> str:
@@ -166,3 +181,4 @@ def _version_url(session: Session, version: ModelVersion) -> str:
 
 inference = job_task(INFERENCE_TASK, infer)
 metrics = job_task(METRICS_TASK, compare_pair)
+matrix = job_task(MATRIX_TASK, compute_matrix)

@@ -7,8 +7,10 @@ from flipgate.metrics.displacement import describe, logit_displacement, rank_in_
 from flipgate.metrics.diversity import prediction_difference
 from flipgate.metrics.flips import FlipCounts, SliceCounts, count_flips, flipped_indices, per_class
 from flipgate.metrics.matrices import (
+    PairCountMatrices,
     class_dtype,
     matrices_from_predictions,
+    pair_count_matrices,
     pairwise_matrices,
     predicted_classes,
 )
@@ -23,6 +25,7 @@ from flipgate.metrics.stats import (
 
 __all__ = [
     "FlipCounts",
+    "PairCountMatrices",
     "PlotValues",
     "SliceCounts",
     "UpdateCost",
@@ -38,6 +41,7 @@ __all__ = [
     "matrices_from_predictions",
     "mcnemar_one_sided_p",
     "measure_pair",
+    "pair_count_matrices",
     "pairwise_matrices",
     "per_class",
     "predicted_classes",

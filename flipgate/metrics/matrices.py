@@ -5,10 +5,12 @@ classes (`predicted_classes` makes it from logits, chunk by chunk). The counts a
 blocks of samples that stay in cache, for the upper triangle of pairs only: the samples both
 versions get right are popcounts of the AND of their packed correctness bits, and the samples
 they predict alike are counted by comparing each version with the later ones. Every rate is an
-exact integer count over N, so the matrices equal those of a plain loop over pairs bit for bit.
+exact integer count over N, so the matrices equal those of a plain loop over pairs bit for bit;
+`pair_count_matrices` gives those counts themselves (the server stores them per pair).
 """
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,16 +36,35 @@ def predicted_classes(logits: np.ndarray, chunk_size: int | None = None) -> np.n
     return predictions
 
 
+@dataclass(frozen=True, eq=False)
+class PairCountMatrices:
+    """Exact V×V int64 counts over n samples: only_right[i][j] is the samples version i gets
+    right and version j wrong (NFR of i → j times n; PFR of i → j is only_right[j][i]), and
+    differ[i][j] the samples they predict differently (symmetric; churn times n)."""
+
+    n: int
+    only_right: np.ndarray
+    differ: np.ndarray
+
+
+def pair_count_matrices(
+    predictions: Sequence[np.ndarray], labels: np.ndarray
+) -> PairCountMatrices:
+    """The integer counts behind the matrices of V 1-D predicted-class arrays."""
+    predictions, labels = _validated(predictions, labels)
+    both_right, same = _pair_counts(predictions, labels)
+    return PairCountMatrices(labels.size, np.diag(both_right)[:, None] - both_right,
+                             labels.size - same)
+
+
 def matrices_from_predictions(
     predictions: Sequence[np.ndarray], labels: np.ndarray
 ) -> dict[str, np.ndarray]:
     """V×V float arrays "nfr", "pfr" and "churn" of V 1-D predicted-class arrays;
     entry [i][j] has version i old and j new."""
-    predictions, labels = _validated(predictions, labels)
-    n = labels.size
-    both_right, same = _pair_counts(predictions, labels)
-    nfr = (np.diag(both_right)[:, None] - both_right) / n
-    return {"nfr": nfr, "pfr": nfr.T.copy(), "churn": (n - same) / n}
+    counts = pair_count_matrices(predictions, labels)
+    nfr = counts.only_right / counts.n
+    return {"nfr": nfr, "pfr": nfr.T.copy(), "churn": counts.differ / counts.n}
 
 
 def pairwise_matrices(predictions: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:

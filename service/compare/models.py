@@ -51,3 +51,28 @@ class PairMetrics(Record, Base):
 REPORT_SCALARS = ("n", "er_old", "er_new", "nfr", "pfr", "rel_nfr", "nfi", "btc", "bec", "churn",
                   "churn_old_correct", "churn_old_incorrect", "schurn", "negative_flips",
                   "positive_flips", "both_wrong", "mcnemar_p")
+
+
+class PairCounts(Record, Base):
+    """The exact counts behind two cells of a line's matrix (old → new and new → old): an
+    unordered pair of versions, the lower id first, on a data set. NFR, PFR and churn of
+    either direction are a count over n (`rates`)."""
+
+    __tablename__ = "pair_counts"
+    __table_args__ = (UniqueConstraint("first_version_id", "second_version_id", "dataset_id"),
+                      CheckConstraint("first_version_id < second_version_id", name="ordered"))
+
+    first_version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
+    second_version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
+    n: Mapped[int]
+    only_first_right: Mapped[int]  # samples the first version gets right and the second wrong
+    only_second_right: Mapped[int]  # samples the second version gets right and the first wrong
+    differ: Mapped[int]  # samples the two versions predict differently
+
+    def rates(self, old_version_id: int) -> dict[str, float]:
+        """NFR, PFR and churn of the update from `old_version_id` to the pair's other version."""
+        lost, gained = self.only_first_right, self.only_second_right
+        if old_version_id == self.second_version_id:
+            lost, gained = gained, lost
+        return {"nfr": lost / self.n, "pfr": gained / self.n, "churn": self.differ / self.n}

@@ -1,5 +1,6 @@
 """Endpoints of pair reports and a line's pairwise matrices. A GET answers from stored rows;
-a POST queues the metrics jobs (service.compare.service) that store what is missing."""
+a POST queues the metrics jobs (service.compare.service) or the matrix job
+(service.compare.matrix) that store what is missing."""
 
 from typing import Annotated, Literal
 
@@ -7,6 +8,7 @@ from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from sqlalchemy.orm import Session
 
+from service.compare import matrix as matrices
 from service.compare import service
 from service.compare.schemas import MeasurementQueued, PairMatrix
 from service.datasets.service import get_dataset
@@ -20,7 +22,7 @@ QUEUED = {202: {"description": "the pair is being measured: the jobs to wait for
                 "model": MeasurementQueued}}
 REPORT = {200: {"description": "the keys of `flipgate compare --json`, or the HTML report",
                 "content": {"application/json": {}, "text/html": {}}}}
-PARTIAL = {202: {"description": "pairs are missing; `missing` lists them with their jobs",
+PARTIAL = {202: {"description": "pairs are missing; `missing` lists them with the matrix job",
                  "model": PairMatrix}}
 
 
@@ -69,18 +71,20 @@ def queued(session: Session, job: Job) -> JSONResponse:
 @router.get("/models/{name}/matrix", response_model=PairMatrix, dependencies=[READ])
 def matrix(name: str, evalset: str, session: SessionDep) -> PairMatrix:
     """NFR, PFR and churn of every ordered pair of the line's versions that have logits on
-    the eval set, as stored; [i][j] is version i replaced by version j. The pairs not stored
-    are listed in `missing` with their open metrics job (POST to this address queues them)."""
-    return service.line_matrix(session=session, line_name=name,
-                               dataset=get_dataset(session=session, name=evalset))
+    the eval set, from the stored pair counts; [i][j] is version i replaced by version j. The
+    pairs not stored are listed in `missing` with the open matrix job (POST to this address
+    queues it)."""
+    return matrices.line_matrix(session=session, line_name=name,
+                                dataset=get_dataset(session=session, name=evalset))
 
 
 @router.post("/models/{name}/matrix", response_model=PairMatrix, dependencies=[READ],
              responses=PARTIAL)
 def measure_matrix(name: str, evalset: str, session: SessionDep) -> JSONResponse:
-    """Queue a metrics job for every pair of the matrix not stored yet (the open ones are
-    kept); 202 with the matrix and its missing pairs' jobs, or 200 when it is complete."""
+    """Queue the matrix job that stores the counts of every pair not stored yet (the open one
+    is kept: asking twice gives the same job); 202 with the partial matrix and its missing
+    pairs' job, or 200 when it is complete."""
     dataset = get_dataset(session=session, name=evalset)
-    service.queue_missing_pairs(session=session, line_name=name, dataset=dataset)
-    answer = service.line_matrix(session=session, line_name=name, dataset=dataset)
+    matrices.queue_matrix(session=session, line_name=name, dataset=dataset)
+    answer = matrices.line_matrix(session=session, line_name=name, dataset=dataset)
     return JSONResponse(answer.model_dump(), status_code=202 if answer.missing else 200)

@@ -4,7 +4,8 @@ from pydantic import BaseModel
 
 
 class MissingPair(BaseModel):
-    """A pair of a matrix whose metrics are not stored: its metrics job, if one is open."""
+    """A pair of a matrix whose counts are not stored: the matrix job that stores them, if
+    one is open."""
 
     old: str
     new: str

@@ -1,12 +1,11 @@
 """Pair metrics: queueing their measurement, storing the metrics job's report, and reading
-them back as a report or a line's pairwise matrix (a request never computes one)."""
+it back (a request never computes one). A line's matrix is service.compare.matrix."""
 
 import io
 from dataclasses import dataclass
-from itertools import permutations
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.metrics import measure_pair
@@ -14,30 +13,21 @@ from flipgate.progress import Progress
 from flipgate.reporting.html import render_html
 from service.artifacts import ArtifactStore
 from service.compare.models import REPORT_SCALARS, PairMetrics
-from service.compare.schemas import MissingPair, PairMatrix
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset, read_groups, read_labels
 from service.db import insert_or_conflict
 from service.errors import InvalidInput, NotFound
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
-from service.jobs.service import OPEN_STATES, find_open_job
+from service.jobs.service import find_open_job
 from service.predictions.models import Prediction
 from service.predictions.service import (
     get_predictions,
     queue_missing_inference,
     read_logits,
-    versions_with_predictions,
 )
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import (
-    get_version,
-    list_versions,
-    qualified_name,
-    resolve_reference,
-)
-
-MATRIX_METRICS = ("nfr", "pfr", "churn")
+from service.registry.service import get_version, qualified_name, resolve_reference
 
 
 @dataclass(frozen=True)
@@ -77,37 +67,12 @@ def _check_report(old: ModelVersion, new: ModelVersion, dataset: Dataset,
                            f"samples of {dataset.name!r} (missing keys: {missing})")
 
 
-def pair_metrics_among(*, session: Session, versions: list[ModelVersion],
-                         dataset: Dataset) -> list[PairMetrics]:
-    """The stored pair metrics between any two of `versions` on a data set."""
-    ids = [version.id for version in versions]
-    return list(session.scalars(_pair_metrics_query(ids, ids, dataset)))
-
-
-def _pair_metrics_query(old_ids: list[int], new_ids: list[int],
-                        dataset: Dataset) -> Select[tuple[PairMetrics]]:
-    return select(PairMetrics).where(PairMetrics.dataset_id == dataset.id,
-                                     PairMetrics.old_version_id.in_(old_ids),
-                                     PairMetrics.new_version_id.in_(new_ids))
-
-
 def find_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion,
                       dataset: Dataset) -> PairMetrics | None:
     """The stored pair metrics of old → new on a data set, if any."""
-    return session.scalars(_pair_metrics_query([old.id], [new.id], dataset)).one_or_none()
-
-
-def versions_matrix(*, session: Session, versions: list[ModelVersion],
-                    dataset: Dataset) -> PairMatrix:
-    """NFR, PFR and churn of every ordered pair of `versions`, from stored rows."""
-    position = {version.id: index for index, version in enumerate(versions)}
-    size = len(versions)
-    matrices = {name: [[0.0 if i == j else None for j in range(size)] for i in range(size)]
-                for name in MATRIX_METRICS}
-    for row in pair_metrics_among(session=session, versions=versions, dataset=dataset):
-        for name, matrix in matrices.items():
-            matrix[position[row.old_version_id]][position[row.new_version_id]] = getattr(row, name)
-    return PairMatrix(versions=[version.version for version in versions], **matrices)
+    return session.scalars(select(PairMetrics).where(
+        PairMetrics.dataset_id == dataset.id, PairMetrics.old_version_id == old.id,
+        PairMetrics.new_version_id == new.id)).one_or_none()
 
 
 def resolve_pair(*, session: Session, old: str, new: str, evalset: str) -> Pair:
@@ -213,45 +178,3 @@ def queue_measurement(*, session: Session, pair: Pair) -> list[Job]:
 def open_measurement(*, session: Session, pair: Pair) -> Job | None:
     """The queued or running metrics job of the pair, if any."""
     return find_open_job(session=session, kind=JobKind.METRICS, params=metrics_params(pair))
-
-
-def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMatrix:
-    """The stored matrix over the line's versions that have logits on `dataset`, with the
-    pairs not stored yet and their open metrics jobs."""
-    versions = _versions_with_logits(session, line_name, dataset)
-    open_jobs = _open_metrics_jobs(session, dataset)
-    missing = [MissingPair(old=old.version, new=new.version, job_id=open_jobs.get((old.id, new.id)))
-               for old, new in _missing_pairs(session, versions, dataset)]
-    return versions_matrix(session=session, versions=versions, dataset=dataset).model_copy(
-        update={"missing": missing})
-
-
-def queue_missing_pairs(*, session: Session, line_name: str, dataset: Dataset) -> list[Job]:
-    """A metrics job (the open one, or a new one) per pair of the line's matrix on `dataset`
-    that is not stored yet."""
-    versions = _versions_with_logits(session, line_name, dataset)
-    return [job for old, new in _missing_pairs(session, versions, dataset)
-            for job in queue_measurement(session=session, pair=Pair(old, new, dataset))]
-
-
-def _versions_with_logits(session: Session, line_name: str,
-                          dataset: Dataset) -> list[ModelVersion]:
-    return versions_with_predictions(session=session, dataset=dataset, versions=list_versions(
-        session=session, line_name=line_name))
-
-
-def _missing_pairs(session: Session, versions: list[ModelVersion],
-                   dataset: Dataset) -> list[tuple[ModelVersion, ModelVersion]]:
-    """The ordered pairs of `versions` whose metrics on `dataset` are not stored."""
-    stored = {(row.old_version_id, row.new_version_id)
-              for row in pair_metrics_among(session=session, versions=versions, dataset=dataset)}
-    return [(old, new) for old, new in permutations(versions, 2)
-            if (old.id, new.id) not in stored]
-
-
-def _open_metrics_jobs(session: Session, dataset: Dataset) -> dict[tuple[int, int], int]:
-    """The ids of the open metrics jobs on `dataset`, by (old version id, new version id)."""
-    statement = select(Job).where(Job.kind == JobKind.METRICS, Job.state.in_(OPEN_STATES))
-    return {(job.params["old_version_id"], job.params["new_version_id"]): job.id
-            for job in session.scalars(statement.order_by(Job.id.desc()))
-            if job.params.get("evalset") == dataset.name}

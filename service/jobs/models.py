@@ -13,6 +13,7 @@ from service.db import Base, Record, str_enum
 class JobKind(StrEnum):
     INFERENCE = "inference"
     METRICS = "metrics"
+    MATRIX = "matrix"
     TRAIN = "train"
 
 

@@ -78,7 +78,21 @@ def read_predicted_classes(*, store: ArtifactStore, prediction: Prediction) -> n
     its classes (computed from its memory-mapped logits when the row has none stored)."""
     if prediction.classes_sha256 is None:
         return predicted_classes(read_logits(store=store, prediction=prediction))
-    return np.load(store.path(prediction.classes_sha256), allow_pickle=False)
+    return read_classes_artifact(store=store, sha256=prediction.classes_sha256)
+
+
+def read_classes_artifact(*, store: ArtifactStore, sha256: str) -> np.ndarray:
+    """The predicted classes stored as the artifact `sha256`, memory-mapped (read-only)."""
+    return np.load(store.path(sha256), mmap_mode="r", allow_pickle=False)
+
+
+def give_classes(*, session: Session, predictions: list[Prediction],
+                 classes: list[str]) -> None:
+    """Point the rows of `predictions` (read in an earlier transaction) that have no predicted
+    classes yet at the artifacts `classes` (`predicted_classes_artifact`), in this one."""
+    for prediction, sha256 in zip(predictions, classes, strict=True):
+        row = session.get_one(Prediction, prediction.id)
+        row.classes_sha256 = row.classes_sha256 or sha256
 
 
 def score_version(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,

@@ -6,12 +6,15 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.compare.models import PairMetrics
+from service.compare.matrix import pair_counts_among
+from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
+from service.datasets.service import get_dataset
 from service.errors import NotFound
 from service.gate.models import Decision, GatePolicy
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
+from service.predictions.service import versions_with_predictions
 from service.registry.models import Alias, ModelLine, ModelVersion
 
 PRODUCTION = "production"
@@ -42,14 +45,16 @@ class VersionView:
 
 @dataclass(frozen=True)
 class Matrix:
-    """NFR and churn of every stored (old, new) pair among `versions` on one eval set."""
+    """NFR, PFR and churn of every (old, new) pair among `versions` on one eval set whose
+    counts are stored, and the pairs that have a full report (a page of their own)."""
 
     versions: list[str]
-    cells: dict[tuple[str, str], PairMetrics]
+    cells: dict[tuple[str, str], dict[str, float]]
+    reported: set[tuple[str, str]]
 
     def value(self, old: str, new: str, metric: str) -> float | None:
-        row = self.cells.get((old, new))
-        return None if row is None else getattr(row, metric)
+        rates = self.cells.get((old, new))
+        return None if rates is None else rates[metric]
 
 
 @dataclass(frozen=True)
@@ -145,28 +150,33 @@ def versions_of(session: Session, line: ModelLine) -> list[VersionView]:
 
 
 def measured_evalsets(session: Session, line: ModelLine) -> list[str]:
-    """The eval sets on which some version of the line has stored pair metrics."""
+    """The eval sets on which some pair of the line's versions has stored counts."""
     versions = select(ModelVersion.id).where(ModelVersion.line_id == line.id)
-    statement = (select(Dataset.name).join(PairMetrics, PairMetrics.dataset_id == Dataset.id)
-                 .where(PairMetrics.new_version_id.in_(versions)).distinct()
+    statement = (select(Dataset.name).join(PairCounts, PairCounts.dataset_id == Dataset.id)
+                 .where(PairCounts.first_version_id.in_(versions)).distinct()
                  .order_by(Dataset.name))
     return list(session.scalars(statement))
 
 
 def matrix(session: Session, versions: list[ModelVersion], evalset: str | None) -> Matrix:
-    """The stored pairs among `versions` on `evalset`, over the versions that have logits."""
+    """The pairs among `versions` on `evalset` with stored counts, over the versions that
+    have logits there (service.compare.matrix: the API's matrix)."""
     if evalset is None:
-        return Matrix([], {})
-    ids = [version.id for version in versions]
-    names = {version.id: version.version for version in versions}
-    dataset_id = select(Dataset.id).where(Dataset.name == evalset).scalar_subquery()
-    scored = set(session.scalars(select(Prediction.version_id).where(
-        Prediction.dataset_id == dataset_id, Prediction.version_id.in_(ids))))
-    rows = session.scalars(select(PairMetrics).where(
-        PairMetrics.dataset_id == dataset_id, PairMetrics.old_version_id.in_(ids),
-        PairMetrics.new_version_id.in_(ids)))
-    cells = {(names[row.old_version_id], names[row.new_version_id]): row for row in rows}
-    return Matrix([version.version for version in versions if version.id in scored], cells)
+        return Matrix([], {}, set())
+    dataset = get_dataset(session=session, name=evalset)
+    scored = versions_with_predictions(session=session, versions=versions, dataset=dataset)
+    names = {version.id: version.version for version in scored}
+    cells = {}
+    for (first, second), row in pair_counts_among(session=session, versions=scored,
+                                                  dataset=dataset).items():
+        cells[names[first], names[second]] = row.rates(first)
+        cells[names[second], names[first]] = row.rates(second)
+    reported = session.execute(select(PairMetrics.old_version_id, PairMetrics.new_version_id)
+                               .where(PairMetrics.dataset_id == dataset.id,
+                                      PairMetrics.old_version_id.in_(names),
+                                      PairMetrics.new_version_id.in_(names)))
+    return Matrix([version.version for version in scored], cells,
+                  {(names[old], names[new]) for old, new in reported})
 
 
 def policies(session: Session, line: ModelLine) -> list[GatePolicy]:

@@ -9,6 +9,7 @@ from flipgate.metrics import (
     class_dtype,
     count_flips,
     matrices_from_predictions,
+    pair_count_matrices,
     pairwise_matrices,
     predicted_classes,
 )
@@ -56,6 +57,19 @@ def test_matches_loop_and_has_the_required_structure(case):
         assert np.all(np.diag(fast[key]) == 0)
     assert np.array_equal(fast["nfr"], fast["pfr"].T)
     assert np.array_equal(fast["churn"], fast["churn"].T)
+
+
+@given(version_predictions())
+def test_pair_counts_are_the_flip_counts_of_every_ordered_pair(case):
+    predictions, labels = case
+    counts = pair_count_matrices(list(predictions), labels)
+    for i, old in enumerate(predictions):
+        for j, new in enumerate(predictions):
+            flips = count_flips(old, new, labels)
+            changed = flips.negative_flips + flips.positive_flips + flips.both_wrong_changed
+            assert (counts.only_right[i, j], counts.only_right[j, i], counts.differ[i, j]) == (
+                flips.negative_flips, flips.positive_flips, changed)
+    assert counts.n == labels.size and counts.only_right.dtype == np.int64
 
 
 def test_chunked_accumulation_gives_the_same_counts(monkeypatch):

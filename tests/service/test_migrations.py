@@ -9,6 +9,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, column, inspect, select, table, text
+from sqlalchemy.exc import IntegrityError
 
 from service.config import Settings
 from service.db import Json, create_db_engine, utcnow
@@ -70,3 +71,42 @@ def test_0003_moves_after_lists_into_job_dependencies_and_back(backend, tmp_path
         command.downgrade(alembic_config(connection), "0002")
         assert connection.execute(select(jobs.c.params).where(jobs.c.id == 3)).scalar() == (
             params[2])
+
+
+def insert_job(connection, job_id: int, kind: str, parent_id: int | None = None) -> None:
+    connection.execute(text(
+        "INSERT INTO jobs (id, kind, state, progress, params, parent_id, created_at, attempts) "
+        "VALUES (:id, :kind, 'queued', 0, '{}', :parent_id, CURRENT_TIMESTAMP, 0)"),
+        {"id": job_id, "kind": kind, "parent_id": parent_id})
+
+
+def stored_jobs(connection) -> list[tuple]:
+    return [*connection.execute(text("SELECT id, kind, parent_id FROM jobs ORDER BY id")),
+            *connection.execute(text("SELECT job_id, waits_for_id FROM job_dependencies "
+                                     "ORDER BY job_id"))]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0008_lets_jobs_be_matrix_jobs_and_keeps_the_jobs_stored_before(backend, tmp_path):
+    """Jobs, shards and dependencies stored at 0007 stay as they are through 0008 and back (on
+    SQLite the jobs table is not rebuilt under the rows that point at it); `matrix` jobs are
+    refused before 0008, accepted after, and removed with pair_counts by its downgrade."""
+    with empty_database(backend, tmp_path) as engine, engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0007")
+        for job_id, kind, parent_id in ((1, "inference", None), (2, "inference", 1),
+                                        (3, "metrics", None)):
+            insert_job(connection, job_id, kind, parent_id)
+        connection.execute(text("INSERT INTO job_dependencies VALUES (3, 1)"))
+        before = stored_jobs(connection)
+        with pytest.raises(IntegrityError), connection.begin_nested():
+            insert_job(connection, 4, "matrix")
+        command.upgrade(alembic_config(connection), "0008")
+        assert stored_jobs(connection) == before
+        insert_job(connection, 4, "matrix")
+        connection.execute(text("INSERT INTO job_dependencies VALUES (4, 1)"))
+        assert "pair_counts" in inspect(connection).get_table_names()
+        command.downgrade(alembic_config(connection), "0007")
+        assert stored_jobs(connection) == before
+        assert "pair_counts" not in inspect(connection).get_table_names()
+        with pytest.raises(IntegrityError), connection.begin_nested():
+            insert_job(connection, 4, "matrix")

@@ -1,7 +1,9 @@
 """The dashboard on the API test app (tests/service/api/conftest.py): a line with three
-versions whose logits are uploaded, every pair measured, and a blocked decision."""
+versions whose logits are uploaded, its matrix computed, every pair's report measured, and a
+blocked decision."""
 
 from dataclasses import dataclass
+from itertools import permutations
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from tests.service.api.conftest import (  # noqa: F401 (fixtures)
     bearer,
     client,
     db,
+    measure,
     mint,
     run_task,
     settings,
@@ -42,8 +45,9 @@ class Seeded:
 @pytest.fixture
 def seeded(client, upload_model, upload_evalset, upload_logits,  # noqa: F811
            npz_file) -> Seeded:  # noqa: F811
-    """Line `digits` with versions 1, 2, 3 (uploaded logits on `eval`, every pair measured),
-    1 approved and in production, and 2 blocked by max_nfr."""
+    """Line `digits` with versions 1, 2, 3 (uploaded logits on `eval`, the matrix computed
+    and every pair's report measured), 1 approved and in production, and 2 blocked by
+    max_nfr."""
     path = npz_file(n=SAMPLES, num_classes=CLASSES)
     assert upload_evalset(EVALSET, path).status_code == 201
     labels = np.load(path)["y"]
@@ -54,8 +58,9 @@ def seeded(client, upload_model, upload_evalset, upload_logits,  # noqa: F811
         logits[version] = noisy_logits(labels, accuracy, rng)
         assert upload_logits(f"{LINE}:{version}", EVALSET, logits[version]).status_code == 201
     queued = client.post(f"/models/{LINE}/matrix", params={"evalset": EVALSET}).json()
-    for pair in queued["missing"]:
-        run_task(client, pair["job_id"])
+    run_task(client, queued["missing"][0]["job_id"])
+    for old, new in permutations(logits, 2):
+        measure(client, f"{LINE}:{old}", f"{LINE}:{new}", EVALSET)
     assert client.post("/gate", json={"model": LINE, "candidate": "1"}).json()["verdict"] \
         == "approve"
     assert client.post(f"/models/{LINE}/aliases/production", json={"version": "1"}).is_success

@@ -107,7 +107,7 @@ def populate(client: httpx.Client, digits: dict[str, Path]) -> None:
     assert gate(client, "2")["verdict"] == "approve"
     assert gate(client, "3")["verdict"] == "block"
     matrix, params = "/models/digits/matrix", {"evalset": "eval"}
-    assert client.post(matrix, params=params).is_success  # queues the pairs not yet measured
+    assert client.post(matrix, params=params).is_success  # queues the pairs not yet counted
     wait_for(lambda: not client.get(matrix, params=params).json()["missing"],
              "the line's whole matrix", 180)
 

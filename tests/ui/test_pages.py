@@ -9,11 +9,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from sqlalchemy import delete, select
 
 from flipgate.metrics import compare_logits
 from flipgate.reporting.html import stored_body
 from service.auth.service import revoke_token
+from service.compare.models import PairMetrics
 from service.jobs.models import Job, JobKind, JobState
+from service.registry.models import ModelVersion
 from service.ui import session as session_module
 from service.ui.session import COOKIE
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code
@@ -130,6 +133,17 @@ def test_line_page_lists_lineage_matrix_policy_and_decisions(seeded, signed_in):
     assert "max_nfr" in text and "(current)" in text
     assert f'href="/ui/decisions/{seeded.blocked_id}"' in text
     assert 'class="tag alias">production<' in text
+
+
+def test_a_cell_without_a_full_report_shows_its_counts_without_a_link(seeded, signed_in, db):
+    with db() as session:
+        ids = dict(session.execute(select(ModelVersion.version, ModelVersion.id)).all())
+        session.execute(delete(PairMetrics).where(PairMetrics.old_version_id == ids["1"],
+                                                  PairMetrics.new_version_id == ids["3"]))
+    text = signed_in.get(f"/ui/lines/{LINE}").text
+    expected = compare_logits(seeded.logits["1"], seeded.logits["3"], seeded.labels)
+    assert f"1 → 3: NFR {expected['nfr']:.4f}</title>" in text
+    assert "/pairs/1/3?" not in text and "/pairs/3/1?" in text
 
 
 def test_pair_page_tables_every_negative_flip_of_a_non_image_eval_set(seeded, signed_in):

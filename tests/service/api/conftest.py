@@ -83,9 +83,9 @@ def measure(client: TestClient, old: str, new: str, evalset: str) -> dict:
 
 
 def run_task(client: TestClient, job_id: int) -> None:
-    """Run the task of a queued inference or metrics job in this process, on the client's
-    database."""
-    task = {"inference": tasks.inference, "metrics": tasks.metrics}[
+    """Run the task of a queued inference, metrics or matrix job in this process, on the
+    client's database."""
+    task = {"inference": tasks.inference, "metrics": tasks.metrics, "matrix": tasks.matrix}[
         client.get(f"/jobs/{job_id}").json()["kind"]]
     context = worker_context(client)
     with pytest.MonkeyPatch.context() as patch:

@@ -1,11 +1,14 @@
 """Pair reports and a line's matrix over HTTP: a GET answers from stored rows, a POST queues the
-inference and metrics jobs that store what is missing; the tasks run in this process."""
+inference and metrics jobs (or the matrix job) that store what is missing; the tasks run in
+this process."""
 
 import numpy as np
 import pytest
+from sqlalchemy import select
 
 from flipgate.formats import load_evalset
-from flipgate.metrics import compare_logits, pairwise_matrices
+from flipgate.metrics import compare_logits, matrices_from_predictions
+from service.compare.models import PairCounts
 from service.compare.service import find_pair_metrics, resolve_pair
 from service.datasets.service import get_dataset
 from service.predictions.service import get_predictions, read_logits, read_predicted_classes
@@ -128,17 +131,22 @@ def test_a_version_is_not_compared_with_itself(client, logits):
     assert error_code(response, 422) == "incomparable_versions"
 
 
+def expected_matrices(arrays: list[np.ndarray], labels: np.ndarray) -> dict[str, list]:
+    """The library's matrices of the logits' predicted classes, as JSON lists."""
+    expected = matrices_from_predictions([array.argmax(axis=1) for array in arrays], labels)
+    return {name: matrix.tolist() for name, matrix in expected.items()}
+
+
 def test_matrix_equals_pairwise_matrices_of_the_predictions(client, logits, upload_model):
     arrays, labels = logits
     upload_model("digits", "3.0", num_classes=CLASSES, seed=9)  # no predictions: left out
     queued = client.post("/models/digits/matrix", params={"evalset": "eval"})
-    for pair in queued.json()["missing"]:
-        run_task(client, pair["job_id"])
+    assert queued.status_code == 202
+    run_task(client, queued.json()["missing"][0]["job_id"])
     matrix = client.get("/models/digits/matrix", params={"evalset": "eval"}).json()
-    expected = pairwise_matrices(np.stack([array.argmax(axis=1) for array in arrays]), labels)
-    assert matrix["versions"] == list(VERSIONS)
-    for name in ("nfr", "pfr", "churn"):
-        np.testing.assert_allclose(np.array(matrix[name]), expected[name])
+    assert matrix["versions"] == list(VERSIONS) and matrix["missing"] == []
+    assert {name: matrix[name] for name in ("nfr", "pfr", "churn")} == expected_matrices(
+        arrays, labels)
 
 
 def test_a_get_reads_only_what_is_stored_and_queues_nothing(client, logits):
@@ -180,24 +188,56 @@ def test_compare_answers_202_with_the_jobs_then_200_once_they_ran(client, db, wo
         "/compare/digits:1.0/digits:2.0?evalset=eval")
 
 
-def test_the_matrix_lists_missing_pairs_with_their_jobs_until_they_ran(client, worker, logits):
+def test_the_matrix_answers_202_with_its_job_then_200_once_it_ran(client, worker, logits):
     arrays, labels = logits
-    client.post("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
-    params = {"evalset": "eval"}
-    partial = client.get("/models/digits/matrix", params=params).json()
-    queued_one = [pair for pair in partial["missing"] if pair["job_id"] is not None]
-    assert [(pair["old"], pair["new"]) for pair in queued_one] == [("1.0", "1.1")]
-    queued = client.post("/models/digits/matrix", params=params)
+    url, params = "/models/digits/matrix", {"evalset": "eval"}
+    measure(client, "digits:1.0", "digits:1.1", "eval")  # a full pair report fills no cell
+    partial = client.get(url, params=params)
+    assert partial.status_code == 200 and len(partial.json()["missing"]) == 6
+    assert {pair["job_id"] for pair in partial.json()["missing"]} == {None}
+    queued = client.post(url, params=params)
     assert queued.status_code == 202
     missing = queued.json()["missing"]
-    assert len(missing) == 6 and queued_one[0] in missing
-    assert len({pair["job_id"] for pair in missing} - {None}) == 6
-    assert client.get("/models/digits/matrix", params=params).json() == queued.json()
-    for pair in missing:
-        tasks.metrics(pair["job_id"])
-    complete = client.get("/models/digits/matrix", params=params)
+    assert sorted((pair["old"], pair["new"]) for pair in missing) == [
+        (old, new) for old in VERSIONS for new in VERSIONS if old != new]
+    (job_id,) = {pair["job_id"] for pair in missing}
+    assert client.get(f"/jobs/{job_id}").json()["kind"] == "matrix"
+    assert client.post(url, params=params).json() == queued.json()  # the same open job
+    assert client.get(url, params=params).json() == queued.json()
+    tasks.matrix(job_id)
+    complete = client.get(url, params=params)
     assert complete.status_code == 200 and complete.json()["missing"] == []
-    expected = pairwise_matrices(np.stack([array.argmax(axis=1) for array in arrays]), labels)
-    for name in ("nfr", "pfr", "churn"):
-        np.testing.assert_allclose(np.array(complete.json()[name]), expected[name])
-    assert client.post("/models/digits/matrix", params=params).status_code == 200
+    assert {name: complete.json()[name] for name in ("nfr", "pfr", "churn")} == (
+        expected_matrices(arrays, labels))
+    assert client.get(f"/jobs/{job_id}").json()["result"] == {
+        "pairs_stored": 3, "matrix_url": "/models/digits/matrix?evalset=eval"}
+    again = client.post(url, params=params)
+    assert again.status_code == 200 and again.json() == complete.json()
+
+
+def test_a_version_added_later_adds_only_its_pairs(client, db, worker, logits, upload_model,
+                                                   upload_logits):
+    arrays, labels = logits
+    url, params = "/models/digits/matrix", {"evalset": "eval"}
+    run_task(client, client.post(url, params=params).json()["missing"][0]["job_id"])
+    with db() as session:
+        before = {(row.id, row.first_version_id, row.second_version_id, row.differ)
+                  for row in session.scalars(select(PairCounts))}
+    newest = np.random.default_rng(1).normal(size=(200, CLASSES))
+    upload_model("digits", "2.0", num_classes=CLASSES, seed=7)
+    assert upload_logits("digits:2.0", "eval", newest).status_code == 201
+    queued = client.post(url, params=params)
+    assert queued.status_code == 202
+    assert {pair["old"] for pair in queued.json()["missing"]} | {
+        pair["new"] for pair in queued.json()["missing"]} == {*VERSIONS, "2.0"}
+    assert all("2.0" in (pair["old"], pair["new"]) for pair in queued.json()["missing"])
+    job_id = queued.json()["missing"][0]["job_id"]
+    run_task(client, job_id)
+    assert client.get(f"/jobs/{job_id}").json()["result"]["pairs_stored"] == 3
+    with db() as session:
+        after = {(row.id, row.first_version_id, row.second_version_id, row.differ)
+                 for row in session.scalars(select(PairCounts))}
+    assert before < after and len(after) == 6
+    matrix = client.get(url, params=params).json()
+    assert {name: matrix[name] for name in ("nfr", "pfr", "churn")} == expected_matrices(
+        [*arrays, newest], labels)

@@ -1,0 +1,161 @@
+"""A line's pairwise matrix on an eval set, from stored pair counts: reading it, queueing the
+matrix job that stores the missing counts, and what that job computes from the versions'
+predicted classes (never from their logits). A request never computes a cell."""
+
+from dataclasses import dataclass
+from itertools import combinations, permutations
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from flipgate.metrics import pair_count_matrices
+from service.artifacts import ArtifactStore
+from service.compare.models import PairCounts
+from service.compare.schemas import MissingPair, PairMatrix
+from service.datasets.models import Dataset
+from service.datasets.service import get_dataset, read_labels
+from service.db import insert_all_or_conflict
+from service.jobs.enqueue import queue_job
+from service.jobs.models import Job, JobKind
+from service.jobs.service import find_open_job
+from service.predictions.models import Prediction
+from service.predictions.service import (
+    predicted_classes_artifact,
+    read_classes_artifact,
+    versions_with_predictions,
+)
+from service.registry.models import ModelVersion
+from service.registry.service import list_versions
+
+PairKey = tuple[int, int]  # (lower version id, higher version id)
+
+
+def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMatrix:
+    """NFR, PFR and churn of every ordered pair of the line's versions that have logits on
+    `dataset`, from the stored pair counts; the pairs not stored are listed with the open
+    matrix job (None when none is open)."""
+    versions = versions_with_logits(session=session, line_name=line_name, dataset=dataset)
+    stored = pair_counts_among(session=session, versions=versions, dataset=dataset)
+    job = find_open_job(session=session, kind=JobKind.MATRIX,
+                        params=matrix_params(line_name, dataset))
+    matrices: dict[str, list[list[float | None]]] = {
+        name: [[0.0 if old.id == new.id else None for new in versions] for old in versions]
+        for name in ("nfr", "pfr", "churn")}
+    missing = []
+    for (i, old), (j, new) in permutations(enumerate(versions), 2):
+        row = stored.get(pair_key(old.id, new.id))
+        if row is None:
+            missing.append(MissingPair(old=old.version, new=new.version,
+                                       job_id=None if job is None else job.id))
+            continue
+        for name, rate in row.rates(old.id).items():
+            matrices[name][i][j] = rate
+    return PairMatrix(versions=[version.version for version in versions], missing=missing,
+                      **matrices)
+
+
+def queue_matrix(*, session: Session, line_name: str, dataset: Dataset) -> Job | None:
+    """The matrix job of the line on `dataset` (the open one, or a new one) when some pair of
+    its versions with logits there has no stored counts; None when the matrix is complete."""
+    versions = versions_with_logits(session=session, line_name=line_name, dataset=dataset)
+    if not missing_pairs(session=session, versions=versions, dataset=dataset):
+        return None
+    return queue_job(session=session, kind=JobKind.MATRIX,
+                     params=matrix_params(line_name, dataset))
+
+
+def matrix_params(line_name: str, dataset: Dataset) -> dict[str, Any]:
+    """The params of the matrix job of a line on a data set: one open job per line and set,
+    which covers the versions that have logits there when it runs."""
+    return {"line": line_name, "evalset": dataset.name}
+
+
+def versions_with_logits(*, session: Session, line_name: str,
+                         dataset: Dataset) -> list[ModelVersion]:
+    """The line's versions, oldest first, that have logits on `dataset`."""
+    return versions_with_predictions(session=session, dataset=dataset, versions=list_versions(
+        session=session, line_name=line_name))
+
+
+def pair_key(first_id: int, second_id: int) -> PairKey:
+    """The two version ids, the lower first (as a pair_counts row holds them)."""
+    return (min(first_id, second_id), max(first_id, second_id))
+
+
+def pair_counts_among(*, session: Session, versions: list[ModelVersion],
+                      dataset: Dataset) -> dict[PairKey, PairCounts]:
+    """The stored counts of the pairs of `versions` on `dataset`, by pair_key."""
+    ids = [version.id for version in versions]
+    rows = session.scalars(select(PairCounts).where(
+        PairCounts.dataset_id == dataset.id, PairCounts.first_version_id.in_(ids),
+        PairCounts.second_version_id.in_(ids)))
+    return {(row.first_version_id, row.second_version_id): row for row in rows}
+
+
+def missing_pairs(*, session: Session, versions: list[ModelVersion],
+                  dataset: Dataset) -> list[PairKey]:
+    """The unordered pairs of `versions` whose counts on `dataset` are not stored."""
+    stored = pair_counts_among(session=session, versions=versions, dataset=dataset)
+    return [key for key in (pair_key(first.id, second.id)
+                            for first, second in combinations(versions, 2))
+            if key not in stored]
+
+
+@dataclass(frozen=True)
+class MatrixInputs:
+    """The predictions of the versions that appear in a missing pair of a line's matrix, the
+    data set, and those pairs; counting them needs no session (the matrix job counts outside
+    any transaction)."""
+
+    dataset: Dataset
+    predictions: list[Prediction]
+    pairs: list[PairKey]
+
+    def classes(self, store: ArtifactStore) -> list[str]:
+        """The artifacts of the predictions' classes, stored now for rows that have none."""
+        return [predicted_classes_artifact(store=store, prediction=prediction)
+                for prediction in self.predictions]
+
+    def count(self, store: ArtifactStore, classes: list[str]) -> list[PairCounts]:
+        """New rows of counts of the missing pairs, from the predicted-class artifacts
+        `classes` (one per prediction) and the data set's labels."""
+        if not self.pairs:
+            return []
+        counts = pair_count_matrices(
+            [read_classes_artifact(store=store, sha256=sha256) for sha256 in classes],
+            read_labels(store=store, dataset=self.dataset))
+        index = {prediction.version_id: position
+                 for position, prediction in enumerate(self.predictions)}
+        return [PairCounts(first_version_id=first, second_version_id=second,
+                           dataset_id=self.dataset.id, n=counts.n,
+                           only_first_right=int(counts.only_right[index[first], index[second]]),
+                           only_second_right=int(counts.only_right[index[second], index[first]]),
+                           differ=int(counts.differ[index[first], index[second]]))
+                for first, second in self.pairs]
+
+
+def matrix_inputs(*, session: Session, params: dict[str, Any]) -> MatrixInputs:
+    """What the matrix job with `params` counts: the pairs missing now."""
+    dataset = get_dataset(session=session, name=params["evalset"])
+    versions = versions_with_logits(session=session, line_name=params["line"], dataset=dataset)
+    pairs = missing_pairs(session=session, versions=versions, dataset=dataset)
+    involved = {version_id for pair in pairs for version_id in pair}
+    predictions = session.scalars(select(Prediction).where(
+        Prediction.dataset_id == dataset.id, Prediction.version_id.in_(involved))
+        .order_by(Prediction.version_id))
+    return MatrixInputs(dataset, list(predictions), pairs)
+
+
+def store_pair_counts(*, session: Session, rows: list[PairCounts]) -> list[PairCounts]:
+    """Insert the rows whose pair is not stored yet (a job run twice, or another job, may
+    have stored it meanwhile), in one savepoint; the rows inserted."""
+    ids = {version_id for row in rows for version_id in (row.first_version_id,
+                                                           row.second_version_id)}
+    stored = set(session.execute(select(
+        PairCounts.first_version_id, PairCounts.second_version_id, PairCounts.dataset_id).where(
+        PairCounts.first_version_id.in_(ids), PairCounts.second_version_id.in_(ids))).all())
+    new = [row for row in rows
+           if (row.first_version_id, row.second_version_id, row.dataset_id) not in stored]
+    return insert_all_or_conflict(session, new, code="pair_counts_exist",
+                                  message="the pair counts are being stored by another job")
