@@ -5,7 +5,8 @@ Each event calls its flow from one place per origin:
 - a version is registered: POST /models (service.registry.router) and a repair job
   (worker.training) call `version_registered`;
 - logits are stored: POST .../predictions (service.predictions.router) and an inference job
-  (worker.tasks) call `logits_stored`;
+  (worker.tasks) call `logits_stored` (pair reports against the baselines, and the line's
+  matrix job);
 - a job ends: the worker runtime (worker.runtime) ends it with `finish_job`, POST
   /jobs/{id}/cancel (service.jobs.router) with `cancel_job`;
 - a job's lease expires (its worker was lost): the worker's sweeper (worker.sweeper) calls
@@ -19,6 +20,7 @@ measurement; this module decides when. Nothing else sends waiting jobs or settle
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.compare.matrix import queue_matrix
 from service.compare.service import Pair, queue_measurement
 from service.datasets.models import Dataset, DatasetRole
 from service.gate.models import Decision, DecisionJob, Verdict
@@ -32,7 +34,7 @@ from service.predictions.service import (
     queue_missing_inference,
     versions_with_predictions,
 )
-from service.registry.models import Alias, ModelVersion
+from service.registry.models import Alias, ModelLine, ModelVersion
 from service.registry.service import PRODUCTION, get_version
 
 
@@ -51,12 +53,16 @@ def version_registered(*, session: Session, version: ModelVersion) -> list[Job]:
 
 def logits_stored(*, session: Session, version: ModelVersion, dataset: Dataset) -> list[Job]:
     """Measure a version whose logits on an eval set were stored against its parent and
-    production version, where they have logits on that set too."""
+    production version, where they have logits on that set too, and count its pairs with
+    the line's other versions there (the line's matrix job)."""
     if dataset.role != DatasetRole.EVAL:
         return []
     baselines = versions_with_predictions(session=session, dataset=dataset,
                                           versions=_baselines(session, version))
-    return _measure(session, baselines, version, dataset)
+    measuring = _measure(session, baselines, version, dataset)
+    line = session.get_one(ModelLine, version.line_id)
+    matrix = queue_matrix(session=session, line_name=line.name, dataset=dataset)
+    return [*measuring, *filter(None, [matrix])]
 
 
 def _measure(session: Session, baselines: list[ModelVersion], version: ModelVersion,

@@ -11,6 +11,7 @@ from flipgate.metrics import compare_logits, matrices_from_predictions
 from service.compare.models import PairCounts
 from service.compare.service import find_pair_metrics, resolve_pair
 from service.datasets.service import get_dataset
+from service.jobs.models import Job, JobKind
 from service.predictions.service import get_predictions, read_logits, read_predicted_classes
 from service.registry.service import find_version, set_alias
 from tests.service.api.conftest import error_code, measure, run_task
@@ -149,7 +150,10 @@ def test_matrix_equals_pairwise_matrices_of_the_predictions(client, logits, uplo
         arrays, labels)
 
 
-def test_a_get_reads_only_what_is_stored_and_queues_nothing(client, logits):
+def test_a_get_reads_only_what_is_stored_and_queues_nothing(client, db, logits):
+    with db() as session:
+        queued = session.scalars(select(Job.id)).all()
+        matrix_job = session.scalars(select(Job.id).where(Job.kind == JobKind.MATRIX)).one()
     url, params = "/compare/digits:1.0/digits:1.1", {"evalset": "eval"}
     assert error_code(client.get(url, params=params), 404) == "not_measured"
     assert error_code(client.get(url, params={**params, "format": "html"}),
@@ -157,9 +161,11 @@ def test_a_get_reads_only_what_is_stored_and_queues_nothing(client, logits):
     assert error_code(client.get(url, params=params), 404) == "not_measured"
     matrix = client.get("/models/digits/matrix", params={"evalset": "eval"}).json()
     assert matrix["nfr"][0] == [0.0, None, None]
-    assert len(matrix["missing"]) == 6 and {pair["job_id"] for pair in matrix["missing"]} == {
-        None}
+    assert len(matrix["missing"]) == 6
+    assert {pair["job_id"] for pair in matrix["missing"]} == {matrix_job}  # the uploads'
 
+    with db() as session:
+        assert session.scalars(select(Job.id)).all() == queued
 
 def test_compare_answers_202_with_the_jobs_then_200_once_they_ran(client, db, worker, logits,
                                                                  upload_model):
@@ -194,13 +200,14 @@ def test_the_matrix_answers_202_with_its_job_then_200_once_it_ran(client, worker
     measure(client, "digits:1.0", "digits:1.1", "eval")  # a full pair report fills no cell
     partial = client.get(url, params=params)
     assert partial.status_code == 200 and len(partial.json()["missing"]) == 6
-    assert {pair["job_id"] for pair in partial.json()["missing"]} == {None}
+    (queued_by_the_uploads,) = {pair["job_id"] for pair in partial.json()["missing"]}
     queued = client.post(url, params=params)
     assert queued.status_code == 202
     missing = queued.json()["missing"]
     assert sorted((pair["old"], pair["new"]) for pair in missing) == [
         (old, new) for old in VERSIONS for new in VERSIONS if old != new]
     (job_id,) = {pair["job_id"] for pair in missing}
+    assert job_id == queued_by_the_uploads
     assert client.get(f"/jobs/{job_id}").json()["kind"] == "matrix"
     assert client.post(url, params=params).json() == queued.json()  # the same open job
     assert client.get(url, params=params).json() == queued.json()

@@ -78,7 +78,10 @@ def test_a_version_is_scored_then_compared_with_its_parent_and_production(
 
     tasks.inference(inference.id)
     assert client.get(f"/jobs/{metrics.id}").json()["state"] == JobState.QUEUED
-    assert sent(worker.celery) == [("flipgate.metrics", metrics.id)]
+    matrix = jobs(db)[-1]  # the stored logits add the version to its line's matrix
+    assert (matrix.kind, matrix.params) == (JobKind.MATRIX, {"line": "line", "evalset": "eval"})
+    assert sorted(sent(worker.celery)) == [("flipgate.matrix", matrix.id),
+                                           ("flipgate.metrics", metrics.id)]
 
     tasks.metrics(metrics.id)
     assert client.get(f"/jobs/{metrics.id}").json()["state"] == JobState.SUCCEEDED
@@ -145,9 +148,11 @@ def test_uploaded_logits_are_measured_against_the_parent(client, db, worker, mea
     logits = np.random.default_rng(1).normal(size=(N, 3))
     assert client.post(f"/jobs/{inference.id}/cancel").is_success  # the team uploads instead
     assert upload_logits("line:2.0", "eval", logits).status_code == 201
-    measuring = jobs(db)[-1]
+    measuring, matrix = jobs(db)[-2:]
     assert measuring.kind == JobKind.METRICS and measuring.id != metrics.id
-    assert sent(worker.celery) == [("flipgate.metrics", measuring.id)]
+    assert matrix.kind == JobKind.MATRIX
+    assert sorted(sent(worker.celery)) == [("flipgate.matrix", matrix.id),
+                                           ("flipgate.metrics", measuring.id)]
     tasks.metrics(measuring.id)
     report = client.get("/compare/line:1.0/line:2.0", params={"evalset": "eval"}).json()
     with db() as session:
