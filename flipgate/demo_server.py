@@ -182,11 +182,12 @@ def compare_when_ready(client: httpx.Client, old: str, new: str) -> dict:
 
 
 def matrix_when_ready(client: httpx.Client) -> dict:
-    """The line's matrix, after waiting for the matrix job that counts its missing pairs."""
+    """The line's matrix, after waiting for the matrix jobs that count its missing pairs
+    (POST answers 200 once none is missing, else 202 with the job that counts them)."""
     path, params = f"/models/{LINE}/matrix", {"evalset": EVALSET}
-    response = checked(client.post(path, params=params))
-    wait_for_jobs(client, sorted({pair["job_id"] for pair in response.json()["missing"]}))
-    return checked(client.get(path, params=params)).json()
+    while (response := checked(client.post(path, params=params))).status_code == 202:
+        wait_for_jobs(client, sorted({pair["job_id"] for pair in response.json()["missing"]}))
+    return response.json()
 
 
 def wait_for_jobs(client: httpx.Client, job_ids: list[int]) -> None:

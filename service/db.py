@@ -161,16 +161,9 @@ def one_or_not_found(session: Session, statement: Select[tuple[Row]], *, code: s
 
 def insert_or_conflict(session: Session, row: Row, *, code: str, message: str) -> Row:
     """Add and flush `row` in a savepoint; a clash with a unique constraint becomes Conflict."""
-    return insert_all_or_conflict(session, [row], code=code, message=message)[0]
-
-
-def insert_all_or_conflict(session: Session, rows: list[Row], *, code: str,
-                           message: str) -> list[Row]:
-    """Add and flush `rows` in one savepoint; a clash with a unique constraint becomes
-    Conflict, and none of them is kept."""
     try:
         with session.begin_nested():
-            session.add_all(rows)
+            session.add(row)
     except IntegrityError as error:
         raise Conflict(code, message) from error
-    return rows
+    return row

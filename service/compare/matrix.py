@@ -15,9 +15,10 @@ from service.compare.models import PairCounts
 from service.compare.schemas import MissingPair, PairMatrix
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset, read_labels
-from service.db import insert_all_or_conflict
-from service.jobs.enqueue import queue_job
-from service.jobs.models import Job, JobKind
+from service.db import insert_or_conflict
+from service.errors import Conflict
+from service.jobs.enqueue import create_job
+from service.jobs.models import Job, JobKind, JobState
 from service.jobs.service import find_open_job
 from service.predictions.models import Prediction
 from service.predictions.service import (
@@ -37,8 +38,10 @@ def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMa
     matrix job (None when none is open)."""
     versions = versions_with_logits(session=session, line_name=line_name, dataset=dataset)
     stored = pair_counts_among(session=session, versions=versions, dataset=dataset)
-    job = find_open_job(session=session, kind=JobKind.MATRIX,
-                        params=matrix_params(line_name, dataset))
+    params = matrix_params(line_name, dataset)
+    job = (find_open_job(session=session, kind=JobKind.MATRIX, params=params,
+                         states=[JobState.QUEUED])
+           or find_open_job(session=session, kind=JobKind.MATRIX, params=params))
     matrices: dict[str, list[list[float | None]]] = {
         name: [[0.0 if old.id == new.id else None for new in versions] for old in versions]
         for name in ("nfr", "pfr", "churn")}
@@ -56,13 +59,16 @@ def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMa
 
 
 def queue_matrix(*, session: Session, line_name: str, dataset: Dataset) -> Job | None:
-    """The matrix job of the line on `dataset` (the open one, or a new one) when some pair of
-    its versions with logits there has no stored counts; None when the matrix is complete."""
+    """The matrix job of the line on `dataset` when some pair of its versions with logits
+    there has no stored counts: the queued one, else a new one (a running job may have read
+    its versions before the newest logits were stored); None when the matrix is complete."""
     versions = versions_with_logits(session=session, line_name=line_name, dataset=dataset)
     if not missing_pairs(session=session, versions=versions, dataset=dataset):
         return None
-    return queue_job(session=session, kind=JobKind.MATRIX,
-                     params=matrix_params(line_name, dataset))
+    params = matrix_params(line_name, dataset)
+    return (find_open_job(session=session, kind=JobKind.MATRIX, params=params,
+                          states=[JobState.QUEUED])
+            or create_job(session=session, kind=JobKind.MATRIX, params=params))
 
 
 def matrix_params(line_name: str, dataset: Dataset) -> dict[str, Any]:
@@ -148,14 +154,23 @@ def matrix_inputs(*, session: Session, params: dict[str, Any]) -> MatrixInputs:
 
 
 def store_pair_counts(*, session: Session, rows: list[PairCounts]) -> list[PairCounts]:
-    """Insert the rows whose pair is not stored yet (a job run twice, or another job, may
-    have stored it meanwhile), in one savepoint; the rows inserted."""
+    """Insert the rows whose pair is not stored yet, each in its own savepoint: a pair that
+    a job run twice, or another matrix job, stored meanwhile is kept as it is. The rows
+    inserted."""
     ids = {version_id for row in rows for version_id in (row.first_version_id,
                                                            row.second_version_id)}
     stored = set(session.execute(select(
         PairCounts.first_version_id, PairCounts.second_version_id, PairCounts.dataset_id).where(
         PairCounts.first_version_id.in_(ids), PairCounts.second_version_id.in_(ids))).all())
-    new = [row for row in rows
-           if (row.first_version_id, row.second_version_id, row.dataset_id) not in stored]
-    return insert_all_or_conflict(session, new, code="pair_counts_exist",
-                                  message="the pair counts are being stored by another job")
+    return [row for row in rows
+            if (row.first_version_id, row.second_version_id, row.dataset_id) not in stored
+            and _inserted(session, row)]
+
+
+def _inserted(session: Session, row: PairCounts) -> bool:
+    """Whether `row` was inserted (False: another transaction stored its pair first)."""
+    try:
+        insert_or_conflict(session, row, code="pair_counts_exist", message="stored meanwhile")
+    except Conflict:
+        return False
+    return True

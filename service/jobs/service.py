@@ -2,6 +2,7 @@
 
 Creating and sending jobs is service.jobs.enqueue; what follows a job's end is service.flows."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Select, func, select
@@ -25,9 +26,11 @@ def list_shards(*, session: Session, job: Job) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.parent_id == job.id).order_by(Job.id)))
 
 
-def find_open_job(*, session: Session, kind: JobKind, params: dict[str, Any]) -> Job | None:
-    """The oldest queued or running job of this kind with exactly these params."""
-    statement = select(Job).where(Job.kind == kind, Job.state.in_(OPEN_STATES)).order_by(Job.id)
+def find_open_job(*, session: Session, kind: JobKind, params: dict[str, Any],
+                  states: Sequence[JobState] = OPEN_STATES) -> Job | None:
+    """The oldest job of this kind with exactly these params in one of `states` (by default
+    queued or running)."""
+    statement = select(Job).where(Job.kind == kind, Job.state.in_(states)).order_by(Job.id)
     return next((job for job in session.scalars(statement) if job.params == params), None)
 
 

@@ -11,7 +11,7 @@ from flipgate.metrics import compare_logits, matrices_from_predictions
 from service.compare.models import PairCounts
 from service.compare.service import find_pair_metrics, resolve_pair
 from service.datasets.service import get_dataset
-from service.jobs.models import Job, JobKind
+from service.jobs.models import Job, JobKind, JobState
 from service.predictions.service import get_predictions, read_logits, read_predicted_classes
 from service.registry.service import find_version, set_alias
 from tests.service.api.conftest import error_code, measure, run_task
@@ -220,6 +220,22 @@ def test_the_matrix_answers_202_with_its_job_then_200_once_it_ran(client, worker
         "pairs_stored": 3, "matrix_url": "/models/digits/matrix?evalset=eval"}
     again = client.post(url, params=params)
     assert again.status_code == 200 and again.json() == complete.json()
+
+
+def test_logits_stored_while_the_matrix_job_runs_get_a_job_of_their_own(
+        client, db, logits, upload_model, upload_logits):
+    url, params = "/models/digits/matrix", {"evalset": "eval"}
+    (running,) = {pair["job_id"] for pair in client.get(url, params=params).json()["missing"]}
+    with db() as session:  # a worker took it and read the versions with logits so far
+        session.get_one(Job, running).state = JobState.RUNNING
+    upload_model("digits", "2.0", num_classes=CLASSES, seed=7)
+    newest = np.random.default_rng(1).normal(size=(200, CLASSES))
+    assert upload_logits("digits:2.0", "eval", newest).status_code == 201
+    missing = client.get(url, params=params).json()["missing"]
+    (queued,) = {pair["job_id"] for pair in missing}
+    assert queued != running and len(missing) == 12
+    assert client.get(f"/jobs/{queued}").json()["state"] == "queued"
+    assert client.post(url, params=params).json()["missing"] == missing  # that queued job
 
 
 def test_a_version_added_later_adds_only_its_pairs(client, db, worker, logits, upload_model,
