@@ -1,10 +1,11 @@
 """A line's matrix from compact counts: one pair_counts row per unordered pair of versions on
 a data set, stored by the new `matrix` job kind from the versions' predicted classes. Nothing
-is filled in: the next POST /models/{name}/matrix queues the job that stores them.
+is filled in: the next POST /models/{name}/matrix, or the next logits stored for one of a
+line's versions, queues the job that stores a line's counts.
 
 Revision ID: 0008
 Revises: 0007
-Create Date: 2026-11-24 07:00:00
+Create Date: 2026-11-23 09:00:00
 """
 
 from collections.abc import Sequence
