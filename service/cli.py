@@ -10,9 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import timedelta
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from flipgate.commands import Parser, comma_list, positive_int
@@ -35,11 +36,13 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 
 GRACEFUL_SHUTDOWN_SECONDS = 10  # after SIGTERM, open requests get this long, then are cut
+STARTUP_FAILURE = 3  # uvicorn's exit code when it could not start serving (a port in use)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """Serve the API with uvicorn, with a worker subprocess unless --api-only; SIGTERM stops
-    it within GRACEFUL_SHUTDOWN_SECONDS, whatever its clients do."""
+    both within about GRACEFUL_SHUTDOWN_SECONDS, whatever its clients do (the worker's own
+    shutdown runs meanwhile)."""
     import uvicorn
 
     from service.config import get_settings
@@ -51,15 +54,33 @@ def run_serve(args: argparse.Namespace) -> int:
         upgrade(settings)
     worker = None if args.api_only else subprocess.Popen(
         [sys.executable, "-m", "flipgate.cli", "worker", "--queues", "gpu,default"])
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=args.port,
+                                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS))
+    if worker is not None:
+        server.handle_exit = stopping_first(worker, server.handle_exit)
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit normally so `finally` runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(create_app(settings), host=args.host, port=args.port,
-                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+        with suppress(KeyboardInterrupt):  # likewise Ctrl-C
+            server.run()
     finally:
         if worker is not None:
             stop_process(worker)
-    return 0
+    return 0 if server.started else STARTUP_FAILURE
+
+
+def stopping_first(worker: subprocess.Popen,
+                   handle_exit: Callable[[int, FrameType | None], None]) -> Callable[
+                       [int, FrameType | None], None]:
+    """uvicorn's signal handler, preceded by a SIGTERM to the worker: its shutdown then runs
+    while the API finishes its open requests, not after them."""
+
+    def handle(sig: int, frame: FrameType | None) -> None:
+        if worker.poll() is None:
+            worker.terminate()
+        handle_exit(sig, frame)
+
+    return handle
 
 
 @contextmanager

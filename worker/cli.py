@@ -8,17 +8,20 @@ from flipgate.commands import positive_int
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run a Celery worker that takes the server's jobs from the broker, with the sweeper
-    that requeues lost jobs and sends unsent ones (worker.sweeper)."""
-    from flipgate.processes import stop_process
-    from worker.app import app
-    from worker.sweeper import start_sweeper
+    that requeues lost jobs and sends unsent ones (worker.sweeper), restarted if it dies."""
+    from celery.signals import worker_shutting_down
 
-    sweeper = start_sweeper()
+    from worker.app import app
+    from worker.sweeper import SupervisedSweeper
+
+    sweeper = SupervisedSweeper()
+    # a SIGTERM or Ctrl-C sent to the whole process group also ends the sweeper: not a death
+    worker_shutting_down.connect(sweeper.stop_restarting, weak=False)
     try:
         app.worker_main(["worker", f"--queues={args.queues}",
                          f"--concurrency={args.concurrency}", "--loglevel=INFO"])
     finally:
-        stop_process(sweeper)
+        sweeper.stop()
     return 0
 
 

@@ -3,20 +3,24 @@ the jobs whose lease expired (service.flows.reap_lost_jobs), sends the queued jo
 broker has not accepted (service.jobs.enqueue.send_unsent) and the callbacks that are due
 (service.gate.callbacks.due_callbacks). Every `flipgate worker` runs one in a process of
 its own (`python -m worker.sweeper`), never a thread of the Celery process whose pool
-processes are forked from it (a forked SQLite connection breaks locking); it stops when its
-parent does. Several sweepers share the work through row locks."""
+processes are forked from it (a forked SQLite connection breaks locking); the worker starts
+it again when it exits (SupervisedSweeper), and it stops when its parent does. Several
+sweepers share the work through row locks."""
 
 import logging
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 from celery import Celery
 from sqlalchemy import exists, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from flipgate.processes import stop_process
 from service import flows
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
@@ -25,6 +29,10 @@ from service.jobs.enqueue import enqueue_after_commit, send_task_after_commit, s
 from service.jobs.leases import lost_jobs, unsent_jobs
 from service.queue import CALLBACK_TASK
 
+# a sweeper that exits is started again after a pause that doubles, from FIRST to LAST
+# seconds, while each one dies within STEADY seconds of its start
+FIRST_RESTART_SECONDS, LAST_RESTART_SECONDS, STEADY_SECONDS = 1.0, 30.0, 60.0
+WATCH_SECONDS = 0.5  # how often the supervisor looks at its sweeper
 logger = logging.getLogger(__name__)
 
 
@@ -74,6 +82,48 @@ def sweep_while_parent_lives(celery: Celery, settings: Settings) -> None:
 def start_sweeper() -> subprocess.Popen:
     """This module's loop in a child process (sharing this one's output)."""
     return subprocess.Popen([sys.executable, "-m", "worker.sweeper"])
+
+
+class SupervisedSweeper:
+    """A sweeper process kept running by a thread of the process that starts it: one that
+    exits (killed, or crashed) is logged and started again, after a pause that grows while
+    sweepers keep dying soon after their start; `stop` ends both."""
+
+    def __init__(self, start: Callable[[], subprocess.Popen] = start_sweeper) -> None:
+        self.start, self.stopping = start, threading.Event()
+        self.process = start()
+        self.thread = threading.Thread(target=self.keep_running, name="sweeper-supervisor",
+                                       daemon=True)
+        self.thread.start()
+
+    def keep_running(self) -> None:
+        """Restart the sweeper each time it exits, until `stop`."""
+        delay = FIRST_RESTART_SECONDS
+        while True:
+            started = time.monotonic()
+            while self.process.poll() is None:
+                if self.stopping.wait(WATCH_SECONDS):
+                    return
+            lived = time.monotonic() - started
+            delay = FIRST_RESTART_SECONDS if lived >= STEADY_SECONDS else delay
+            logger.warning("the sweeper (pid %s) exited with code %s after %.0f s; starting "
+                           "another in %g s", self.process.pid, self.process.returncode,
+                           lived, delay)
+            if self.stopping.wait(delay):
+                return
+            self.process = self.start()
+            logger.info("the sweeper runs again (pid %s)", self.process.pid)
+            delay = min(2 * delay, LAST_RESTART_SECONDS)
+
+    def stop_restarting(self, **_signal: object) -> None:
+        """From now on a sweeper that exits stays down (the worker is shutting down)."""
+        self.stopping.set()
+
+    def stop(self) -> None:
+        """Stop restarting, then stop the sweeper that runs."""
+        self.stop_restarting()
+        self.thread.join()
+        stop_process(self.process)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,21 @@ def flipgate_process(args: list[str], env: dict[str, str], cwd: Path) -> Iterato
             stop_process(process, grace_seconds=30)
 
 
+def child_pids(pid: int) -> list[int]:
+    """The ids of a process's children, whichever of its threads started them (/proc)."""
+    return [int(child) for path in Path(f"/proc/{pid}/task").glob("*/children")
+            for child in path.read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this id exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def wait_for(check: Callable[[], object], what: str, timeout: float = WAIT_SECONDS) -> object:
     """The first truthy value of `check()`, polled until `timeout` seconds have passed."""
     deadline = time.monotonic() + timeout

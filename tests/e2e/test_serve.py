@@ -9,6 +9,8 @@ from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits, pairwise_matrices
 from flipgate.processes import free_port
 from tests.e2e.conftest import (
+    alive,
+    child_pids,
     flipgate_env,
     flipgate_process,
     register,
@@ -72,18 +74,3 @@ def test_serve_runs_inference_and_answers_compare_and_matrix(tmp_path, models, e
     assert matrix["versions"] == ["1.0", "1.1", "1.2"]
     for name in ("nfr", "pfr", "churn"):
         np.testing.assert_allclose(np.array(matrix[name], dtype=float), expected_matrices[name])
-
-
-def child_pids(pid: int) -> list[int]:
-    """The ids of a process's children (from /proc)."""
-    with open(f"/proc/{pid}/task/{pid}/children") as children:
-        return [int(child) for child in children.read().split()]
-
-
-def alive(pid: int) -> bool:
-    """Whether a process with this id exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

@@ -34,7 +34,7 @@ from service.predictions.models import Prediction
 from service.predictions.service import get_predictions, read_logits
 from service.registry.service import find_version
 from tests.conftest import save_graph
-from tests.e2e.conftest import flipgate_env, wait_for
+from tests.e2e.conftest import child_pids, flipgate_env, wait_for
 
 TOKEN = "faults-admin-token-0123456789"
 FEATURES, HIDDEN, LAYERS, CLASSES, SAMPLES = 64, 768, 6, 10, 8000
@@ -176,11 +176,25 @@ class System:
 
 
 def pool_processes(worker: subprocess.Popen) -> list[int]:
-    """The pids of a Celery worker's pool processes: its children but the sweeper (which
-    `flipgate worker` starts as `python -m worker.sweeper`)."""
-    children = Path(f"/proc/{worker.pid}/task/{worker.pid}/children").read_text().split()
-    return [int(pid) for pid in children
-            if b"worker.sweeper" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    """The pids of a Celery worker's pool processes: its children but the sweeper."""
+    return [pid for pid, sweeper in children(worker) if not sweeper]
+
+
+def sweepers(worker: subprocess.Popen) -> list[int]:
+    """The pids of the worker's sweepers (`flipgate worker` runs `python -m worker.sweeper`)."""
+    return [pid for pid, sweeper in children(worker) if sweeper]
+
+
+def children(worker: subprocess.Popen) -> list[tuple[int, bool]]:
+    """The worker's live child processes, whichever of its threads started them (the
+    sweepers' supervisor is not the main one): each pid, and whether it is a sweeper."""
+    found = []
+    for pid in child_pids(worker.pid):
+        try:
+            found.append((pid, b"worker.sweeper" in Path(f"/proc/{pid}/cmdline").read_bytes()))
+        except FileNotFoundError:  # it ended meanwhile
+            continue
+    return found
 
 
 def kill_group(worker: subprocess.Popen) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from service.jobs.models import Job
+from tests.e2e.conftest import wait_for
 from tests.faults.conftest import (
     LEASE,
     SpareRedis,
@@ -18,6 +19,7 @@ from tests.faults.conftest import (
     now,
     pool_processes,
     seconds_since,
+    sweepers,
     system,
 )
 from tests.service.conftest import POSTGRES_URL, postgres_schema
@@ -46,6 +48,28 @@ def test_a_killed_pool_process_loses_nothing_on_the_folder_broker(tmp_path, work
         again = running.wait_running(attempt=2, job_id=victim.id)
         report_redelivery("SIGKILL of the pool process (folder broker)", killed_at, again)
         jobs = running.assert_all_done_once(workload)
+    assert {job.id: job.attempts for job in jobs}[victim.id] == 2
+
+
+def test_a_killed_sweeper_is_restarted_and_its_successor_requeues_lost_jobs(tmp_path,
+                                                                             workload):
+    """The sweeper and the pool process are SIGKILLed together mid-job: the worker starts a
+    new sweeper, which queues the lost job again (only a sweeper does: a claim takes only a
+    queued job)."""
+    with system(tmp_path) as running:
+        worker = running.start_worker()
+        running.gate(workload)
+        victim = running.wait_running(attempt=1)
+        [sweeper] = sweepers(worker)
+        killed_at = now()
+        for pid in [sweeper, *pool_processes(worker)]:
+            os.kill(pid, signal.SIGKILL)
+        running.wait_for_log(f"the sweeper (pid {sweeper}) exited with code -9", seconds=30)
+        [successor] = wait_for(lambda: sweepers(worker), "a new sweeper", 30)
+        again = running.wait_running(attempt=2, job_id=victim.id)
+        report_redelivery("SIGKILL of the sweeper and the pool process", killed_at, again)
+        jobs = running.assert_all_done_once(workload)
+    assert successor != sweeper
     assert {job.id: job.attempts for job in jobs}[victim.id] == 2
 
 
