@@ -1,7 +1,8 @@
 """The deploy gate's answer on an already-measured pair vs. a trivial endpoint, under load.
 
     python benchmarks/gate_bench.py [--clients 50] [--requests 2000] [--database-url URL]
-    python benchmarks/gate_bench.py --hold 60 --clients 200 [--database-url URL]
+    python benchmarks/gate_bench.py --hold 60 --clients 200 [--client-processes 4]
+                                    [--database-url URL]
 
 Starts `flipgate serve --api-only` on a fresh data dir whose SQLite database (or the empty
 database at --database-url) it migrates first, registers a line
@@ -13,7 +14,9 @@ and p99 latency and requests/s of both, and the ratios gate / healthz.
 
 With --hold S, the C clients instead hold the server for S seconds with a mix of
 GET /compare (the stored report) and GET /models/{line} under a `read` token and POST /gate
-under a `gate` token, each asking again as soon as it is answered, while a probe asks
+under a `gate` token, each asking again as soon as it is answered (spread over
+--client-processes processes: one asyncio loop saturates a core at about 230 answers/s, and
+its own queue then counts in every latency), while a probe in the main process asks
 /healthz every quarter second, and for a few seconds after the load stops. Prints the
 statuses, timeouts, 503s slower than a second, p50/p99 and throughput (answers/s, 200s/s),
 and how /healthz answered during and after.
@@ -22,6 +25,7 @@ and how /healthz answered during and after.
 import argparse
 import asyncio
 import io
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -29,6 +33,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,19 +241,44 @@ def mixed_requests(tokens: dict[str, str]) -> list[tuple[str, str, dict]]:
             ("GET", f"/models/{LINE}", read)]
 
 
-async def hold(url: str, requests: list[tuple[str, str, dict]], *, clients: int,
-               seconds: float) -> Hold:
-    """`clients` connections that send `requests` in turn for `seconds`, each asking again as
-    soon as it is answered, while /healthz is probed; then /healthz a few times more."""
+def hold(url: str, requests: list[tuple[str, str, dict]], *, clients: int, seconds: float,
+         processes: int) -> Hold:
+    """`clients` connections, spread over `processes` client processes, that send `requests`
+    in turn for `seconds`, each asking again as soon as it is answered, while this process
+    probes /healthz; then /healthz a few times more."""
+    shares = [clients // processes + (index < clients % processes) for index in range(processes)]
+    offsets = np.cumsum([0, *shares[:-1]])
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+        start = time.perf_counter()
+        parts = [pool.submit(hold_share, url, requests, share, int(offset), seconds)
+                 for share, offset in zip(shares, offsets, strict=True)]
+        during = asyncio.run(probe_until(url, parts))
+        results = [part.result() for part in parts]
+        elapsed = time.perf_counter() - start
+    after = asyncio.run(probes_after(url))
+    latencies = np.concatenate([np.array(part[0]) for part in results])
+    statuses = sum((part[1] for part in results), Counter())
+    run = Run(latencies, elapsed, statuses, np.array([]))
+    return Hold(run, sum(part[2] for part in results), during, after)
+
+
+def hold_share(url: str, requests: list[tuple[str, str, dict]], clients: int, offset: int,
+               seconds: float) -> tuple[list[float], Counter, int]:
+    """In a client process: its clients' latencies, statuses and 503s slower than 1 s."""
+    return asyncio.run(hold_clients(url, requests, clients, offset, seconds))
+
+
+async def hold_clients(url: str, requests: list[tuple[str, str, dict]], clients: int,
+                       offset: int, seconds: float) -> tuple[list[float], Counter, int]:
+    """`clients` connections asking in turn until `seconds` have passed."""
     latencies, statuses, slow_busy = [], Counter(), 0
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     deadline = time.monotonic() + seconds
     async with httpx.AsyncClient(base_url=url, limits=limits,
                                  timeout=REQUEST_TIMEOUT_SECONDS) as http:
 
-        async def one_client(offset: int) -> None:
+        async def one_client(turn: int) -> None:
             nonlocal slow_busy
-            turn = offset
             while time.monotonic() < deadline:
                 method, path, options = requests[turn % len(requests)]
                 turn += 1
@@ -262,15 +292,8 @@ async def hold(url: str, requests: list[tuple[str, str, dict]], *, clients: int,
                 statuses[response.status_code] += 1
                 slow_busy += response.status_code == 503 and latencies[-1] > 1
 
-        start = time.perf_counter()
-        load_done = asyncio.Event()
-        prober = asyncio.create_task(probe_until(url, load_done))
-        await asyncio.gather(*(one_client(offset) for offset in range(clients)))
-        run = Run(np.array(latencies), time.perf_counter() - start, statuses, np.array([]))
-        load_done.set()
-        during = await prober
-    after = [await probe(url) for _ in range(PROBES_AFTER)]
-    return Hold(run, slow_busy, during, after)
+        await asyncio.gather(*(one_client(offset + index) for index in range(clients)))
+    return latencies, statuses, slow_busy
 
 
 async def probe(url: str) -> float | None:
@@ -284,13 +307,18 @@ async def probe(url: str) -> float | None:
     return time.perf_counter() - start if response.status_code == 200 else None
 
 
-async def probe_until(url: str, done: asyncio.Event) -> list[float | None]:
-    """Probe /healthz every PROBE_EVERY_SECONDS until `done` is set."""
+async def probe_until(url: str, parts: list[Future]) -> list[float | None]:
+    """Probe /healthz every PROBE_EVERY_SECONDS until the client processes are done."""
     results = []
-    while not done.is_set():
+    while not all(part.done() for part in parts):
         results.append(await probe(url))
         await asyncio.sleep(PROBE_EVERY_SECONDS)
     return results
+
+
+async def probes_after(url: str) -> list[float | None]:
+    """PROBES_AFTER probes of /healthz, one after the other."""
+    return [await probe(url) for _ in range(PROBES_AFTER)]
 
 
 def probe_line(name: str, latencies: list[float | None]) -> str:
@@ -325,6 +353,8 @@ def main() -> None:
                         help="an empty database to use instead of SQLite in the data dir")
     parser.add_argument("--hold", type=float, metavar="SECONDS",
                         help="hold the server with the read/gate mix this long instead")
+    parser.add_argument("--client-processes", type=int, default=4,
+                        help="with --hold: spread the clients over this many processes")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gate-bench-") as folder:
         settings = Settings(data_dir=Path(folder), database_url=args.database_url)
@@ -333,10 +363,11 @@ def main() -> None:
         with server(settings, free_port()) as url:
             decision = measured_pair(url, token, settings)
             if args.hold:
-                result = asyncio.run(hold(url, mixed_requests(tokens), clients=args.clients,
-                                          seconds=args.hold))
+                result = hold(url, mixed_requests(tokens), clients=args.clients,
+                              seconds=args.hold, processes=args.client_processes)
                 print(f"{settings.safe_database_url.split(':')[0]}; gate verdict on the "
                       f"measured pair: {decision['verdict']}")
+                print(f"{args.client_processes} client process(es)")
                 print("\n".join(hold_report(result, args.clients, args.hold)))
                 return
             gate = {"json": GATE_REQUEST, "headers": {"Authorization": f"Bearer {token}"}}
