@@ -2,7 +2,6 @@
 loopback (benchmarks/gate_bench.py's --hold run, shortened): nothing times out, every
 request is answered, and /healthz answers during the load and right after it."""
 
-import asyncio
 import tempfile
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from benchmarks.gate_bench import client_tokens, hold, measured_pair, mixed_requ
 from flipgate.processes import free_port
 from service.config import Settings
 
-CLIENTS, SECONDS = 200, 20
+CLIENTS, SECONDS, CLIENT_PROCESSES = 200, 20, 2
 
 
 def test_200_clients_on_sqlite_get_answers_and_healthz_stays_up(monkeypatch):
@@ -21,8 +20,8 @@ def test_200_clients_on_sqlite_get_answers_and_healthz_stays_up(monkeypatch):
         tokens = client_tokens(settings)
         with server(settings, free_port()) as url:
             assert measured_pair(url, tokens["gate"], settings)["verdict"] != "pending"
-            result = asyncio.run(hold(url, mixed_requests(tokens), clients=CLIENTS,
-                                      seconds=SECONDS))
+            result = hold(url, mixed_requests(tokens), clients=CLIENTS, seconds=SECONDS,
+                          processes=CLIENT_PROCESSES)
     statuses = result.run.statuses
     assert result.timeouts == 0 and result.unanswered == 0, statuses
     assert set(statuses) <= {200, 503}, statuses  # served, or refused as busy
