@@ -4,9 +4,10 @@
 time (arrays or memory-mapped `.npy` files), so its memory is a few chunks plus a few bytes
 per sample, never the logits. Counts, flips, per-class and per-group tables are exact
 integer tallies; means, SChurn, ECE bins and the prediction difference are sums over the
-chunks. The quantiles (median, p90) are exact: the per-sample logit displacement (4 bytes a
-sample for float32 logits) and the confidence gaps and ranks of the negative flips are kept,
-and `np.median` / `np.percentile` (linear interpolation) run on them at the end.
+chunks. The quantiles (median, p90) are exact: the per-sample logit displacement and both
+confidence gaps (12 bytes a sample for float32 logits, also what the HTML page plots) and the
+ranks of the negative flips are kept, and `np.median` / `np.percentile` (linear
+interpolation) run on them at the end.
 """
 
 from dataclasses import dataclass, fields
