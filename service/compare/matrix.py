@@ -39,8 +39,7 @@ def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMa
     versions = versions_with_logits(session=session, line_name=line_name, dataset=dataset)
     stored = pair_counts_among(session=session, versions=versions, dataset=dataset)
     params = matrix_params(line_name, dataset)
-    job = (find_open_job(session=session, kind=JobKind.MATRIX, params=params,
-                         states=[JobState.QUEUED])
+    job = (_queued_job(session, params)
            or find_open_job(session=session, kind=JobKind.MATRIX, params=params))
     matrices: dict[str, list[list[float | None]]] = {
         name: [[0.0 if old.id == new.id else None for new in versions] for old in versions]
@@ -66,9 +65,14 @@ def queue_matrix(*, session: Session, line_name: str, dataset: Dataset) -> Job |
     if not missing_pairs(session=session, versions=versions, dataset=dataset):
         return None
     params = matrix_params(line_name, dataset)
-    return (find_open_job(session=session, kind=JobKind.MATRIX, params=params,
-                          states=[JobState.QUEUED])
+    return (_queued_job(session, params)
             or create_job(session=session, kind=JobKind.MATRIX, params=params))
+
+
+def _queued_job(session: Session, params: dict[str, Any]) -> Job | None:
+    """The matrix job with `params` that no worker has taken yet, if any."""
+    return find_open_job(session=session, kind=JobKind.MATRIX, params=params,
+                         states=[JobState.QUEUED])
 
 
 def matrix_params(line_name: str, dataset: Dataset) -> dict[str, Any]:
