@@ -1,13 +1,19 @@
 """Each documented policy rule at its bound, on the hand-counted line of test_gate_api
 (1 → 2 on `ev`: 10 negative and 5 positive flips of 100, ER 0.10 → 0.15, worst class 4 of 33):
 a bound the candidate just meets approves, one it just misses blocks with that rule's reason;
-and `significance` waives exactly the limits on negative flips."""
+`significance` waives exactly the limits on negative flips; and a decision waiting on a job
+whose worker is lost blocks when the sweeper gives the job up."""
 
 import math
+from datetime import timedelta
 
 import pytest
 
+from service.config import Settings
+from service.db import utcnow
+from service.jobs.service import get_job, start_job
 from tests.service.api.test_gate_api import P_VALUE, N, gate, line, measured  # noqa: F401
+from worker.sweeper import sweep
 
 NEGATIVE_FLIPS, ER_OLD, ER_NEW, WORST_CLASS_NFR = 10, 0.10, 0.15, 4 / 33
 EPSILON = 1e-9
@@ -57,3 +63,18 @@ def test_significance_waives_the_flip_limits_and_nothing_else(line):  # noqa: F8
     assert verdict == "approve" and {code for code, _, _ in reasons} == set(flip_limits)
     verdict, reasons = verdict_under(line, {**flip_limits, "significance": 0.2})  # p < 0.2
     assert verdict == "block" and all(blocking for _, _, blocking in reasons)
+
+
+def test_a_decision_waiting_on_a_job_whose_worker_is_lost_blocks(line, db):  # noqa: F811
+    decision = gate(line, candidate="2").json()
+    assert decision["verdict"] == "pending"
+    with db() as session:
+        job = start_job(session=session, job=get_job(session=session,
+                                                     job_id=decision["waiting_for"][0]))
+        job.heartbeat_at = utcnow() - timedelta(seconds=60)  # its worker died a minute ago
+    sweep(line.app.state.sessions, line.app.state.celery,
+          Settings(job_lease_seconds=30, job_attempts=1))
+    final = line.get(f"/gate/decisions/{decision['decision_id']}").json()
+    assert final["verdict"] == "block" and final["waiting_for"] == []
+    assert final["reasons"][0]["code"] == "measurement_failed"
+    assert "worker_lost" in final["reasons"][0]["message"]
