@@ -58,7 +58,6 @@ def rolled_back_client(engine: Engine, settings: Settings) -> Iterator[TestClien
         with TestClient(app, headers=bearer(ADMIN_TOKEN)) as client:
             yield client
         transaction.rollback()
-    app.state.celery.close()
 
 
 @pytest.fixture
