@@ -42,7 +42,7 @@ def configure(folder: Path, path: str, tests: list[str]) -> None:
     """mutmut's settings in the scratch copy: what to mutate and which tests to run."""
     selection = "\n    ".join([*tests, "-p", "no:cacheprovider", "-x", "-q"])
     (folder / "setup.cfg").write_text(
-        f"[mutmut]\npaths_to_mutate = {path}\nsource_paths =\n    flipgate\n    service\n"
+        f"[mutmut]\nonly_mutate = {path}\nsource_paths =\n    flipgate\n    service\n"
         f"    worker\nalso_copy =\n    tests\n    migrations\n    benchmarks\n    alembic.ini\n"
         f"pytest_add_cli_args_test_selection =\n    {selection}\n", encoding="utf-8")
 
