@@ -10,10 +10,8 @@ from onnx import numpy_helper
 from torch import nn
 
 from flipgate.errors import InputError
-from flipgate.formats import inspect_onnx
+from flipgate.formats import INPUT_NAME, OUTPUT_NAME, inspect_onnx
 
-INPUT_NAME = "input"
-OUTPUT_NAME = "logits"
 OPSET = 17
 
 

@@ -23,6 +23,7 @@ MAX_CLASSES = 1 << 20  # labels and logits columns
 MAX_SAMPLE_ELEMENTS = 1 << 26  # numbers in one sample (256 MiB of float32)
 MAX_FIXED_BATCH = 1 << 16  # a model that insists on a larger batch cannot be scored
 MAX_INITIALIZERS = 100_000
+INPUT_NAME, OUTPUT_NAME = "input", "logits"  # what flipgate's own exports call them
 CHECK_CHUNK_BYTES = 64 << 20  # how much of an array a value check holds at once
 ZIP_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # a member's local file header (30 bytes)
 DEFLATE_MAX_RATIO = 1032  # no deflate stream expands more than this: larger claims are lies

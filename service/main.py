@@ -81,6 +81,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     sweeper.cancel()
     app.state.engine.dispose()
+    app.state.celery.close()
 
 
 async def sweep_abandoned_uploads(store: ArtifactStore, settings: Settings) -> None:

@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import pytest
 import torch
 from scipy.stats import binomtest
@@ -102,6 +103,58 @@ def test_terminal_and_html_reports(mnist_pair, expected, run_cli, tmp_path):
     assert f"wrote {page}" in result.err
 
 
+def demo_predictions(folder: Path) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Each demo model's predicted classes on the demo's eval set, by plain ONNX Runtime."""
+    with np.load(folder / "mnist-eval.npz", allow_pickle=False) as evalset:
+        x, labels = evalset["x"], evalset["y"]
+    predicted = {}
+    for version, file in (("1", "old.onnx"), ("2", "fd.onnx"), ("3", "new.onnx")):
+        session = onnxruntime.InferenceSession(folder / file, providers=["CPUExecutionProvider"])
+        predicted[version] = session.run(None, {session.get_inputs()[0].name: x})[0].argmax(1)
+    return predicted, labels
+
+
+def pct(value: float) -> str:
+    return f"{100 * value:.2f}%"
+
+
+def check_demo_numbers(stdout: str, predicted: dict[str, np.ndarray], labels: np.ndarray) -> None:
+    """Every number the demo prints about versions 1, 2 and 3 equals plain numpy over the
+    models' own predictions: the two reports (local and served), the gate's table, the matrix."""
+    def nfr(old, new):
+        return np.mean((predicted[old] == labels) & (predicted[new] != labels))
+
+    def churn(old, new):
+        return np.mean(predicted[old] != predicted[new])
+
+    er = {version: np.mean(classes != labels) for version, classes in predicted.items()}
+    local, _, served = stdout.partition("The same update through flipgate serve")
+    for report in (local, served):  # both compare version 1 (old.onnx) with 3 (new.onnx)
+        flips = int(np.sum((predicted["1"] == labels) & (predicted["3"] != labels)))
+        assert re.search(rf"Negative flips\s*│\s*{flips}\s", report), report
+        assert re.search(rf"│\s*{pct(nfr('1', '3'))} \(95% CI", report), report
+        assert f"{pct(er['1'])} → {pct(er['3'])}" in report
+        assert re.search(rf"{pct(churn('1', '3'))} \(old-correct", report), report
+    decisions = re.findall(r"│ (\S+)\s+│ (\S+)\s+│ (approve|block|pending)\s+│ (\S+)\s+│ "
+                           r"(\S+ pts|—)", served)
+    rows = {candidate: (baseline, verdict, shown_nfr, points)
+            for candidate, baseline, verdict, shown_nfr, points in decisions}
+    assert rows["1"] == ("—", "approve", "—", "—")
+    for candidate, baseline in (("2", "1"), ("3", "2")):
+        points = f"{100 * (er[candidate] - er[baseline]):+.2f} pts"
+        verdict = "approve" if nfr(baseline, candidate) <= 0.01 else "block"
+        assert rows[candidate] == (baseline, verdict, pct(nfr(baseline, candidate)), points)
+    assert f"on mnist-eval: NFR {nfr('2', '3'):.4g} is above the maximum 0.01" in served
+    assert [row[1] for row in rows.values()] == ["approve", "approve", "block", "approve"]
+    matrix = served.partition("NFR (churn) for every pair of versions")[2]
+    for old in "123":
+        cells = re.search(rf"│ {old}\s+│(.*)\n", matrix).group(1)
+        expected = [f"{pct(nfr(old, new))} ({pct(churn(old, new))})" for new in "123"]
+        assert [cell.strip() for cell in cells.split("│")[:3]] == expected, cells
+    repaired = rows["3-elodi"]
+    assert repaired[:2] == ("2", "approve") and float(repaired[2].rstrip("%")) <= 1.0
+
+
 def test_demo_command_runs_end_to_end(tmp_path):
     flipgate = Path(sys.executable).with_name("flipgate")
     done = subprocess.run([flipgate, "demo", "--data-dir", tmp_path], capture_output=True,
@@ -114,13 +167,6 @@ def test_demo_command_runs_end_to_end(tmp_path):
     assert {p.name for p in folder.iterdir()} >= {"old.onnx", "new.onnx", "fd.onnx",
                                                   "mnist-eval.npz", "mnist-train.npz",
                                                   "report.html", "server"}
-    # The server computed the logits itself and reports the same flips as the local compare.
-    negative_flips = re.findall(r"Negative flips\s*│\s*(\d+)", done.stdout)
-    assert len(negative_flips) == 2 and negative_flips[0] == negative_flips[1]
+    check_demo_numbers(done.stdout, *demo_predictions(folder))
     assert "mnist: NFR (churn) for every pair of versions" in served
-    # The gate: 2 (FD towards 1) approved, 3 (plain) blocked, its ELODI repair approved.
-    decisions = re.findall(r"│ (\S+)\s+│ (\S+)\s+│ (approve|block|pending) ", served)
-    assert decisions == [("1", "—", "approve"), ("2", "1", "approve"), ("3", "2", "block"),
-                         ("3-elodi", "2", "approve")], served
-    assert "on mnist-eval: NFR 0.0156 is above the maximum 0.01" in served
     assert "The dashboard of this line: http://127.0.0.1:8000/ui/lines/mnist" in served

@@ -2,12 +2,16 @@
 reaches the server's subcommands through entry points, never by importing them."""
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+
+from flipgate.commands import COMMAND_GROUP
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER_MODULES = ("fastapi", "sqlalchemy", "celery", "service", "worker")
@@ -47,30 +51,49 @@ def run_python(code: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120, cwd=ROOT)
 
 
-@pytest.mark.slow
-def test_flipgate_compare_help_loads_no_server_module():
+SERVER_STACK = ("fastapi", "uvicorn", "sqlalchemy", "celery")
+LIBRARY_COMMANDS = {"compare", "train", "experiment", "demo", "gate", "repair", "policy"}
+
+
+def modules_loaded_by(argv: list[str], watched: tuple[str, ...]) -> list[str]:
+    """Run `flipgate ARGV` in a fresh interpreter; the watched top-level modules it imported."""
     result = run_python(f"""
         import sys
         from flipgate.cli import main
         try:
-            main(["compare", "--help"])
+            main({argv!r})
         except SystemExit as exit_:
             assert exit_.code == 0, exit_.code
         loaded = {{name.split(".")[0] for name in sys.modules}}
-        print(sorted(loaded & set({SERVER_MODULES!r})))
+        print(sorted(loaded & set({watched!r})))
     """)
     assert result.returncode == 0, result.stderr
-    assert "usage: flipgate compare" in result.stdout
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert "usage: flipgate" in result.stdout
+    return ast.literal_eval(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.slow
+@pytest.mark.parametrize("command", ["compare", "gate", "policy", "repair"])
+def test_library_command_help_loads_neither_torch_nor_the_server(command):
+    assert modules_loaded_by([command, "--help"], ("torch", *SERVER_STACK, "service",
+                                                   "worker")) == []
+
+
+def test_the_top_level_help_loads_neither_torch_nor_the_server_stack():
+    assert modules_loaded_by(["--help"], ("torch", *SERVER_STACK)) == []
+
+
+def listed_commands(help_text: str) -> set[str]:
+    """The subcommands argparse lists in braces on the usage line."""
+    return set(re.search(r"\{([a-z,-]+)\}", help_text).group(1).split(","))
+
+
 def test_the_server_commands_come_from_entry_points():
     result = subprocess.run([sys.executable, "-m", "flipgate.cli", "--help"],
                             capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    for command in ("compare", "gate", "serve", "worker", "migrate", "token"):
-        assert command in result.stdout
+    contributed = {entry.name for entry in entry_points(group=COMMAND_GROUP)}
+    assert {"serve", "worker", "migrate", "token", "store"} <= contributed
+    assert listed_commands(result.stdout) == LIBRARY_COMMANDS | contributed
 
 
 BLOCK_SERVER_PACKAGES = """

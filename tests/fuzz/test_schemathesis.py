@@ -3,6 +3,7 @@ and on PostgreSQL: no 5xx, every status documented in the OpenAPI schema, every 
 content type matching it, invalid requests refused."""
 
 import hypothesis
+import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -18,6 +19,7 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.service.api.conftest import ADMIN_TOKEN, bearer
 
+pytestmark = pytest.mark.slow
 EXAMPLES_PER_OPERATION = 24  # valid and invalid requests: about a minute per backend
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, negative_data_rejection]

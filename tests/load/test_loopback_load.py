@@ -5,10 +5,13 @@ request is answered, and /healthz answers during the load and right after it."""
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from benchmarks.gate_bench import client_tokens, hold, measured_pair, mixed_requests, server
 from flipgate.processes import free_port
 from service.config import Settings
 
+pytestmark = pytest.mark.slow
 CLIENTS, SECONDS, CLIENT_PROCESSES = 200, 20, 2
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.artifacts import ArtifactStore
 from service.main import ADMITTED_REQUESTS
 from tests.e2e.conftest import wait_for
 from tests.load.conftest import AUTHORIZED, Server, partial_upload, read_response
@@ -36,7 +37,7 @@ def test_requests_beyond_the_admitted_ones_answer_503_at_once(api_server: Server
                                                      headers=AUTHORIZED))
             wait_for(lambda: client.get("/models").status_code == 503, "every slot taken", 10)
             refusals = [timed_get(client, "/models") for _ in range(5)]
-            probe = client.get("/healthz")
+            probes = [client.get("/healthz"), client.get("/readyz")]
         gone_at = time.monotonic()
         served_again = wait_for(lambda: _served(client), "a slot set free", 10)
         recovered_in = time.monotonic() - gone_at
@@ -47,7 +48,8 @@ def test_requests_beyond_the_admitted_ones_answer_503_at_once(api_server: Server
         assert seconds_taken < BUSY_WITHIN_SECONDS, seconds_taken
     print(f"\n503 server_busy in {max(seconds for _, seconds in refusals) * 1000:.0f} ms at "
           f"most; served again {recovered_in * 1000:.0f} ms after the stalled uploads went away")
-    assert probe.status_code == 200
+    assert [probe.status_code for probe in probes] == [200, 200], probes[1].text
+    assert probes[1].json()["status"] == "ready"
     assert served_again.status_code == 200
 
 
@@ -71,7 +73,7 @@ def test_a_300_mb_body_without_credentials_is_refused_unread(api_server: Server)
     assert response.getheader("connection") == "close"
     assert answered_in < BUSY_WITHIN_SECONDS
     assert refused_after < UNREAD_BYTES // 10
-    assert files_under(api_server.settings.data_dir / "staging") == {}
+    assert list(ArtifactStore.from_settings(api_server.settings).partial_files()) == []
     assert files_under(api_server.tmp_dir) == temporary_files
 
 

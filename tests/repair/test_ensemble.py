@@ -48,14 +48,28 @@ def test_models_with_other_class_counts_are_refused(models, tmp_path):
     assert refused.value.code == "incompatible_models"
 
 
-def test_weight_chosen_on_calibration_meets_the_limits(models, tmp_path):
+def nfr_and_er_increase(old_logits: np.ndarray, new_logits: np.ndarray,
+                        labels: np.ndarray) -> tuple[float, float]:
+    """Plain numpy: the new predictions' NFR and error-rate increase against the old ones."""
+    old_right, new_right = old_logits.argmax(1) == labels, new_logits.argmax(1) == labels
+    return float(np.mean(old_right & ~new_right)), float(np.mean(old_right) - np.mean(new_right))
+
+
+def test_weight_chosen_on_calibration_meets_the_limits(models, digits, tmp_path):
     limits = Limits(max_nfr=0.01, max_er_increase=0.0)
     result = ensemble(models["old"], models["new"], tmp_path / "f.onnx",
                       calibration=models["calibration"], limits=limits)
-    chosen = next(point for point in result.curve if point.share == result.share)
-    assert limits.met(chosen) and 0 < result.share <= 1
-    assert all(not limits.met(p) for p in result.curve if p.share < result.share)
     onnx.checker.check_model(onnx.load(str(result.out)), full_check=True)
+    x, labels = digits[1].x, digits[1].y
+    old, new = logits(models["old"], x), logits(models["new"], x)
+    nfr, er_increase = nfr_and_er_increase(old, logits(result.out, x), labels)
+    assert nfr <= limits.max_nfr and er_increase <= limits.max_er_increase
+    assert 0 < result.share <= 1
+    for point in result.curve:  # each point of the curve, measured again on the mixed logits
+        mixed = np.float32(point.share) * old + np.float32(1 - point.share) * new
+        measured = nfr_and_er_increase(old, mixed, labels)
+        assert (point.nfr, point.er_increase) == pytest.approx(measured, abs=1e-9), point
+        assert (point.share >= result.share) or not limits.met(point)
 
 
 def test_command_with_a_weight(models, tmp_path, capsys):

@@ -98,27 +98,29 @@ def linear_weights(num_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]
     return rng.normal(size=(FEATURES, num_classes)), rng.normal(size=num_classes)
 
 
+def write_onnx(folder: Path, num_classes: int = 3, seed: int = 0) -> Path:
+    """A linear ONNX classifier with FEATURES inputs, written in `folder`."""
+    weight, bias = linear_weights(num_classes, seed)
+    return linear_onnx(folder / f"linear-{num_classes}-{seed}.onnx", weight, bias,
+                       ("N", FEATURES))
+
+
+def write_npz(folder: Path, n: int = 30, num_classes: int = 3, seed: int = 0) -> Path:
+    """An eval set .npz in `folder`: `n` samples of FEATURES floats, labels < num_classes."""
+    rng = np.random.default_rng(seed)
+    path = folder / f"set-{n}-{num_classes}-{seed}.npz"
+    np.savez(path, x=rng.normal(size=(n, FEATURES)).astype(np.float32),
+             y=np.arange(n) % num_classes)
+    return path
+
+
 @pytest.fixture
 def onnx_file(tmp_path) -> Callable[..., Path]:
     """Writes a linear ONNX classifier with FEATURES inputs and returns its path."""
-
-    def write(num_classes: int = 3, seed: int = 0) -> Path:
-        weight, bias = linear_weights(num_classes, seed)
-        return linear_onnx(tmp_path / f"linear-{num_classes}-{seed}.onnx", weight, bias,
-                           ("N", FEATURES))
-
-    return write
+    return lambda num_classes=3, seed=0: write_onnx(tmp_path, num_classes, seed)
 
 
 @pytest.fixture
 def npz_file(tmp_path) -> Callable[..., Path]:
     """Writes an eval set .npz with `n` samples of FEATURES floats and labels < num_classes."""
-
-    def write(n: int = 30, num_classes: int = 3, seed: int = 0) -> Path:
-        rng = np.random.default_rng(seed)
-        path = tmp_path / f"set-{n}-{num_classes}-{seed}.npz"
-        np.savez(path, x=rng.normal(size=(n, FEATURES)).astype(np.float32),
-                 y=np.arange(n) % num_classes)
-        return path
-
-    return write
+    return lambda n=30, num_classes=3, seed=0: write_npz(tmp_path, n, num_classes, seed)

@@ -2,6 +2,7 @@
 loopback: it goes only where the settings allow at delivery time, to the address it has
 just checked, follows no redirect, is signed, and never keeps the receiver's answer."""
 
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -81,3 +82,22 @@ def test_an_unreachable_receiver_is_a_transport_error(receiver):
     closed = receiver.rsplit(":", 1)[0] + ":9"
     assert post_status(allowing("127.0.0.1"), f"http://{closed}/ok", BODY, None, 7) == (
         None, "transport error (ConnectError)")
+
+
+def test_the_post_goes_to_the_address_just_checked_even_if_dns_then_answers_otherwise(
+        receiver, monkeypatch):
+    """DNS rebinding: the name resolves to the allowed receiver once, then elsewhere."""
+    real_getaddrinfo, answers = socket.getaddrinfo, ["127.0.0.1", "192.0.2.1"]
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "rebind.test":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        address = answers.pop(0) if len(answers) > 1 else answers[0]
+        return real_getaddrinfo(address, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    port = receiver.split(":")[1]
+    settings = Settings(callback_allowlist=["rebind.test"], callback_timeout_seconds=1)
+    assert post_status(settings, f"http://rebind.test:{port}/ok", BODY, None, 7) == (200, None)
+    path, headers, _body = Receiver.seen[0]
+    assert (path, headers["Host"]) == ("/ok", f"rebind.test:{port}")

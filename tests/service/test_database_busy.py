@@ -22,9 +22,10 @@ def test_a_locked_database_answers_503_with_retry_after(tmp_path, monkeypatch):
         other_writer.execute("BEGIN EXCLUSIVE")
         try:
             response = api.post("/gate", json={"model": "m", "candidate": "2"})  # a write
+            read_while_locked = api.get("/models")
         finally:
             other_writer.execute("ROLLBACK")
         assert response.status_code == 503
         assert response.json()["error"]["code"] == "database_busy"
         assert response.headers["Retry-After"] == "1"
-        assert api.get("/models").status_code == 200
+        assert read_while_locked.status_code == 200, read_while_locked.text

@@ -1,6 +1,7 @@
 """Vectorized stacks: every member trains exactly as it would alone."""
 
 import numpy as np
+import pytest
 import torch
 from torch.nn import functional as F
 
@@ -33,6 +34,7 @@ def train_alone(arch: str, seed: int) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+@pytest.mark.slow
 def test_each_member_equals_training_it_alone():
     seeds = member_seeds(3, 3)
     assert len(set(seeds)) == 3

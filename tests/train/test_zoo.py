@@ -161,6 +161,7 @@ def digits_split():
     return as_images[0], EvalSet(as_images[1].x[:1000], as_images[1].y[:1000])
 
 
+@pytest.mark.slow
 def test_image_models_beat_the_mlp_on_real_digits(digits_split):
     """The zoo's cnn and resnet learn 28x28 digits (one short epoch): lower error than mlp."""
     from flipgate.train.config import TrainConfig

@@ -1,33 +1,39 @@
 """The dashboard on the API test app (tests/service/api/conftest.py): a line with three
 versions whose logits are uploaded, its matrix computed, every pair's report measured, and a
-blocked decision."""
+blocked decision.
 
+The line is seeded once per module (and database); each test runs inside a savepoint of the
+module's transaction that its end rolls back, so it sees the seeded store and nothing that an
+earlier test wrote."""
+
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import permutations
+from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from service.config import Settings
 from tests.service.api.conftest import (  # noqa: F401 (fixtures)
     ADMIN_TOKEN,
     bearer,
-    client,
     db,
     measure,
     mint,
+    post_evalset,
+    post_logits,
+    post_model,
+    rolled_back_client,
     run_task,
-    settings,
-    upload_evalset,
-    upload_logits,
-    upload_model,
 )
 from tests.service.conftest import (  # noqa: F401 (fixtures)
     database_url,
     engine,
     no_flipgate_environment,
-    npz_file,
-    onnx_file,
+    write_npz,
+    write_onnx,
 )
 
 LINE, EVALSET, SAMPLES, CLASSES = "digits", "eval", 60, 3
@@ -42,21 +48,55 @@ class Seeded:
     blocked_id: int
 
 
+@pytest.fixture(scope="module")
+def seeded_store(engine, tmp_path_factory) -> Iterator[tuple[TestClient, "Seeded"]]:  # noqa: F811
+    """The module's client and what it seeded, in a transaction rolled back at the end."""
+    folder = tmp_path_factory.mktemp("ui")
+    settings = Settings(database_url=engine.url.render_as_string(hide_password=False),
+                        data_dir=folder / "data", admin_token=ADMIN_TOKEN)
+    with rolled_back_client(engine, settings) as client:
+        yield client, seed(client, folder)
+
+
 @pytest.fixture
-def seeded(client, upload_model, upload_evalset, upload_logits,  # noqa: F811
-           npz_file) -> Seeded:  # noqa: F811
+def client(seeded_store) -> Iterator[TestClient]:
+    """The module's client inside a savepoint that the test's end rolls back, with its
+    headers and cookies as they were."""
+    shared = seeded_store[0]
+    savepoint = shared.app.state.connection.begin_nested()
+    try:
+        yield shared
+    finally:
+        savepoint.rollback()
+        shared.headers.update(bearer(ADMIN_TOKEN))
+        shared.cookies.clear()
+
+
+@pytest.fixture
+def settings(seeded_store) -> Settings:
+    return seeded_store[0].app.state.settings
+
+
+@pytest.fixture
+def seeded(seeded_store) -> "Seeded":
+    return seeded_store[1]
+
+
+def seed(client: TestClient, folder: Path) -> "Seeded":
     """Line `digits` with versions 1, 2, 3 (uploaded logits on `eval`, the matrix computed
     and every pair's report measured), 1 approved and in production, and 2 blocked by
     max_nfr."""
-    path = npz_file(n=SAMPLES, num_classes=CLASSES)
-    assert upload_evalset(EVALSET, path).status_code == 201
+    path = write_npz(folder, n=SAMPLES, num_classes=CLASSES)
+    assert post_evalset(client, EVALSET, path).status_code == 201
     labels = np.load(path)["y"]
     rng = np.random.default_rng(7)
     logits = {}
     for version, accuracy in (("1", 0.9), ("2", 0.6), ("3", 0.8)):
-        assert upload_model(LINE, version, seed=int(version)).status_code == 201
+        model = write_onnx(folder, seed=int(version)).read_bytes()
+        assert post_model(client, LINE, version, model).status_code == 201
         logits[version] = noisy_logits(labels, accuracy, rng)
-        assert upload_logits(f"{LINE}:{version}", EVALSET, logits[version]).status_code == 201
+        assert post_logits(client, f"{LINE}:{version}", EVALSET,
+                           logits[version]).status_code == 201
     queued = client.post(f"/models/{LINE}/matrix", params={"evalset": EVALSET}).json()
     run_task(client, queued["missing"][0]["job_id"])
     for old, new in permutations(logits, 2):
@@ -80,7 +120,7 @@ def noisy_logits(labels: np.ndarray, accuracy: float, rng: np.random.Generator) 
 
 
 @pytest.fixture
-def browser_client(client) -> TestClient:  # noqa: F811
+def browser_client(client) -> TestClient:
     """A client without the admin bearer token (as a browser is)."""
     client.headers.pop("Authorization")
     return client

@@ -9,13 +9,14 @@ test sees an empty store without migrating a database per module.
 
 import io
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth.service import create_token
@@ -44,17 +45,26 @@ def settings(engine, tmp_path) -> Settings:
                     data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN)
 
 
-@pytest.fixture
-def client(engine, settings) -> Iterator[TestClient]:
-    """A client that sends the admin token, on an app whose work is rolled back afterwards."""
+@contextmanager
+def rolled_back_client(engine: Engine, settings: Settings) -> Iterator[TestClient]:
+    """A client that sends the admin token, on an app whose sessions share one connection
+    (`app.state.connection`) inside a transaction rolled back when the block ends."""
     app = create_app(settings)
     with engine.connect() as connection:
         transaction = connection.begin()
+        app.state.connection = connection
         app.state.sessions = sessionmaker(bind=connection, expire_on_commit=False,
                                           join_transaction_mode="create_savepoint")
         with TestClient(app, headers=bearer(ADMIN_TOKEN)) as client:
             yield client
         transaction.rollback()
+
+
+@pytest.fixture
+def client(engine, settings) -> Iterator[TestClient]:
+    """A client that sends the admin token, on an app whose work is rolled back afterwards."""
+    with rolled_back_client(engine, settings) as client:
+        yield client
 
 
 def worker_context(client: TestClient) -> runtime.WorkerContext:
@@ -110,6 +120,25 @@ def mint(db) -> Callable[..., str]:
     return create
 
 
+def post_model(client: TestClient, name: str, version: str, content: bytes,
+               **fields: str) -> Response:
+    """POST /models: `content` (ONNX bytes) registered as `name:version`."""
+    return client.post("/models", data={"name": name, "version": version, **fields},
+                       files={"artifact": ("model.onnx", content)})
+
+
+def post_evalset(client: TestClient, name: str, path: Path) -> Response:
+    return client.post("/evalsets", data={"name": name},
+                       files={"data": ("data.npz", path.read_bytes())})
+
+
+def post_logits(client: TestClient, ref: str, evalset: str, logits: np.ndarray) -> Response:
+    name, version = ref.split(":")
+    return client.post(f"/models/{name}/versions/{version}/predictions",
+                       data={"evalset": evalset},
+                       files={"logits": ("logits.npy", npy_bytes(logits))})
+
+
 @pytest.fixture
 def upload_model(client, onnx_file) -> Callable[..., Response]:
     """POSTs a linear ONNX classifier as `name:version`."""
@@ -117,30 +146,19 @@ def upload_model(client, onnx_file) -> Callable[..., Response]:
     def post(name: str, version: str, *, num_classes: int = 3, seed: int = 0,
              content: bytes | None = None, **fields: str) -> Response:
         data = content if content is not None else onnx_file(num_classes, seed).read_bytes()
-        return client.post("/models", data={"name": name, "version": version, **fields},
-                           files={"artifact": ("model.onnx", data)})
+        return post_model(client, name, version, data, **fields)
 
     return post
 
 
 @pytest.fixture
 def upload_evalset(client) -> Callable[[str, Path], Response]:
-    def post(name: str, path: Path) -> Response:
-        return client.post("/evalsets", data={"name": name},
-                           files={"data": ("data.npz", path.read_bytes())})
-
-    return post
+    return lambda name, path: post_evalset(client, name, path)
 
 
 @pytest.fixture
 def upload_logits(client) -> Callable[..., Response]:
-    def post(ref: str, evalset: str, logits: np.ndarray) -> Response:
-        name, version = ref.split(":")
-        return client.post(f"/models/{name}/versions/{version}/predictions",
-                           data={"evalset": evalset},
-                           files={"logits": ("logits.npy", npy_bytes(logits))})
-
-    return post
+    return lambda ref, evalset, logits: post_logits(client, ref, evalset, logits)
 
 
 def error_code(response: Response, status: int) -> str:
