@@ -15,7 +15,9 @@ from flipgate.formats import EvalSet
 from flipgate.metrics import compare_logits
 from flipgate.metrics.probs import softmax
 from flipgate.reporting.gallery import (
+    TABLE,
     FlipSample,
+    SampleView,
     gallery_from_arrays,
     gallery_html,
     is_image,
@@ -51,7 +53,7 @@ def test_gallery_holds_the_negative_flips_most_confident_first():
     labels = rng.integers(0, 4, 200)
     old, new = rng.normal(size=(200, 4)), rng.normal(size=(200, 4)) * 3
     x = rng.normal(size=(200, 6, 6))
-    samples, total = gallery_from_arrays(old, new, labels, x, limit=10)
+    samples, total = gallery_from_arrays(old, new, labels, {"x": x}, limit=10)
     expected = compare_logits(old, new, labels)
     assert total == expected["negative_flips"] > 10 and len(samples) == 10
     confidence = softmax(new).max(axis=1)
@@ -60,12 +62,12 @@ def test_gallery_holds_the_negative_flips_most_confident_first():
     for s in samples:
         assert s.label == labels[s.index] == s.old_pred != s.new_pred == new[s.index].argmax()
         assert s.new_confidence == pytest.approx(confidence[s.index])
-        assert np.array_equal(s.x, x[s.index])
+        assert np.array_equal(s.values["x"], x[s.index])
 
 
 def test_other_shapes_are_a_table_of_rows_and_names_are_escaped():
-    sample = FlipSample(3, 0, 0, 1, 0.9, 0.8, np.arange(40.0))
-    page = gallery_html([sample], (40,), class_names=["<b>cat</b>", "dog"])
+    sample = FlipSample(3, 0, 0, 1, 0.9, 0.8, {"x": np.arange(40.0)})
+    page = gallery_html([sample], SampleView(TABLE, ("x",)), class_names=["<b>cat</b>", "dog"])
     assert "<img" not in page and 'data-index="3"' in page
     assert "&lt;b&gt;cat&lt;/b&gt;" in page and "<b>cat" not in page
     assert "0, 1, 2" in page and "…" in page  # long rows are cut
