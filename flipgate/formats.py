@@ -71,13 +71,22 @@ class EvalSet:
         """This set with string labels mapped to the columns that `class_names` name."""
         if not self.labels_named:
             return self
-        columns = {str(name): column for column, name in enumerate(class_names)}
-        unknown = sorted(set(np.unique(self.y).tolist()) - set(columns))
-        if unknown:
-            raise InputError("unknown_label", f"{source}: label {unknown[0]!r} names no class "
-                               f"(the classes are {list(columns)})")
-        y = np.array([columns[label] for label in self.y.tolist()], dtype=np.int64)
-        return replace(self, y=y, classes=tuple(columns))
+        return replace(self, y=label_columns(self.y, class_names, source=source),
+                       classes=tuple(str(name) for name in class_names))
+
+
+def label_columns(labels: np.ndarray, class_names: Sequence[str], *,
+                  source: str = "eval set") -> np.ndarray:
+    """Labels as int64 column indices: class-name strings mapped by `class_names` (a name
+    that no column has is refused), integers as they are."""
+    if labels.dtype.kind != "U":
+        return labels.astype(np.int64)
+    columns = {str(name): column for column, name in enumerate(class_names)}
+    unknown = sorted(set(np.unique(labels).tolist()) - set(columns))
+    if unknown:
+        raise InputError("unknown_label", f"{source}: label {unknown[0]!r} names no class "
+                           f"(the classes are {list(columns)})")
+    return np.array([columns[label] for label in labels.tolist()], dtype=np.int64)
 
 
 def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,

@@ -100,8 +100,8 @@ def score_version(*, store: ArtifactStore, version: ModelVersion, dataset: Datas
     """A version's logits on a data set, computed in memory with ONNX Runtime, and the
     provider used."""
     with library_input():
-        classifier, x = _scoring(store, version, dataset)
-        return classifier.predict(x, progress=progress), classifier.provider
+        classifier, inputs = _scoring(store, version, dataset)
+        return classifier.predict(inputs, progress=progress), classifier.provider
 
 
 def score_version_to_file(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
@@ -110,18 +110,21 @@ def score_version_to_file(*, store: ArtifactStore, version: ModelVersion, datase
     """Write a version's logits on a data set (on its samples `rows` only, when given) to the
     .npy `path` batch by batch, reading the samples memory-mapped; the provider used."""
     with library_input():
-        classifier, x = _scoring(store, version, dataset)
-        classifier.predict_to_file(x[rows], path, progress=progress)
+        classifier, inputs = _scoring(store, version, dataset)
+        classifier.predict_to_file({name: array[rows] for name, array in inputs.items()}, path,
+                                   progress=progress)
         return classifier.provider
 
 
 def _scoring(store: ArtifactStore, version: ModelVersion,
-             dataset: Dataset) -> tuple[OnnxClassifier, np.ndarray]:
-    """The version's classifier and the data set's samples (memory-mapped), checked to fit."""
-    classifier = OnnxClassifier(store.path(version.artifact_sha256))
+             dataset: Dataset) -> tuple[OnnxClassifier, dict[str, np.ndarray]]:
+    """The version's classifier (reading the scores output chosen at registration) and the
+    data set's array for each of its inputs (memory-mapped), checked to fit."""
+    classifier = OnnxClassifier(store.path(version.artifact_sha256),
+                                output=version.scores_output, scores=version.scores_kind)
     evalset = load_evalset(store.path(dataset.sha256), mmap=True)
     classifier.check_evalset(evalset)
-    return classifier, evalset.x
+    return classifier, classifier.feeds(evalset)
 
 
 @dataclass(frozen=True, eq=False)

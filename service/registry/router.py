@@ -1,10 +1,10 @@
 """Endpoints of model lines and versions."""
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form, UploadFile
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, StringConstraints
 
 from service import flows
 from service.artifacts import upload_name
@@ -18,6 +18,7 @@ from service.registry.schemas import ModelLineDetail, ModelLineRead, ModelVersio
 router = APIRouter(prefix="/models", tags=["models"])
 METADATA_MAX_CHARS = 64 * 1024
 METADATA_MAX_DEPTH = 32
+ScoreKind = Literal["logits", "probabilities"]
 
 
 @router.post("", status_code=201, response_model=ModelVersionRead, dependencies=[WRITE])
@@ -26,6 +27,10 @@ def register_version(
     name: Annotated[str, Form()], version: Annotated[str, Form()], artifact: UploadFile,
     parent: Annotated[str | None, Form(description="line:version or line@alias")] = None,
     metadata: Annotated[str | None, Form(description="a JSON object")] = None,
+    output: Annotated[str | None, Form(description="the output that holds the scores "
+                                       "(default: chosen from the graph)")] = None,
+    scores: Annotated[ScoreKind | None, Form(description="what the scores are (default: "
+                                             "detected from the graph)")] = None,
 ) -> ModelVersion:
     """Register an ONNX classifier as `name:version`; the line is created on first use.
     Inference on the data sets the line was measured on, and metrics against the parent and
@@ -35,7 +40,8 @@ def register_version(
         row = service.register_version(session=session, store=store, line_name=name,
                                        version=version, onnx_path=path, parent=parent,
                                        metadata=parse_metadata(metadata),
-                                       source=upload_name("artifact", artifact.filename))
+                                       source=upload_name("artifact", artifact.filename),
+                                       output=output, scores=scores)
     flows.version_registered(session=session, version=row)
     return row
 
@@ -110,3 +116,16 @@ def set_training_dataset(name: str, body: TrainingDatasetChoice,
     """Choose the training set (POST /trainsets) that repairs of the line's candidates use."""
     return service.set_training_dataset(session=session, line_name=name,
                                         dataset=get_dataset(session=session, name=body.dataset))
+
+
+class ClassNames(BaseModel):
+    class_names: list[Annotated[str, StringConstraints(max_length=256)]] = Field(
+        max_length=1 << 20)
+
+
+@router.put("/{name}/classes", response_model=ModelLineRead, dependencies=[WRITE])
+def set_class_names(name: str, body: ClassNames, session: SessionDep) -> ModelLine:
+    """Name the line's classes (one unique name per output column), shown in its reports,
+    the gate's reasons and the dashboard."""
+    return service.set_class_names(session=session, line_name=name,
+                                   class_names=body.class_names)

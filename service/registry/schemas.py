@@ -22,6 +22,8 @@ class ModelVersionRead(RecordRead):
     input_name: str
     input_shape: list[int | None]
     num_classes: int
+    scores_output: str | None
+    scores_kind: str | None
     parent_id: int | None
     produced_by: dict[str, Any] | None
     metadata: dict[str, Any] = Field(validation_alias="meta")

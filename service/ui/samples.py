@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flipgate.formats import npz_headers
+from flipgate.formats import label_columns, npz_headers
 from flipgate.reporting.gallery import FlipSample, SampleView, by_new_confidence, flip_samples
 
 ZIP_LOCAL_HEADER_BYTES = 30
@@ -102,6 +102,5 @@ def column_labels(evalset: Path, indices: np.ndarray) -> np.ndarray:
     if labels.dtype.kind != "U":
         return labels
     with np.load(evalset, allow_pickle=False) as archive:
-        columns = {str(name): column for column, name in enumerate(archive["classes"].tolist())}
-    return np.array([columns[label] for label in labels.tolist()], dtype=np.int64)
+        return label_columns(labels, archive["classes"].tolist())
 
