@@ -1,7 +1,7 @@
 """Endpoints of model lines and versions."""
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, UploadFile
 from pydantic import BaseModel, Field, StringConstraints
@@ -13,12 +13,16 @@ from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
 from service.errors import InvalidInput
 from service.registry import service
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
+from service.registry.schemas import (
+    ModelLineDetail,
+    ModelLineRead,
+    ModelVersionRead,
+    ScoreKind,
+)
 
 router = APIRouter(prefix="/models", tags=["models"])
 METADATA_MAX_CHARS = 64 * 1024
 METADATA_MAX_DEPTH = 32
-ScoreKind = Literal["logits", "probabilities"]
 
 
 @router.post("", status_code=201, response_model=ModelVersionRead, dependencies=[WRITE])

@@ -1,11 +1,13 @@
 """Read schemas of model lines, versions and aliases."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from service.schemas import RecordRead
+
+ScoreKind = Literal["logits", "probabilities"]  # what a model's scores are (flipgate.scores)
 
 
 class ModelLineRead(RecordRead):

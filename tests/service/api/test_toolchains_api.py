@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests import toolchains
-from tests.service.api.conftest import error_code, measure
+from tests.service.api.conftest import error_code, measure, npy_bytes
 from tests.toolchains import Built, ece, expected_counts
 
 
@@ -101,3 +101,18 @@ def test_versions_must_agree_on_class_names(client, string_labels):
     response = client.post("/models", data={"name": "cancer", "version": "3"},
                            files={"artifact": ("model.onnx", string_labels.new.read_bytes())})
     assert error_code(response, 422) == "class_names_mismatch"
+
+
+def test_uploaded_probabilities_are_the_models_own(client, frame):
+    register(client, frame, "wine", frame.evalset)
+    uploaded = client.post("/models/wine/versions/1/predictions",
+                           data={"evalset": "eval", "scores": "probabilities"},
+                           files={"logits": ("p.npy", npy_bytes(frame.old_probs))})
+    assert uploaded.status_code == 201, uploaded.text
+    report = measure(client, "wine:1", "wine:2", "eval")
+    assert_matches(report, frame)
+    assert report["old"]["provider"] == "uploaded"
+    beyond = client.post("/models/wine/versions/2/predictions",
+                         data={"evalset": "eval", "scores": "probabilities"},
+                         files={"logits": ("p.npy", npy_bytes(frame.new_probs * 3))})
+    assert error_code(beyond, 422) == "scores_not_probabilities"
