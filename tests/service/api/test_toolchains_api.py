@@ -69,7 +69,10 @@ def test_a_dataframe_pipeline_with_string_inputs(client, frame):
     versions = client.get("/models/wine").json()["versions"]
     assert [(v["scores_output"], v["scores_kind"]) for v in versions] == [
         ("output_probability", "probabilities")] * 2
-    assert_matches(measure(client, "wine:1", "wine:2", "eval"), frame)
+    report = measure(client, "wine:1", "wine:2", "eval")
+    assert_matches(report, frame)
+    assert report["new"] == {"source": "wine:2", "provider": "CPUExecutionProvider",
+                             "output": "output_probability", "scores": "probabilities"}
 
 
 def test_output_and_scores_fields_are_stored_and_used(client, frame):
