@@ -19,6 +19,13 @@ def compare(run_cli, built: Built, *flags: str) -> dict:
     return json.loads(result.out)
 
 
+def checked(run_cli, built: Built) -> dict:
+    """The report of `flipgate compare --json`, its counts, rates and probability metrics
+    checked against the toolchains' own predictions."""
+    report = checked(run_cli, built)
+    return report
+
+
 def assert_counts(report: dict, built: Built) -> None:
     expected = expected_counts(built)
     assert {key: report[key] for key in expected} == pytest.approx(expected)
@@ -37,19 +44,12 @@ def read_as(report: dict) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("toolchains")
-
-
-@pytest.fixture(scope="module")
-def sklearn_built(folder):
-    return toolchains.sklearn_models(folder)
+def sklearn_built(toolchain_folder):
+    return toolchains.sklearn_models(toolchain_folder)
 
 
 def test_scikit_learn_zipmap_and_tensor_probabilities(run_cli, sklearn_built):
-    report = compare(run_cli, sklearn_built)
-    assert_counts(report, sklearn_built)
-    assert_probabilities(report, sklearn_built)
+    report = checked(run_cli, sklearn_built)
     assert read_as(report) == [("output_probability", "probabilities"),
                                ("probabilities", "probabilities")]
     assert report["old"]["inputs"] == ["X float32 (N, 13)"]
@@ -64,40 +64,32 @@ def test_scores_read_as_logits_when_told(run_cli, sklearn_built):
                                                             abs=1e-4)
 
 
-def test_string_labels_are_mapped_by_the_models_class_labels(run_cli, folder):
-    built = toolchains.string_label_models(folder)
-    report = compare(run_cli, built)
-    assert_counts(report, built)
-    assert_probabilities(report, built)
+def test_string_labels_are_mapped_by_the_models_class_labels(run_cli, toolchain_folder):
+    built = toolchains.string_label_models(toolchain_folder)
+    report = checked(run_cli, built)
     assert report["class_names"] == built.classes == ["benign", "malignant"]
     targets = run_cli("compare", built.old, built.new, "--evalset",
-                      folder / "cancer_targets.npz")
+                      toolchain_folder / "cancer_targets.npz")
     assert targets.code == 2 and "cannot be told apart from column indices" in targets.err
 
 
-def test_a_dataframe_pipeline_takes_one_array_per_column(run_cli, folder):
-    built = toolchains.dataframe_models(folder)
-    report = compare(run_cli, built)
-    assert_counts(report, built)
-    assert_probabilities(report, built)
+def test_a_dataframe_pipeline_takes_one_array_per_column(run_cli, toolchain_folder):
+    built = toolchains.dataframe_models(toolchain_folder)
+    report = checked(run_cli, built)
     assert report["old"]["inputs"][-1] == "hue_level string (N, 1)"
     assert len(report["new"]["inputs"]) == 6
 
 
-def test_lightgbm_and_xgboost_via_onnxmltools(run_cli, folder):
-    built = toolchains.boosted_models(folder)
-    report = compare(run_cli, built)
-    assert_counts(report, built)
-    assert_probabilities(report, built)
+def test_lightgbm_and_xgboost_via_onnxmltools(run_cli, toolchain_folder):
+    built = toolchains.boosted_models(toolchain_folder)
+    report = checked(run_cli, built)
     assert read_as(report) == [("probabilities", "probabilities")] * 2
 
 
 @pytest.mark.slow
-def test_pytorch_two_outputs_and_a_final_softmax(run_cli, folder):
-    built = toolchains.torch_models(folder)
-    report = compare(run_cli, built)
-    assert_counts(report, built)
-    assert_probabilities(report, built)
+def test_pytorch_two_outputs_and_a_final_softmax(run_cli, toolchain_folder):
+    built = toolchains.torch_models(toolchain_folder)
+    report = checked(run_cli, built)
     assert read_as(report) == [("logits", "logits"), ("probs", "probabilities")]
     chosen = run_cli("compare", built.old, built.new, "--evalset", built.evalset,
                      "--old-output", "embedding")
@@ -105,21 +97,17 @@ def test_pytorch_two_outputs_and_a_final_softmax(run_cli, folder):
 
 
 @pytest.mark.slow
-def test_a_sigmoid_column_and_a_float16_logit_are_binary_classifiers(run_cli, folder):
-    built = toolchains.binary_models(folder)
-    report = compare(run_cli, built)
-    assert_counts(report, built)
-    assert_probabilities(report, built)
+def test_a_sigmoid_column_and_a_float16_logit_are_binary_classifiers(run_cli, toolchain_folder):
+    built = toolchains.binary_models(toolchain_folder)
+    report = checked(run_cli, built)
     assert read_as(report) == [("p", "probabilities"), ("z", "logits")]
     assert report["new"]["inputs"] == ["x float16 (N, 30)"]
 
 
 @pytest.mark.slow
-def test_hugging_face_classifiers_with_different_inputs(run_cli, folder, tmp_path):
-    built = toolchains.transformers_models(folder)
-    report = compare(run_cli, built)
-    assert_counts(report, built)
-    assert_probabilities(report, built)
+def test_hugging_face_classifiers_with_different_inputs(run_cli, toolchain_folder, tmp_path):
+    built = toolchains.transformers_models(toolchain_folder)
+    report = checked(run_cli, built)
     assert [len(report[side]["inputs"]) for side in ("old", "new")] == [2, 3]
     assert report["class_names"] == built.classes
     page = tmp_path / "report.html"

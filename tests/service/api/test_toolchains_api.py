@@ -13,18 +13,13 @@ from tests.toolchains import Built, ece, expected_counts
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return tmp_path_factory.mktemp("toolchains")
+def string_labels(toolchain_folder):
+    return toolchains.string_label_models(toolchain_folder)
 
 
 @pytest.fixture(scope="module")
-def string_labels(folder):
-    return toolchains.string_label_models(folder)
-
-
-@pytest.fixture(scope="module")
-def frame(folder):
-    return toolchains.dataframe_models(folder)
+def frame(toolchain_folder):
+    return toolchains.dataframe_models(toolchain_folder)
 
 
 def register(client, built: Built, line: str, evalset: Path, **fields: dict[str, str]) -> None:
