@@ -69,7 +69,7 @@ def compare_and_report(
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:
-        render_report(report, Console(), **names)
+        render_report(report, Console(), **names, class_names=report["class_names"])
 
 
 def write_text(path: Path, text: str) -> None:
