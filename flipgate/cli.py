@@ -14,7 +14,7 @@ from rich.console import Console
 from flipgate.commands import COMMAND_GROUP, Parser, comma_list, positive_int
 from flipgate.compare import ReadAs, analyse, score
 from flipgate.errors import InputError
-from flipgate.formats import EvalSet, check_labels, load_evalset
+from flipgate.formats import EvalSet, check_labels, load_evalset, load_training_set
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
 from flipgate.policy_client import add_policy_command
 from flipgate.progress import progress_bars
@@ -131,7 +131,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.out.suffix != ".onnx":
         raise InputError("invalid_output", f"--out must name an .onnx file, got {args.out}")
-    data = load_evalset(args.train)
+    data = load_training_set(args.train)
     old_logits, num_classes = old_model_logits(args, data)
     check_labels(data.y, num_classes, source=str(args.train))
     settings = {k: v for k in ("epochs", "batch_size", "lr", "weight_decay", "seed")

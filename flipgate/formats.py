@@ -113,6 +113,16 @@ def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,
     return evalset_of(arrays, source=source)
 
 
+def load_training_set(path: str | Path, *, source: str | None = None) -> EvalSet:
+    """An eval-set .npz that flipgate's recipes can train on: a float `x` and labels that
+    are column indices (integers, or names mapped by `classes`)."""
+    data = load_evalset(path, source=source)
+    if data.x is None or data.x.dtype.kind != "f" or data.labels_named:
+        raise InputError("training_set_format", f"{source or path}: training needs a float "
+                           "array `x` and integer labels (or class names with `classes`)")
+    return data
+
+
 def evalset_of(arrays: Mapping[str, np.ndarray], *, source: str = "eval set") -> EvalSet:
     """An eval set from its named arrays, checked (see load_evalset)."""
     inputs = {name: array for name, array in arrays.items()

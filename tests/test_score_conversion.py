@@ -91,3 +91,12 @@ def test_each_input_reads_the_array_of_its_name(tmp_path):
     partial = evalset_of({"a": a, "y": np.zeros(50, int)})
     with pytest.raises(InputError, match="the model's input 'b' has no array of that name"):
         model.feeds(partial)
+
+
+def test_training_needs_a_float_x(run_cli, tmp_path):
+    np.savez(data := tmp_path / "tokens.npz", input_ids=np.ones((8, 4), np.int64),
+             y=np.zeros(8, int))
+    result = run_cli("train", "--method", "baseline", "--arch", "mlp", "--train", data,
+                     "--out", tmp_path / "m.onnx")
+    assert result.code == 2 and "training needs a float array `x`" in result.err
+    assert not (tmp_path / "m.onnx").exists()
