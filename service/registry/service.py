@@ -88,6 +88,7 @@ def _take_class_names(line: ModelLine, names: list[str] | None) -> None:
     """Give the line the class names a model carries, which must agree with its own."""
     if names is None:
         return
+    _check_class_names(names, line.num_classes, f"the model's class labels for {line.name!r}")
     if line.class_names is not None and line.class_names != names:
         raise InvalidInput("class_names_mismatch", f"model line {line.name!r} names its "
                            f"classes {line.class_names}, this model {names}")
@@ -95,15 +96,19 @@ def _take_class_names(line: ModelLine, names: list[str] | None) -> None:
 
 
 def set_class_names(*, session: Session, line_name: str, class_names: list[str]) -> ModelLine:
-    """Name the classes of a line: one unique, non-empty name per class."""
+    """Name the classes of a line: one unique, non-empty, printable name per class."""
     line = get_line(session=session, name=line_name)
-    if len(class_names) != line.num_classes or len(set(class_names)) != len(class_names) \
-            or not all(name.strip() for name in class_names):
-        raise InvalidInput("invalid_classes", f"model line {line_name!r} has "
-                           f"{line.num_classes} classes: give one unique, non-empty name per "
-                           f"class, not {class_names}")
+    _check_class_names(class_names, line.num_classes, f"model line {line_name!r}")
     line.class_names = class_names
     return line
+
+
+def _check_class_names(names: list[str], count: int, what: str) -> None:
+    """`count` unique, non-empty, printable names of at most 256 characters."""
+    if len(names) != count or len(set(names)) != len(names) or not all(
+            name.strip() and name.isprintable() and len(name) <= 256 for name in names):
+        raise InvalidInput("invalid_classes", f"{what}: {count} classes need one unique, "
+                           f"non-empty, printable name each, not {names[:20]}")
 
 
 def _check_input_signature(*, session: Session, line: ModelLine,
