@@ -119,3 +119,10 @@ def test_hugging_face_classifiers_with_different_inputs(run_cli, toolchain_folde
     texts = np.load(built.evalset)["text"]
     assert flipped and all(html.escape(str(texts[i]))[:40] in page.read_text() for i in flipped)
     assert "<img" not in page.read_text()
+
+
+def test_repairs_refuse_models_they_cannot_rewrite(run_cli, sklearn_built, tmp_path):
+    result = run_cli("repair", "ensemble", sklearn_built.old, sklearn_built.new, "--weight",
+                     "0.5", "--out", tmp_path / "fixed.onnx")
+    assert result.code == 2 and "a repair rewrites models of one float32 input" in result.err
+    assert not (tmp_path / "fixed.onnx").exists()
