@@ -100,3 +100,16 @@ def test_training_needs_a_float_x(run_cli, tmp_path):
                      "--out", tmp_path / "m.onnx")
     assert result.code == 2 and "training needs a float array `x`" in result.err
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_a_float64_model_runs_as_it_is(tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "x"], ["logits"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["N", 3])],
+        [helper.make_tensor_value_info("logits", TensorProto.DOUBLE, ["N", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    (path := tmp_path / "f64.onnx").write_bytes(model.SerializeToString())
+    classifier = OnnxClassifier(path, device="cpu")
+    x = RNG.normal(size=(20, 3)).astype(np.float32)
+    assert classifier.spec.inputs[0].dtype == np.float64
+    np.testing.assert_allclose(classifier.predict(x), x.astype(np.float64) ** 2, rtol=1e-6)
