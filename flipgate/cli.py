@@ -12,13 +12,14 @@ import numpy as np
 from rich.console import Console
 
 from flipgate.commands import COMMAND_GROUP, Parser, comma_list, positive_int
-from flipgate.compare import analyse, score
+from flipgate.compare import ReadAs, analyse, score
 from flipgate.errors import InputError
-from flipgate.formats import EvalSet, check_labels, load_evalset
+from flipgate.formats import EvalSet, check_labels, load_evalset, load_training_set
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
 from flipgate.policy_client import add_policy_command
 from flipgate.progress import progress_bars
 from flipgate.repair.cli import add_repair_command
+from flipgate.scores import SCORE_KINDS
 from flipgate.train.methods import METHODS
 from flipgate.train.options import add_method_flags
 
@@ -32,35 +33,43 @@ def data_dir() -> Path:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Compare OLD and NEW on the eval set and print or write the report."""
+    reads = tuple(ReadAs(getattr(args, f"{side}_output") or args.output,
+                         getattr(args, f"{side}_scores") or args.scores) for side in ("old", "new"))
     compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
                        batch_size=args.batch_size, device=args.device,
-                       gallery=not args.no_gallery)
+                       gallery=not args.no_gallery, reads=reads)
     return 0
 
 
 def compare_and_report(
     old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto", gallery: bool = True,
+    reads: tuple[ReadAs, ReadAs] = (ReadAs(), ReadAs()),
 ) -> None:
-    """Score both models, then print the terminal report or JSON and write the HTML page
-    (with the flip gallery unless `gallery` is false)."""
+    """Score both models (each read as `reads` says), then print the terminal report or JSON
+    and write the HTML page (with the flip gallery unless `gallery` is false)."""
     from flipgate.reporting.html import flip_gallery, render_html
     from flipgate.reporting.terminal import render_report
 
     evalset = load_evalset(evalset_path)
     with progress_bars(enabled=not as_json) as bar:
-        scored = [score(source, evalset, batch_size=batch_size, device=device,
-                        progress=bar(f"scoring {source.name}")) for source in (old, new)]
-    analysis = analyse(*scored, evalset)
-    report = {**analysis.to_dict(), "old": scored[0].describe(), "new": scored[1].describe()}
+        scored = [score(source, evalset, batch_size=batch_size, device=device, read=read,
+                        progress=bar(f"scoring {source.name}"))
+                  for source, read in zip((old, new), reads, strict=True)]
+    analysis = analyse(*scored)
+    classes = scored[0].evalset.classes or scored[1].evalset.classes
+    report = {**analysis.to_dict(), "class_names": list(classes) if classes else None,
+              "old": scored[0].describe(), "new": scored[1].describe()}
     names = {"old_name": str(old), "new_name": str(new)}
     if html:
-        flips = flip_gallery(analysis, evalset.x) if gallery else ""
-        write_text(html, render_html(analysis.values, report, **names, gallery=flips))
+        flips = flip_gallery(analysis, evalset, class_names=report["class_names"]) \
+            if gallery else ""
+        write_text(html, render_html(analysis.values, report, **names, gallery=flips,
+                                     class_names=report["class_names"]))
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:
-        render_report(report, Console(), **names)
+        render_report(report, Console(), **names, class_names=report["class_names"])
 
 
 def write_text(path: Path, text: str) -> None:
@@ -122,7 +131,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.out.suffix != ".onnx":
         raise InputError("invalid_output", f"--out must name an .onnx file, got {args.out}")
-    data = load_evalset(args.train)
+    data = load_training_set(args.train)
     old_logits, num_classes = old_model_logits(args, data)
     check_labels(data.y, num_classes, source=str(args.train))
     settings = {k: v for k in ("epochs", "batch_size", "lr", "weight_decay", "seed")
@@ -198,6 +207,15 @@ def run_gate(args: argparse.Namespace) -> int:
     return gate_client.EXIT_CODES[decision["verdict"]]
 
 
+def add_read_as_flags(parser: argparse.ArgumentParser) -> None:
+    """--output/--scores for both ONNX models, --old-*/--new-* for one of them."""
+    for side, whose in (("", "both models"), ("old-", "OLD"), ("new-", "NEW")):
+        parser.add_argument(f"--{side}output", metavar="NAME", help="the ONNX output that "
+                            f"holds the scores of {whose} (default: chosen from the graph)")
+        parser.add_argument(f"--{side}scores", choices=SCORE_KINDS, help=f"what {whose}'s "
+                            "scores are (default: detected from the graph)")
+
+
 def add_compare_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate compare` subcommand."""
     compare = commands.add_parser(
@@ -212,6 +230,7 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--no-gallery", action="store_true",
                          help="leave the gallery of negatively flipped samples out of --html")
     compare.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
+    add_read_as_flags(compare)
     compare.add_argument("--device", choices=DEVICES, default="auto",
                          help="where ONNX Runtime runs the models (default: CUDA if usable)")
     compare.set_defaults(run=run_compare)

@@ -7,8 +7,8 @@ as protobuf. Every refusal is an InputError with a machine-readable code.
 import math
 import struct
 import zipfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,6 +17,7 @@ import onnx
 
 from flipgate.errors import InputError
 from flipgate.metrics.chunks import release
+from flipgate.onnx_io import InputSpec, OutputSpec, model_inputs, scores_output
 
 NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error)
 MAX_CLASSES = 1 << 20  # labels and logits columns
@@ -29,14 +30,24 @@ ZIP_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # a member's local file header (3
 DEFLATE_MAX_RATIO = 1032  # no deflate stream expands more than this: larger claims are lies
 
 
+OPTIONAL_ARRAYS = ("classes", "groups", "text", "images")  # eval-set arrays no model reads
+INPUT_KINDS = "fiubU"  # floats, integers, bools and fixed-width unicode strings
+
+
 @dataclass(frozen=True)
 class EvalSet:
-    """A labeled evaluation set: float32 inputs x (N, ...) (possibly memory-mapped), int64
-    labels y (N,) and, optionally, a group (slice) per sample."""
+    """A labeled evaluation set: the model inputs (`x` for single-input models, else in
+    `inputs` by name; each possibly memory-mapped, samples on the first axis), labels y (N,)
+    (int64 column indices, or strings until `indexed` maps them to columns), and optionally
+    a group (slice) per sample, the class names, and what people look at (text, images)."""
 
-    x: np.ndarray
+    x: np.ndarray | None
     y: np.ndarray
     groups: np.ndarray | None = None
+    inputs: Mapping[str, np.ndarray] = field(default_factory=dict)
+    classes: tuple[str, ...] | None = None
+    text: np.ndarray | None = None
+    images: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -44,44 +55,159 @@ class EvalSet:
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
-        return tuple(self.x.shape[1:])
+        """The shape of one sample of `x` (or of the only input); () for several inputs."""
+        arrays = self.arrays()
+        return tuple(next(iter(arrays.values())).shape[1:]) if len(arrays) == 1 else ()
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every input array by name, `x` included."""
+        return {**({"x": self.x} if self.x is not None else {}), **self.inputs}
+
+    @property
+    def labels_named(self) -> bool:
+        """Whether y holds class names rather than column indices."""
+        return self.y.dtype.kind == "U"
+
+    def indexed(self, class_names: Sequence[str], *, source: str) -> "EvalSet":
+        """This set with string labels mapped to the columns that `class_names` name."""
+        if not self.labels_named:
+            return self
+        return replace(self, y=label_columns(self.y, class_names, source=source),
+                       classes=tuple(str(name) for name in class_names))
+
+
+def label_columns(labels: np.ndarray, class_names: Sequence[str], *,
+                  source: str = "eval set") -> np.ndarray:
+    """Labels as int64 column indices: class-name strings mapped by `class_names` (a name
+    that no column has is refused), integers as they are."""
+    if labels.dtype.kind != "U":
+        return labels.astype(np.int64)
+    columns = {str(name): column for column, name in enumerate(class_names)}
+    unknown = sorted(set(np.unique(labels).tolist()) - set(columns))
+    if unknown:
+        raise InputError("unknown_label", f"{source}: label {unknown[0]!r} names no class "
+                           f"(the classes are {list(columns)})")
+    return np.array([columns[label] for label in labels.tolist()], dtype=np.int64)
 
 
 def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,
                  mmap: bool = False, source: str | None = None) -> EvalSet:
-    """Load an eval set .npz with arrays `x` (float, first axis N), `y` (integer labels) and an
-    optional `groups` (one integer or string per sample).
+    """Load an eval set .npz: `y` (integer or string labels), the inputs (`x`, or one array
+    per model input named as the input) and optionally `classes` (C names), `groups` (one
+    integer or string per sample), `text` (one string per sample) and `images`.
 
     The array headers are checked before anything is allocated: every header must agree with
     the bytes the file holds, and compressed arrays may not expand beyond
-    `max_decompressed_bytes` together. With `mmap`, a float32 `x` stored uncompressed (np.savez) is
-    memory-mapped instead of read; values are checked chunk by chunk either way. Messages
-    name the file as `source` (default: its path)."""
+    `max_decompressed_bytes` together. With `mmap`, inputs stored uncompressed (np.savez) are
+    memory-mapped instead of read. Messages name the file as `source` (default: its path)."""
     path = _existing(path, "eval set", source)
     source = source or str(path)
     try:
         headers = npz_headers(path, source=source)
         _check_evalset_headers(headers, max_decompressed_bytes, source)
-        x = _read_member(path, "x", headers["x"], mmap=mmap)
-        y, groups = (np.load(path, allow_pickle=False)[name] if name in headers else None
-                     for name in ("y", "groups"))
+        arrays = {name: _read_member(path, name, header, mmap=mmap)
+                  for name, header in headers.items()}
     except InputError:
         raise
     except NUMPY_READ_ERRORS as error:
         raise _unreadable(error, source, "evalset_corrupt", "a readable .npz archive") from error
-    return validate_evalset(x, y, groups=groups, source=source)
+    return evalset_of(arrays, source=source)
 
 
-def validate_evalset(x: np.ndarray, y: np.ndarray, *, groups: np.ndarray | None = None,
+def load_training_set(path: str | Path, *, source: str | None = None) -> EvalSet:
+    """An eval-set .npz that flipgate's recipes can train on: a float `x` and labels that
+    are column indices (integers, or names mapped by `classes`)."""
+    data = load_evalset(path, source=source)
+    if data.x is None or data.x.dtype.kind != "f" or data.labels_named:
+        raise InputError("training_set_format", f"{source or path}: training needs a float "
+                           "array `x` and integer labels (or class names with `classes`)")
+    return data
+
+
+def evalset_of(arrays: Mapping[str, np.ndarray], *, source: str = "eval set") -> EvalSet:
+    """An eval set from its named arrays, checked (see load_evalset)."""
+    inputs = {name: array for name, array in arrays.items()
+              if name not in ("y", "x", *OPTIONAL_ARRAYS)}
+    evalset = validate_evalset(arrays.get("x"), arrays["y"], groups=arrays.get("groups"),
+                               inputs=inputs, source=source)
+    shown = {name: arrays.get(name) for name in ("text", "images")}
+    for name, array in shown.items():
+        if array is not None:
+            _check_shown(name, array, evalset.n, source)
+    evalset = replace(evalset, **shown)
+    if "classes" in arrays:
+        evalset = _with_classes(evalset, arrays["classes"], source)
+    return evalset
+
+
+def validate_evalset(x: np.ndarray | None, y: np.ndarray, *, groups: np.ndarray | None = None,
+                     inputs: Mapping[str, np.ndarray] | None = None,
                      source: str = "eval set") -> EvalSet:
-    """Check shapes, dtypes and values of an eval set (x in memory or memory-mapped)."""
-    _check_x_y(_Header.of(x), _Header.of(y), source)
-    _require_finite(x, f"{source}: x")
-    check_labels(y, None, source=source)
+    """Check shapes, dtypes and values of an eval set (arrays in memory or memory-mapped)."""
+    named = {**({"x": x} if x is not None else {}), **(inputs or {})}
+    _check_arrays({name: _Header.of(array) for name, array in named.items()}, _Header.of(y),
+                  source)
+    if y.dtype.kind != "U":
+        check_labels(y, None, source=source)
+        y = y.astype(np.int64)
     if groups is not None:
         _check_groups(groups, y.size, source)
-    x = x if x.dtype == np.float32 and x.flags.c_contiguous else x.astype(np.float32)
-    return EvalSet(x=x, y=y.astype(np.int64), groups=groups)
+    if x is not None and np.issubdtype(x.dtype, np.floating) and x.dtype != np.float32:
+        x = _cast(x, np.dtype(np.float32), f"{source}: x")
+    return EvalSet(x=x, y=y, groups=groups, inputs=dict(inputs or {}))
+
+
+def _with_classes(evalset: EvalSet, classes: np.ndarray, source: str) -> EvalSet:
+    """The eval set naming its C columns `classes` (unique strings), string labels mapped."""
+    if classes.ndim != 1 or classes.dtype.kind not in "iU" or not 2 <= classes.size <= MAX_CLASSES:
+        raise InputError("evalset_classes", f"{source}: classes must be a 1-D array of 2 to "
+                           f"{MAX_CLASSES} names, got {classes.dtype} {classes.shape}")
+    names = tuple(str(name) for name in classes.tolist())
+    if len(set(names)) != len(names):
+        raise InputError("evalset_classes", f"{source}: classes must be unique, got {names}")
+    if not evalset.labels_named:
+        check_labels(evalset.y, len(names), source=source)
+    return replace(evalset.indexed(names, source=source), classes=names)
+
+
+def _check_shown(name: str, array: np.ndarray, n: int, source: str) -> None:
+    """text: one string per sample; images: (N, H, W) or (N, H, W, 3) uint8."""
+    fits = (array.ndim == 1 and array.dtype.kind == "U") if name == "text" else (
+        array.dtype == np.uint8 and (array.ndim == 3 or (array.ndim == 4 and array.shape[3] == 3)))
+    if not fits or array.shape[0] != n:
+        wanted = ("one string per sample" if name == "text"
+                  else "uint8 of shape (N, H, W) or (N, H, W, 3)")
+        raise InputError(f"evalset_{name}", f"{source}: {name} must be {wanted} for {n} "
+                           f"samples, got {array.dtype} {array.shape}")
+
+
+def cast_input(array: np.ndarray, dtype: np.dtype, *, source: str) -> np.ndarray:
+    """`array` as `dtype`, refused (naming `source`) unless every value survives the cast;
+    NaN and infinities survive a cast between float types. Checked a chunk at a time."""
+    if array.dtype == dtype:
+        return array
+    for chunk in row_chunks(array):
+        _cast(chunk, dtype, source)
+    return array
+
+
+def _cast(array: np.ndarray, dtype: np.dtype, source: str) -> np.ndarray:
+    """`array` cast to `dtype` if every value survives (floats: within range), else refused."""
+    if (array.dtype.kind == "U") != (dtype.kind == "U"):
+        raise InputError("input_dtype", f"{source}: {array.dtype} cannot be fed to an input "
+                           f"of type {dtype}")
+    if dtype.kind == "U":
+        return array
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = array.astype(dtype)
+        if array.dtype.kind == "f" and dtype.kind == "f":
+            lossless = not (np.isinf(cast) & np.isfinite(array)).any()
+        else:
+            lossless = bool(np.array_equal(cast.astype(array.dtype), array))
+    if not lossless:
+        raise InputError("input_cast", f"{source}: some values of this {array.dtype} array do "
+                           f"not survive a cast to the model's {dtype}")
+    return cast
 
 
 @dataclass(frozen=True)
@@ -158,11 +284,13 @@ def read_npy_header(handle: BinaryIO, *, source: str) -> tuple[tuple[int, ...], 
 def _check_evalset_headers(headers: dict[str, _Header], max_decompressed_bytes: int | None,
                            source: str) -> None:
     """Arrays present, of the right kinds and shapes, compressed ones within the limit."""
-    missing = {"x", "y"} - set(headers)
-    if missing:
+    inputs = {name: header for name, header in headers.items()
+              if name not in ("y", *OPTIONAL_ARRAYS)}
+    if "y" not in headers or not inputs:
+        missing = "'y'" if "y" not in headers else "'x' (or one array per model input)"
         raise InputError("evalset_missing_array", f"{source}: the archive has no array "
-                           f"{' or '.join(sorted(missing))!r} (it has {sorted(headers)})")
-    _check_x_y(headers["x"], headers["y"], source)
+                           f"{missing} (it has {sorted(headers)})")
+    _check_arrays(inputs, headers["y"], source)
     total = sum(header.nbytes for header in headers.values() if header.data_offset is None)
     if max_decompressed_bytes is not None and total > max_decompressed_bytes:
         raise InputError("evalset_too_large", f"{source}: its compressed arrays expand to "
@@ -170,20 +298,24 @@ def _check_evalset_headers(headers: dict[str, _Header], max_decompressed_bytes: 
                            "large eval sets uncompressed (np.savez)")
 
 
-def _check_x_y(x: _Header, y: _Header, source: str) -> None:
-    """x: float, samples on the first axis, non-empty samples; y: one integer per sample."""
-    if len(x.shape) < 1 or not np.issubdtype(x.dtype, np.floating):
-        raise InputError("evalset_x_dtype", f"{source}: x must be a float array with the "
-                           f"samples on the first axis, got {x.dtype} with shape {x.shape}")
-    if len(y.shape) != 1 or not np.issubdtype(y.dtype, np.integer):
+def _check_arrays(inputs: Mapping[str, _Header], y: _Header, source: str) -> None:
+    """y: one integer or string label per sample; every input: samples on the first axis,
+    of a dtype a model input can take, non-empty samples of bounded size."""
+    if len(y.shape) != 1 or y.dtype.kind not in "iuU":
         raise InputError("evalset_y_dtype", f"{source}: y must be a 1-D array of integer "
-                           f"labels, got {y.dtype} with shape {y.shape}")
-    if x.shape[0] != y.shape[0]:
-        raise InputError("length_mismatch", f"{source}: x has {x.shape[0]} samples but y "
-                           f"has {y.shape[0]} labels")
+                           f"or string labels, got {y.dtype} with shape {y.shape}")
     if y.shape[0] == 0:
         raise InputError("empty", f"{source}: the eval set has no samples")
-    _check_sample_shape(x.shape[1:], source)
+    for name, header in inputs.items():
+        if len(header.shape) < 1 or header.dtype.kind not in INPUT_KINDS:
+            raise InputError(f"evalset_{name}_dtype" if name == "x" else "evalset_input_dtype",
+                             f"{source}: {name} must be an array of floats, integers, bools "
+                             f"or strings with the samples on the first axis, got "
+                             f"{header.dtype} with shape {header.shape}")
+        if header.shape[0] != y.shape[0]:
+            raise InputError("length_mismatch", f"{source}: {name} has {header.shape[0]} "
+                               f"samples but y has {y.shape[0]} labels")
+        _check_sample_shape(header.shape[1:] or (1,), f"{source}: {name}")
 
 
 def _check_sample_shape(shape: tuple[int, ...], source: str) -> None:
@@ -207,10 +339,10 @@ def _check_groups(groups: np.ndarray, n: int, source: str) -> None:
 
 
 def _read_member(path: Path, name: str, header: _Header, *, mmap: bool) -> np.ndarray:
-    """An array of an .npz: memory-mapped when asked and stored uncompressed as float32 in C
-    order, else read (its size was checked against the limit)."""
-    if mmap and header.data_offset is not None and header.dtype == np.float32 \
-            and not header.fortran_order:
+    """An array of an .npz: memory-mapped when asked and stored uncompressed in C order, else
+    read (its size was checked against the limit)."""
+    if mmap and header.data_offset is not None and not header.fortran_order \
+            and name not in ("y", *OPTIONAL_ARRAYS):
         return np.memmap(path, dtype=header.dtype, mode="r", offset=header.data_offset,
                          shape=header.shape)
     with np.load(path, allow_pickle=False) as archive:
@@ -286,32 +418,59 @@ def check_logits_match(logits: np.ndarray, evalset: EvalSet, *, source: str) -> 
 
 @dataclass(frozen=True)
 class OnnxSpec:
-    """The interface of an ONNX classifier: one float input and one (N, C) logits output."""
+    """The interface of an ONNX classifier: its named inputs and the output read as scores."""
 
-    input_name: str
-    input_shape: tuple[int | None, ...]
-    output_name: str
-    num_classes: int
+    inputs: tuple[InputSpec, ...]
+    output: OutputSpec
+
+    @property
+    def input_name(self) -> str:
+        return self.inputs[0].name
+
+    @property
+    def input_shape(self) -> tuple[int | None, ...]:
+        return self.inputs[0].shape
+
+    @property
+    def output_name(self) -> str:
+        return self.output.name
+
+    @property
+    def num_classes(self) -> int:
+        return self.output.num_classes
 
     @property
     def fixed_batch(self) -> int | None:
         """The batch size the model insists on, or None when the batch axis is dynamic."""
-        return self.input_shape[0]
+        return self.inputs[0].shape[0]
 
     def check_sample_shape(self, sample_shape: tuple[int, ...], *, source: str) -> None:
-        """Refuse eval-set samples whose shape the model's input cannot take."""
-        expected = self.input_shape[1:]
-        fits = len(expected) == len(sample_shape) and all(
-            want is None or want == got for want, got in zip(expected, sample_shape, strict=True)
-        )
-        if not fits:
-            shown = tuple("N" if d is None else d for d in self.input_shape)
-            raise InputError("onnx_input_shape", f"{source}: the model takes input of shape "
-                               f"{shown} but the eval set's samples have shape {sample_shape}")
+        """Refuse samples whose shape the (first) input cannot take."""
+        check_input_shape(self.inputs[0], sample_shape, source=source)
+
+    def describe(self) -> dict[str, object]:
+        """Which inputs it is fed, which output is read and as what (for reports)."""
+        return {"inputs": [spec.describe() for spec in self.inputs],
+                "output": self.output.name, "scores": self.output.kind}
 
 
-def inspect_onnx(path: str | Path, *, source: str | None = None) -> OnnxSpec:
-    """Parse and validate an ONNX classifier without running it; messages name it `source`."""
+def check_input_shape(spec: InputSpec, sample_shape: tuple[int, ...], *, source: str) -> None:
+    """Refuse samples whose shape the model input `spec` cannot take."""
+    expected = spec.shape[1:]
+    fits = len(expected) == len(sample_shape) and all(
+        want is None or want == got for want, got in zip(expected, sample_shape, strict=True))
+    if not fits:
+        shown = tuple("N" if d is None else d for d in spec.shape)
+        raise InputError("onnx_input_shape", f"{source}: the model's input {spec.name!r} has "
+                           f"shape {shown} but the eval set's samples have shape "
+                           f"{sample_shape}")
+
+
+def inspect_onnx(path: str | Path, *, source: str | None = None, output: str | None = None,
+                 scores: str | None = None) -> OnnxSpec:
+    """Parse and validate an ONNX classifier without running it; `output` and `scores`
+    override the chosen scores output and what its scores are (see flipgate.onnx_io);
+    messages name it `source`."""
     path = _existing(path, "model", source)
     source = source or str(path)
     try:
@@ -324,7 +483,10 @@ def inspect_onnx(path: str | Path, *, source: str | None = None) -> OnnxSpec:
     except Exception as error:  # protobuf and checker raise many types for corrupt input
         raise InputError("onnx_corrupt", f"{source}: not a valid ONNX model "
                            f"({_explain(error)})") from error
-    return OnnxSpec(*_single_input(model, source), *_logits_output(model, source))
+    inputs = model_inputs(model, source)
+    for spec in inputs:
+        _check_input_dims(spec.shape, f"{source}: input {spec.name!r}")
+    return OnnxSpec(inputs, scores_output(model, source, output=output, scores=scores))
 
 
 def _check_initializer_count(model: onnx.ModelProto, source: str) -> None:
@@ -332,21 +494,6 @@ def _check_initializer_count(model: onnx.ModelProto, source: str) -> None:
     if count > MAX_INITIALIZERS:
         raise InputError("onnx_too_many_initializers", f"{source}: {count} initializers, "
                            f"above the limit of {MAX_INITIALIZERS}")
-
-
-def _single_input(model: onnx.ModelProto, source: str) -> tuple[str, tuple[int | None, ...]]:
-    initializers = {tensor.name for tensor in model.graph.initializer}
-    inputs = [value for value in model.graph.input if value.name not in initializers]
-    if len(inputs) != 1:
-        raise InputError("onnx_inputs", f"{source}: a classifier must have exactly one "
-                           f"input, this model has {len(inputs)}")
-    tensor_type = inputs[0].type.tensor_type
-    if tensor_type.elem_type != onnx.TensorProto.FLOAT:
-        kind = onnx.TensorProto.DataType.Name(tensor_type.elem_type)
-        raise InputError("onnx_input_type", f"{source}: the input must be float32, not {kind}")
-    dims = _dims(tensor_type)
-    _check_input_dims(dims, source)
-    return inputs[0].name, dims
 
 
 def _check_input_dims(dims: tuple[int | None, ...], source: str) -> None:
@@ -360,23 +507,6 @@ def _check_input_dims(dims: tuple[int | None, ...], source: str) -> None:
         raise InputError("empty_samples", f"{source}: input samples of shape {dims[1:]} "
                            "hold no values")
     _check_sample_shape(tuple(dim or 1 for dim in dims[1:]), source)
-
-
-def _logits_output(model: onnx.ModelProto, source: str) -> tuple[str, int]:
-    outputs = model.graph.output
-    if len(outputs) != 1:
-        raise InputError("onnx_outputs", f"{source}: a classifier must have exactly one "
-                           f"output (logits), this model has {len(outputs)}")
-    dims = _dims(outputs[0].type.tensor_type)
-    if len(dims) != 2 or dims[1] is None or not 2 <= dims[1] <= MAX_CLASSES:
-        shown = tuple("?" if d is None else d for d in dims)
-        raise InputError("onnx_output_shape", f"{source}: the output must be logits of shape "
-                           f"(N, C) with a fixed 2 <= C <= {MAX_CLASSES}, got {shown}")
-    return outputs[0].name, dims[1]
-
-
-def _dims(tensor_type: onnx.TypeProto.Tensor) -> tuple[int | None, ...]:
-    return tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
 
 
 def _check_external_data(model: onnx.ModelProto, path: Path, source: str) -> None:

@@ -4,21 +4,29 @@ The CUDA execution provider is used when it really works: ORT silently falls bac
 CPU when CUDA libraries are missing, so the providers of the created session are checked.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from flipgate.errors import InputError
-from flipgate.formats import EvalSet, OnnxSpec, check_labels, inspect_onnx
+from flipgate.formats import (
+    EvalSet,
+    OnnxSpec,
+    cast_input,
+    check_input_shape,
+    check_labels,
+    inspect_onnx,
+)
+from flipgate.onnx_io import InputSpec, OutputSpec
 from flipgate.progress import Progress
+from flipgate.scores import to_logits
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 DEVICES = ("auto", "cuda", "cpu")
 DEFAULT_BATCH_SIZE = 512
-
 
 
 def create_session(path: Path, device: str = "auto") -> ort.InferenceSession:
@@ -47,12 +55,17 @@ def _quiet_session(path: Path, providers: list[str]) -> ort.InferenceSession:
         ort.set_default_logger_severity(2)
 
 
-class OnnxClassifier:
-    """A validated ONNX classifier: one float input, (N, C) logits out."""
+Inputs = np.ndarray | Mapping[str, np.ndarray]  # one array for a single-input model, or by name
 
-    def __init__(self, path: str | Path, device: str = "auto") -> None:
+
+class OnnxClassifier:
+    """A validated ONNX classifier: named inputs in, float32 logits (N, C) out, whatever its
+    scores output holds (see flipgate.onnx_io and flipgate.scores)."""
+
+    def __init__(self, path: str | Path, device: str = "auto", *, output: str | None = None,
+                 scores: str | None = None) -> None:
         self.path = Path(path)
-        self.spec: OnnxSpec = inspect_onnx(self.path)
+        self.spec: OnnxSpec = inspect_onnx(self.path, output=output, scores=scores)
         self.session = create_session(self.path, device)
 
     @property
@@ -64,33 +77,60 @@ class OnnxClassifier:
     def num_classes(self) -> int:
         return self.spec.num_classes
 
-    def check_evalset(self, evalset: EvalSet) -> None:
-        """The eval set's samples must fit the input and its labels the model's classes."""
-        self.spec.check_sample_shape(evalset.sample_shape, source=str(self.path))
+    def check_evalset(self, evalset: EvalSet) -> EvalSet:
+        """The eval set with its labels as this model's columns, checked to fit its inputs
+        and classes."""
+        self.feeds(evalset)
+        evalset = match_labels(evalset, self.spec.output, source=str(self.path))
         check_labels(evalset.y, self.num_classes, source=f"eval set scored by {self.path}")
+        return evalset
+
+    def feeds(self, evalset: EvalSet) -> dict[str, np.ndarray]:
+        """The eval set's array for each model input (by the input's name, or `x` for a
+        single-input model), checked to fit its shape and dtype."""
+        arrays = evalset.arrays()
+        if len(self.spec.inputs) == 1 and self.spec.input_name not in arrays and "x" in arrays:
+            arrays = {self.spec.input_name: arrays["x"]}
+        missing = [spec.name for spec in self.spec.inputs if spec.name not in arrays]
+        if missing:
+            raise InputError("evalset_missing_input", f"{self.path}: the model's input "
+                               f"{missing[0]!r} has no array of that name in the eval set "
+                               f"(it has {sorted(arrays)})")
+        return {spec.name: self._fitted(arrays[spec.name], spec) for spec in self.spec.inputs}
+
+    def _fitted(self, array: np.ndarray, spec: InputSpec) -> np.ndarray:
+        """`array` shaped for `spec` ((N,) becomes (N, 1) for a column input) and checked to
+        cast to its dtype without loss."""
+        if array.ndim == 1 and len(spec.shape) == 2 and spec.shape[1] in (1, None):
+            array = array[:, None]
+        check_input_shape(spec, tuple(array.shape[1:]), source=str(self.path))
+        return cast_input(array, spec.dtype, source=f"eval set array {spec.name!r}")
 
     def predict(
-        self, x: np.ndarray, batch_size: int = DEFAULT_BATCH_SIZE, progress: Progress | None = None
+        self, data: Inputs, batch_size: int = DEFAULT_BATCH_SIZE, progress: Progress | None = None
     ) -> np.ndarray:
         """Logits (N, C) as float32, computed `batch_size` samples at a time."""
-        logits = np.empty((x.shape[0], self.num_classes), dtype=np.float32)
-        for start, batch in self.batches(x, batch_size, progress):
+        feeds = self._named(data)
+        logits = np.empty((_length(feeds), self.num_classes), dtype=np.float32)
+        for start, batch in self.batches(feeds, batch_size, progress):
             logits[start : start + batch.shape[0]] = batch
         return logits
 
     def predict_to_file(
-        self, x: np.ndarray, path: str | Path, batch_size: int = DEFAULT_BATCH_SIZE,
+        self, data: Inputs, path: str | Path, batch_size: int = DEFAULT_BATCH_SIZE,
         progress: Progress | None = None,
     ) -> Path:
-        """Write the logits to an .npy file batch by batch: memory stays one batch of `x` (which
-        may be memory-mapped) and of logits, whatever N is. No file is left on an error."""
+        """Write the logits to an .npy file batch by batch: memory stays one batch of the
+        inputs (which may be memory-mapped) and of logits, whatever N is. No file is left on
+        an error."""
         path = Path(path)
+        feeds = self._named(data)
         header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
-                  "shape": (x.shape[0], self.num_classes)}
+                  "shape": (_length(feeds), self.num_classes)}
         try:
             with path.open("wb") as file:
                 np.lib.format.write_array_header_2_0(file, header)
-                for _, batch in self.batches(x, batch_size, progress):
+                for _, batch in self.batches(feeds, batch_size, progress):
                     file.write(batch.astype("<f4", copy=False).tobytes())
         except BaseException:
             path.unlink(missing_ok=True)
@@ -98,35 +138,86 @@ class OnnxClassifier:
         return path
 
     def batches(
-        self, x: np.ndarray, batch_size: int = DEFAULT_BATCH_SIZE, progress: Progress | None = None
+        self, data: Inputs, batch_size: int = DEFAULT_BATCH_SIZE, progress: Progress | None = None
     ) -> Iterator[tuple[int, np.ndarray]]:
-        """(start, finite float32 logits) of each batch of `x` in order; `x` is read a batch
-        at a time, so a memory-mapped array stays on disk."""
+        """(start, float32 logits) of each batch in order; the inputs are read a batch at a
+        time, so memory-mapped arrays stay on disk."""
         if batch_size < 1:
             raise InputError("invalid_batch_size", f"batch size must be >= 1, not {batch_size}")
-        self.spec.check_sample_shape(tuple(x.shape[1:]), source=str(self.path))
+        feeds = self._named(data)
+        n = _length(feeds)
         batch_size = self.spec.fixed_batch or batch_size
-        for start in range(0, x.shape[0], batch_size):
-            stop = min(start + batch_size, x.shape[0])
-            logits = self._run_batch(x[start:stop])
-            if not np.isfinite(logits).all():
-                raise InputError("model_output_not_finite", f"{self.path}: the model produced "
-                                 "NaN or infinite logits on this eval set")
-            yield start, logits
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            yield start, self._run_batch({name: array[start:stop] for name, array in feeds.items()})
             if progress:
-                progress(stop, x.shape[0])
+                progress(stop, n)
 
-    def _run_batch(self, batch: np.ndarray) -> np.ndarray:
-        batch = np.ascontiguousarray(batch, dtype=np.float32)
-        if self.spec.fixed_batch and batch.shape[0] < self.spec.fixed_batch:
-            return self._run_padded(batch)
-        (out,) = self.session.run([self.spec.output_name], {self.spec.input_name: batch})
-        if out.shape != (batch.shape[0], self.num_classes):
+    def _named(self, data: Inputs) -> dict[str, np.ndarray]:
+        """The inputs by name, a single array given for a single-input model checked to fit."""
+        if isinstance(data, Mapping):
+            return dict(data)
+        return {self.spec.input_name: self._fitted(data, self.spec.inputs[0])}
+
+    def _run_batch(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        rows = _length(feeds)
+        if self.spec.fixed_batch and rows < self.spec.fixed_batch:
+            return self._run_padded(feeds, rows)
+        feeds = {spec.name: _as_input(feeds[spec.name], spec) for spec in self.spec.inputs}
+        (out,) = self.session.run([self.spec.output_name], feeds)
+        scores = self._zipmap_columns(out) if self.spec.output.zipmap else np.asarray(out)
+        if scores.shape[0] != rows or scores.ndim > 2:
             raise InputError("onnx_output_shape", f"{self.path}: the model returned shape "
-                               f"{out.shape} for a batch of {batch.shape[0]}")
-        return out
+                               f"{scores.shape} for a batch of {rows}")
+        logits = to_logits(scores, self.spec.output.kind, source=f"{self.path}: the model's "
+                           f"output {self.spec.output_name!r}")
+        if logits.shape[1] != self.num_classes:
+            raise InputError("onnx_output_shape", f"{self.path}: the model returned "
+                               f"{logits.shape[1]} classes, not {self.num_classes}")
+        return logits
 
-    def _run_padded(self, batch: np.ndarray) -> np.ndarray:
+    def _zipmap_columns(self, rows: list[dict]) -> np.ndarray:
+        """A ZipMap's sequence of maps as an (N, C) array in the order of its class labels."""
+        labels = self.spec.output.class_labels
+        keys = [int(label) for label in labels] if self.spec.output.int_labels else list(labels)
+        return np.array([[row[key] for key in keys] for row in rows], dtype=np.float64)
+
+    def _run_padded(self, feeds: dict[str, np.ndarray], rows: int) -> np.ndarray:
         """Fill a last short batch up to the model's fixed batch size and drop the padding."""
-        padding = np.zeros((self.spec.fixed_batch - batch.shape[0], *batch.shape[1:]), np.float32)
-        return self._run_batch(np.concatenate([batch, padding]))[: batch.shape[0]]
+        padded = {name: np.concatenate([array, np.zeros(
+            (self.spec.fixed_batch - rows, *array.shape[1:]), array.dtype)])
+            for name, array in feeds.items()}
+        return self._run_batch(padded)[:rows]
+
+
+def _as_input(batch: np.ndarray, spec: InputSpec) -> np.ndarray:
+    """A batch in the input's dtype (strings as they are), contiguous, as ORT takes it."""
+    return np.ascontiguousarray(batch if spec.dtype.kind == "U" else batch.astype(spec.dtype))
+
+
+def _length(feeds: Mapping[str, np.ndarray]) -> int:
+    return next(iter(feeds.values())).shape[0]
+
+
+def match_labels(evalset: EvalSet, output: OutputSpec, *, source: str) -> EvalSet:
+    """The eval set with its labels as the model's columns: class names mapped by the eval
+    set's `classes` or the model's own labels, which must agree where both exist; integer
+    labels refused where the model names its classes otherwise than 0..C-1 (ambiguous)."""
+    labels = output.class_labels
+    if evalset.classes is not None and labels is not None and evalset.classes != labels:
+        raise InputError("class_names_mismatch", f"{source}: the model names its classes "
+                           f"{list(labels)}, the eval set's `classes` are "
+                           f"{list(evalset.classes)}")
+    if evalset.labels_named:
+        if labels is None:
+            raise InputError("labels_need_classes", f"{source}: y holds class names but "
+                               "the model does not name its classes; add an array `classes` "
+                               "(one name per output column) to the eval set")
+        return evalset.indexed(labels, source=source)
+    if evalset.classes is None and labels is not None \
+            and labels != tuple(str(column) for column in range(len(labels))):
+        raise InputError("labels_ambiguous", f"{source}: the model names its classes "
+                           f"{list(labels)} but y holds integers, which cannot be told apart "
+                           "from column indices; store y as class names (strings) or add "
+                           "an array `classes`")
+    return evalset

@@ -84,3 +84,9 @@ def mnist_pair(tmp_path_factory) -> MnistPair:
     return MnistPair(old, new, export_onnx(old, (28, 28), folder / "old.onnx"),
                      export_onnx(new, (28, 28), folder / "new.onnx"), evalset,
                      save_evalset(evalset, folder / "eval.npz"))
+
+
+@pytest.fixture(scope="session")
+def toolchain_folder(tmp_path_factory) -> Path:
+    """Where tests/toolchains.py's builders export their models and eval sets."""
+    return tmp_path_factory.mktemp("toolchains")

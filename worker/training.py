@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from flipgate.formats import load_evalset
+from flipgate.formats import load_training_set
 from flipgate.repair import Limits, RepairResult, ensemble, interpolate
 from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
@@ -53,7 +53,7 @@ def retrain(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
         dataset = get_dataset(session=session, name=params["dataset"])
         old = (None if params["old_version_id"] is None
                else get_version(session=session, version_id=params["old_version_id"]))
-    data = load_evalset(ctx.store.path(dataset.sha256))
+    data = load_training_set(ctx.store.path(dataset.sha256), source=dataset.name)
     old_logits = None if old is None else score_version(store=ctx.store, version=old,
                                                         dataset=dataset)[0]
     trained = recipes.train(

@@ -9,11 +9,19 @@ import onnx
 from flipgate.errors import InputError
 from flipgate.formats import OnnxSpec, inspect_onnx
 from flipgate.inference import OnnxClassifier
+from flipgate.scores import LOGITS
 
 
 def load_classifier(path: str | Path) -> tuple[onnx.ModelProto, OnnxSpec]:
-    """A validated ONNX classifier (external data inside its folder loaded) and its interface."""
+    """A validated ONNX classifier (external data inside its folder loaded) and its interface;
+    repairs rewrite graphs of one float input and one logits tensor output only."""
     spec = inspect_onnx(path)
+    if len(spec.inputs) != 1 or spec.inputs[0].dtype != np.float32 \
+            or spec.output.kind != LOGITS or spec.output.zipmap:
+        raise InputError("repair_unsupported_model", f"{path}: a repair rewrites models of one "
+                           "float32 input and a logits output; this one takes "
+                           f"{[i.describe() for i in spec.inputs]} and its output "
+                           f"{spec.output_name!r} holds {spec.output.kind}")
     return onnx.load(str(path)), spec
 
 

@@ -10,7 +10,7 @@ import base64
 import html
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +19,9 @@ from flipgate.metrics.probs import softmax
 from flipgate.reporting.terminal import class_label
 
 MAX_TABLE_VALUES = 16  # values of a non-image sample shown in its table row
+MAX_TEXT_CHARS = 400  # characters of a text sample shown
+NOT_SHOWN = ("y", "classes", "groups")  # eval-set arrays that are not the samples
+IMAGE, TEXT, TABLE = "image", "text", "table"
 GALLERY_CSS = """
 .gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(132px, 1fr));
            gap: .6rem; padding: 0; list-style: none; }
@@ -41,7 +44,36 @@ class FlipSample:
     new_pred: int
     old_confidence: float
     new_confidence: float
-    x: np.ndarray
+    values: Mapping[str, np.ndarray]  # this sample's row of each array the gallery shows
+
+
+@dataclass(frozen=True)
+class SampleView:
+    """How the gallery shows an eval set's samples (IMAGE, TEXT or TABLE) and which of its
+    arrays it reads for that."""
+
+    kind: str
+    arrays: tuple[str, ...]
+
+    @classmethod
+    def of(cls, shapes: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> "SampleView":
+        """The view of an eval set whose arrays have these (shape, dtype): its `images`, its
+        `text`, an image-shaped single input, token ids, or else every input's values."""
+        if "images" in shapes:
+            return cls(IMAGE, ("images",))
+        if "text" in shapes:
+            return cls(TEXT, ("text",))
+        inputs = tuple(name for name in shapes if name not in (*NOT_SHOWN, "images", "text"))
+        if len(inputs) == 1 and is_image(shapes[inputs[0]][0][1:]) \
+                and shapes[inputs[0]][1].kind == "f":
+            return cls(IMAGE, inputs)
+        if "input_ids" in inputs:
+            return cls(TEXT, ("input_ids",))
+        return cls(TABLE, inputs)
+
+    @classmethod
+    def of_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "SampleView":
+        return cls.of({name: (array.shape, array.dtype) for name, array in arrays.items()})
 
 
 def is_image(sample_shape: Sequence[int]) -> bool:
@@ -57,28 +89,34 @@ def by_new_confidence(indices: np.ndarray, new_logits: np.ndarray) -> np.ndarray
 
 
 def flip_samples(indices: np.ndarray, labels: np.ndarray, old_logits: np.ndarray,
-                 new_logits: np.ndarray, x: np.ndarray) -> list[FlipSample]:
-    """The gallery entries of `indices`; the other arrays hold those samples' rows in order."""
+                 new_logits: np.ndarray, rows: Mapping[str, np.ndarray]) -> list[FlipSample]:
+    """The gallery entries of `indices`; the other arrays (and each of `rows`, by the name of
+    the eval-set array it comes from) hold those samples' rows in order."""
     old_probs = softmax(np.asarray(old_logits, dtype=np.float64))
     new_probs = softmax(np.asarray(new_logits, dtype=np.float64))
     return [FlipSample(int(index), int(labels[i]), int(old_probs[i].argmax()),
                        int(new_probs[i].argmax()), float(old_probs[i].max()),
-                       float(new_probs[i].max()), np.asarray(x[i]))
+                       float(new_probs[i].max()),
+                       {name: np.asarray(row[i]) for name, row in rows.items()})
             for i, index in enumerate(indices)]
 
 
 def gallery_from_arrays(old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray,
-                        x: np.ndarray, limit: int) -> tuple[list[FlipSample], int]:
-    """The `limit` most confident negative flips of a comparison held in memory, and how
-    many negative flips there are."""
+                        arrays: Mapping[str, np.ndarray],
+                        limit: int) -> tuple[list[FlipSample], int]:
+    """The `limit` most confident negative flips of a comparison held in memory (`arrays`:
+    the eval-set arrays the gallery shows, by name), and how many there are."""
     negative = np.flatnonzero((old_logits.argmax(1) == labels) & (new_logits.argmax(1) != labels))
     shown = by_new_confidence(negative, new_logits[negative])[:limit]
     return flip_samples(shown, labels[shown], old_logits[shown], new_logits[shown],
-                        x[shown]), int(negative.size)
+                        {name: array[shown] for name, array in arrays.items()}), int(negative.size)
 
 
 def png_bytes(sample: np.ndarray) -> bytes:
-    """A grayscale (H, W) / (1, H, W) or RGB (3, H, W) sample as a PNG, scaled to 0..255."""
+    """A grayscale (H, W) / (1, H, W) or RGB (3, H, W) sample as a PNG, scaled to 0..255;
+    uint8 samples (an eval set's `images`: (H, W) or (H, W, 3)) are drawn as they are."""
+    if sample.dtype == np.uint8:
+        return _png(sample, rgb=sample.ndim == 3)
     values = np.asarray(sample, dtype=np.float64)
     values = values[0] if values.ndim == 3 and values.shape[0] == 1 else values
     rgb = values.ndim == 3
@@ -86,7 +124,11 @@ def png_bytes(sample: np.ndarray) -> bytes:
         values = np.moveaxis(values, 0, -1)
     low, high = np.nanmin(values), np.nanmax(values)
     scaled = np.zeros_like(values) if high <= low else (values - low) / (high - low)
-    pixels = np.nan_to_num(scaled * 255).round().astype(np.uint8)
+    return _png(np.nan_to_num(scaled * 255).round().astype(np.uint8), rgb=rgb)
+
+
+def _png(pixels: np.ndarray, *, rgb: bool) -> bytes:
+    """(H, W) or (H, W, 3) uint8 pixels as a PNG."""
     height, width = pixels.shape[:2]
     raw = b"".join(b"\x00" + row.tobytes() for row in pixels)
     header = struct.pack(">IIBBBBB", width, height, 8, 2 if rgb else 0, 0, 0, 0)
@@ -104,14 +146,14 @@ def png_data_uri(sample: np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(png_bytes(sample)).decode()
 
 
-def gallery_html(samples: Sequence[FlipSample], sample_shape: Sequence[int],
+def gallery_html(samples: Sequence[FlipSample], view: SampleView,
                  class_names: list[str] | None = None) -> str:
-    """Image samples as a grid of cards, other shapes as a table of rows."""
+    """Pictures as a grid of cards; text and feature values as a table of rows."""
     if not samples:
         return '<p class="empty">No negative flips.</p>'
-    if is_image(sample_shape):
+    if view.kind == IMAGE:
         return f'<ul class="gallery">{"".join(_card(s, class_names) for s in samples)}</ul>'
-    return _rows_table(samples, class_names)
+    return _rows_table(samples, view, class_names)
 
 
 def _name(index: int, class_names: list[str] | None) -> str:
@@ -122,24 +164,43 @@ def _card(sample: FlipSample, class_names: list[str] | None) -> str:
     label, old, new = (_name(i, class_names) for i in
                        (sample.label, sample.old_pred, sample.new_pred))
     return (f'<li class="flip" data-index="{sample.index}">'
-            f'<img src="{png_data_uri(sample.x)}" alt="sample {sample.index}, label {label}">'
+            f'<img src="{png_data_uri(next(iter(sample.values.values())))}" '
+            f'alt="sample {sample.index}, label {label}">'
             f"<dl><dt>sample</dt><dd>#{sample.index}</dd><dt>label</dt><dd>{label}</dd>"
             f"<dt>old</dt><dd>{old} ({sample.old_confidence:.2f})</dd>"
             f'<dt>new</dt><dd class="new">{new} ({sample.new_confidence:.2f})</dd></dl></li>')
 
 
-def _rows_table(samples: Sequence[FlipSample], class_names: list[str] | None) -> str:
+def _rows_table(samples: Sequence[FlipSample], view: SampleView,
+                class_names: list[str] | None) -> str:
     head = "".join(f"<th>{name}</th>" for name in
-                   ("sample", "label", "old (conf.)", "new (conf.)", "values"))
+                   ("sample", "label", "old (conf.)", "new (conf.)", view.kind))
     rows = []
     for s in samples:
-        flat = s.x.ravel()
-        values = ", ".join(f"{v:.3g}" for v in flat[:MAX_TABLE_VALUES])
-        values += ", …" if flat.size > MAX_TABLE_VALUES else ""
+        values = html.escape(_shown(s.values, view))
         rows.append(f'<tr class="flip-row" data-index="{s.index}"><td>#{s.index}</td>'
                     f"<td>{_name(s.label, class_names)}</td>"
                     f"<td>{_name(s.old_pred, class_names)} ({s.old_confidence:.2f})</td>"
                     f"<td>{_name(s.new_pred, class_names)} ({s.new_confidence:.2f})</td>"
-                    f'<td class="values">[{values}]</td></tr>')
+                    f'<td class="{view.kind}">{values}</td></tr>')
     return (f'<table class="flips"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _shown(values: Mapping[str, np.ndarray], view: SampleView) -> str:
+    """A sample as text: its string, its token ids, or its feature values by array name."""
+    if view.kind == TEXT:
+        text = str(values[view.arrays[0]]) if view.arrays == ("text",) else " ".join(
+            str(v) for v in values[view.arrays[0]].ravel())
+        return text[:MAX_TEXT_CHARS] + ("…" if len(text) > MAX_TEXT_CHARS else "")
+    named = len(values) > 1 or "x" not in values
+    return ", ".join(f"{name}={_values(row)}" if named else _values(row)
+                     for name, row in values.items())
+
+
+def _values(row: np.ndarray) -> str:
+    """The first MAX_TABLE_VALUES values of a sample's row of one array."""
+    flat = np.asarray(row).ravel()
+    shown = [v if isinstance(v, str) else f"{v:.3g}" for v in flat[:MAX_TABLE_VALUES].tolist()]
+    text = ", ".join(shown) + (", …" if flat.size > MAX_TABLE_VALUES else "")
+    return text if flat.size == 1 else f"[{text}]"

@@ -18,10 +18,12 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from flipgate.formats import EvalSet
 from flipgate.metrics.report import PairAnalysis, PlotValues
 from flipgate.reporting.gallery import (
     GALLERY_CSS,
     FlipSample,
+    SampleView,
     gallery_from_arrays,
     gallery_html,
 )
@@ -237,22 +239,27 @@ def report_body(values: PlotValues, report: dict, *, old_name: str, new_name: st
     ])
 
 
-def gallery_section(samples: Sequence[FlipSample], total: int, sample_shape: Sequence[int],
+def gallery_section(samples: Sequence[FlipSample], total: int, view: SampleView,
                     class_names: list[str] | None = None) -> str:
     """The flip gallery with a heading that says how many of the negative flips it shows."""
     shown = f"the {len(samples)} most confident of {total}" if len(samples) < total else "all"
     return (f"<h2>Negative flips ({total})</h2><p class=\"sub\">Samples the old model got "
             f"right and the new one gets wrong: {shown}, by the new model's confidence.</p>"
-            + gallery_html(samples, sample_shape, class_names))
+            + gallery_html(samples, view, class_names))
 
 
-def flip_gallery(analysis: PairAnalysis, x: np.ndarray, limit: int = GALLERY_LIMIT,
+def flip_gallery(analysis: PairAnalysis, evalset: EvalSet, limit: int = GALLERY_LIMIT,
                  class_names: list[str] | None = None) -> str:
     """The gallery section of a comparison held in memory: its `limit` most confident
     negative flips."""
+    arrays = {**evalset.arrays(), **{name: array for name, array in
+                                     (("text", evalset.text), ("images", evalset.images))
+                                     if array is not None}}
+    view = SampleView.of_arrays(arrays)
     samples, total = gallery_from_arrays(analysis.old_logits, analysis.new_logits,
-                                         analysis.labels, x, limit)
-    return gallery_section(samples, total, x.shape[1:], class_names)
+                                         analysis.labels, {name: arrays[name] for name in
+                                                           view.arrays}, limit)
+    return gallery_section(samples, total, view, class_names)
 
 
 BODY_START, BODY_END = "<!-- flipgate:report-body -->", "<!-- /flipgate:report-body -->"

@@ -20,7 +20,7 @@ from service.errors import InvalidInput, NotFound
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
 from service.jobs.service import find_open_job
-from service.predictions.models import Prediction
+from service.predictions.models import Prediction, PredictionSource
 from service.predictions.service import (
     get_predictions,
     queue_missing_inference,
@@ -116,6 +116,7 @@ class PairInputs:
     dataset: Dataset
     names: tuple[str, str]
     class_names: list[str] | None
+    read_as: tuple[dict[str, str], dict[str, str]] = ({}, {})
 
     def measure(self, store: ArtifactStore, *, chunk_rows: int | None = None,
                 progress: Progress | None = None) -> tuple[dict[str, Any], str]:
@@ -135,9 +136,11 @@ class PairInputs:
 
     def sources(self) -> dict[str, dict[str, str]]:
         """The "old" and "new" entries of the report."""
-        return {side: {"source": name, "provider": prediction.provider or prediction.source.value}
-                for side, name, prediction in zip(("old", "new"), self.names,
-                                                  (self.old, self.new), strict=True)}
+        return {side: {"source": name, "provider": prediction.provider or prediction.source.value,
+                       **(read_as if prediction.source == PredictionSource.COMPUTED else {})}
+                for side, name, prediction, read_as in zip(("old", "new"), self.names,
+                                                           (self.old, self.new), self.read_as,
+                                                           strict=True)}
 
 
 def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
@@ -146,7 +149,16 @@ def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
                         for version in (pair.old, pair.new)), pair.dataset,
                       (qualified_name(session=session, version=pair.old),
                        qualified_name(session=session, version=pair.new)),
-                      session.get_one(ModelLine, pair.new.line_id).class_names)
+                      session.get_one(ModelLine, pair.new.line_id).class_names,
+                      (read_as(pair.old), read_as(pair.new)))
+
+
+def read_as(version: ModelVersion) -> dict[str, str]:
+    """Which output of the version's model its inference jobs read and as what (nothing for
+    versions registered before outputs were chosen)."""
+    if version.scores_output is None:
+        return {}
+    return {"output": version.scores_output, "scores": version.scores_kind}
 
 
 def metrics_params(pair: Pair) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import check_labels, load_evalset
+from flipgate.formats import check_labels, label_columns, load_evalset
 from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
@@ -19,13 +19,18 @@ def register_dataset(
     num_classes: int | None = None, source: str | None = None,
     max_decompressed_bytes: int | None = None,
 ) -> Dataset:
-    """Store a labeled .npz under a new name; classes default to the largest label + 1.
+    """Store a labeled .npz under a new name; classes default to the number of names in its
+    `classes`, else to the largest label + 1 (string labels need `classes`).
     The file is validated (memory-mapped where it can be) and the row inserted before the
     file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
     with library_input():
         data = load_evalset(npz_path, mmap=True, source=source,
                             max_decompressed_bytes=max_decompressed_bytes)
+        if data.labels_named:
+            raise InvalidInput("labels_need_classes", f"{name}: y holds class names; add an "
+                               "array `classes` (one name per output column) to the eval set")
+        num_classes = num_classes or (len(data.classes) if data.classes else None)
         check_labels(data.y, num_classes, source=name)
     row = Dataset(name=name, role=role, sha256=file_sha256(npz_path), n=data.n,
                   num_classes=num_classes or int(data.y.max()) + 1,
@@ -67,6 +72,8 @@ def read_groups(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray | None:
 
 
 def read_labels(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray:
-    """The labels y of a stored data set (x is not read)."""
+    """The labels y of a stored data set as column indices (names mapped by its `classes`;
+    the inputs are not read)."""
     with np.load(store.path(dataset.sha256), allow_pickle=False) as archive:
-        return archive["y"].astype(np.int64)
+        classes = archive["classes"].tolist() if "classes" in archive.files else []
+        return label_columns(archive["y"], classes)

@@ -34,7 +34,7 @@ def pair_evidence(*, session: Session, settings: Settings | None, policy: Policy
     store = ArtifactStore.from_settings(settings or get_settings()) if history else None
     return {dataset.name: measured_metrics(row, policy, history and history_breaks(
                 session=session, store=store, line=line, candidate=candidate, dataset=dataset,
-                limit=history, before=before))
+                limit=history, before=before), class_names=line.class_names)
             for dataset, row in zip(datasets, rows, strict=True)}
 
 

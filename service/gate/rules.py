@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flipgate.metrics.cost import update_cost
+from flipgate.reporting.terminal import class_label
 from service.compare.models import PairMetrics
 from service.gate.models import Verdict
 from service.names import NAME
@@ -133,10 +134,11 @@ GROUP_LIMITS = {
 }
 
 
-def measured_metrics(row: PairMetrics, policy: Policy,
-                     history: dict[str, Any] | None = None) -> dict[str, Any]:
+def measured_metrics(row: PairMetrics, policy: Policy, history: dict[str, Any] | None = None,
+                     *, class_names: list[str] | None = None) -> dict[str, Any]:
     """The numbers a policy is checked against, from one stored pair report (and the
-    history measurement, when the policy has a history limit)."""
+    history measurement, when the policy has a history limit); the worst class is named by
+    the line's `class_names` where it has them."""
     worst = max(row.report["per_class"], key=lambda entry: entry["nfr"] or 0.0)
     measured = {
         "n": row.n, "er_old": row.er_old, "er_new": row.er_new,
@@ -145,6 +147,7 @@ def measured_metrics(row: PairMetrics, policy: Policy,
         "churn": row.churn, "negative_flips": row.negative_flips,
         "positive_flips": row.positive_flips, "mcnemar_p": row.mcnemar_p,
         "worst_class": worst["class"], "worst_class_nfr": worst["nfr"] or 0.0,
+        "worst_class_name": class_label(worst["class"], class_names),
         "nfr_mc": row.report.get("nfr_mc"),
     }
     if policy.weighs_costs:
@@ -195,7 +198,15 @@ def _check_one(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list[di
                    if limit.on_flips and getattr(policy, name) is not None]
     if policy.significance is not None and significant and not flip_limits:
         reasons.append(_significance_reason(policy, evalset, p_value))
-    return [_with_versions(reason, metrics) for reason in reasons]
+    return [_with_class(_with_versions(reason, metrics), metrics) for reason in reasons]
+
+
+def _with_class(reason: dict, metrics: dict[str, Any]) -> dict:
+    """The worst-class reason names the class."""
+    if reason["code"] != "max_class_nfr":
+        return reason
+    return {**reason, "message": reason["message"].replace(
+        "the worst class's NFR", f"the NFR of class {metrics['worst_class_name']}")}
 
 
 def _with_versions(reason: dict, metrics: dict[str, Any]) -> dict:

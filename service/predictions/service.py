@@ -9,10 +9,11 @@ import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import load_evalset, load_logits, validate_logits
+from flipgate.formats import load_evalset, load_logits, row_chunks, validate_logits
 from flipgate.inference import OnnxClassifier, Progress
 from flipgate.metrics import predicted_classes
 from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
+from flipgate.scores import PROBABILITIES, to_logits
 from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
@@ -100,8 +101,8 @@ def score_version(*, store: ArtifactStore, version: ModelVersion, dataset: Datas
     """A version's logits on a data set, computed in memory with ONNX Runtime, and the
     provider used."""
     with library_input():
-        classifier, x = _scoring(store, version, dataset)
-        return classifier.predict(x, progress=progress), classifier.provider
+        classifier, inputs = _scoring(store, version, dataset)
+        return classifier.predict(inputs, progress=progress), classifier.provider
 
 
 def score_version_to_file(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
@@ -110,18 +111,21 @@ def score_version_to_file(*, store: ArtifactStore, version: ModelVersion, datase
     """Write a version's logits on a data set (on its samples `rows` only, when given) to the
     .npy `path` batch by batch, reading the samples memory-mapped; the provider used."""
     with library_input():
-        classifier, x = _scoring(store, version, dataset)
-        classifier.predict_to_file(x[rows], path, progress=progress)
+        classifier, inputs = _scoring(store, version, dataset)
+        classifier.predict_to_file({name: array[rows] for name, array in inputs.items()}, path,
+                                   progress=progress)
         return classifier.provider
 
 
 def _scoring(store: ArtifactStore, version: ModelVersion,
-             dataset: Dataset) -> tuple[OnnxClassifier, np.ndarray]:
-    """The version's classifier and the data set's samples (memory-mapped), checked to fit."""
-    classifier = OnnxClassifier(store.path(version.artifact_sha256))
+             dataset: Dataset) -> tuple[OnnxClassifier, dict[str, np.ndarray]]:
+    """The version's classifier (reading the scores output chosen at registration) and the
+    data set's array for each of its inputs (memory-mapped), checked to fit."""
+    classifier = OnnxClassifier(store.path(version.artifact_sha256),
+                                output=version.scores_output, scores=version.scores_kind)
     evalset = load_evalset(store.path(dataset.sha256), mmap=True)
     classifier.check_evalset(evalset)
-    return classifier, evalset.x
+    return classifier, classifier.feeds(evalset)
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,6 +149,25 @@ def check_logits_file(*, version: ModelVersion, dataset: Dataset, npy_path: Path
     return LogitsFile(npy_path, file_sha256(npy_path), predicted_classes(logits))
 
 
+def logits_of_probabilities(path: Path, *, name: str) -> Path:
+    """Write the (N, C) probabilities of the .npy `path` as float32 logits (their floored
+    logs, flipgate.scores) to a file beside it, a chunk of rows at a time; that file."""
+    with library_input():
+        probabilities = load_logits(path, mmap=True, source=name)
+        out = path.with_name(f"{path.stem}-as-logits.npy")
+        with out.open("wb") as file:
+            np.lib.format.write_array_header_2_0(file, _float32_header(probabilities.shape))
+            for chunk in row_chunks(probabilities):
+                file.write(to_logits(chunk, PROBABILITIES, source=name).astype("<f4").tobytes())
+    return out
+
+
+def _float32_header(shape: tuple[int, ...]) -> dict:
+    """The .npy header of a C-ordered little-endian float32 array of `shape`."""
+    return {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
+            "shape": shape}
+
+
 def store_logits_file(*, session: Session, store: ArtifactStore, version: ModelVersion,
                       dataset: Dataset, logits: LogitsFile, source: PredictionSource,
                       provider: str | None = None) -> Prediction:
@@ -160,10 +183,8 @@ def concatenate_logits(parts: list[np.ndarray], path: Path) -> None:
     """Write the (n_i, C) logits `parts` (memory-mapped), in order, as one float32 .npy at
     `path`, a chunk at a time."""
     rows, columns = sum(part.shape[0] for part in parts), parts[0].shape[1]
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
-              "shape": (rows, columns)}
     with path.open("wb") as file:
-        np.lib.format.write_array_header_2_0(file, header)
+        np.lib.format.write_array_header_2_0(file, _float32_header((rows, columns)))
         for part in parts:
             for start, stop in sample_ranges(part.shape[0], chunk_rows(columns)):
                 file.write(np.ascontiguousarray(part[start:stop], dtype="<f4").tobytes())

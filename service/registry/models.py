@@ -35,6 +35,8 @@ class ModelVersion(Record, Base):
     input_name: Mapped[str] = mapped_column(String(256))
     input_shape: Mapped[list[int | None]] = mapped_column(Json)
     num_classes: Mapped[int]
+    scores_output: Mapped[str | None] = mapped_column(String(256))  # None: the only output
+    scores_kind: Mapped[str | None] = mapped_column(String(16))  # logits | probabilities
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
     produced_by: Mapped[dict[str, Any] | None]
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)

@@ -4,7 +4,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, UploadFile
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, StringConstraints
 
 from service import flows
 from service.artifacts import upload_name
@@ -13,7 +13,12 @@ from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
 from service.errors import InvalidInput
 from service.registry import service
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.schemas import ModelLineDetail, ModelLineRead, ModelVersionRead
+from service.registry.schemas import (
+    ModelLineDetail,
+    ModelLineRead,
+    ModelVersionRead,
+    ScoreKind,
+)
 
 router = APIRouter(prefix="/models", tags=["models"])
 METADATA_MAX_CHARS = 64 * 1024
@@ -26,6 +31,10 @@ def register_version(
     name: Annotated[str, Form()], version: Annotated[str, Form()], artifact: UploadFile,
     parent: Annotated[str | None, Form(description="line:version or line@alias")] = None,
     metadata: Annotated[str | None, Form(description="a JSON object")] = None,
+    output: Annotated[str | None, Form(description="the output that holds the scores "
+                                       "(default: chosen from the graph)")] = None,
+    scores: Annotated[ScoreKind | None, Form(description="what the scores are (default: "
+                                             "detected from the graph)")] = None,
 ) -> ModelVersion:
     """Register an ONNX classifier as `name:version`; the line is created on first use.
     Inference on the data sets the line was measured on, and metrics against the parent and
@@ -35,7 +44,8 @@ def register_version(
         row = service.register_version(session=session, store=store, line_name=name,
                                        version=version, onnx_path=path, parent=parent,
                                        metadata=parse_metadata(metadata),
-                                       source=upload_name("artifact", artifact.filename))
+                                       source=upload_name("artifact", artifact.filename),
+                                       output=output, scores=scores)
     flows.version_registered(session=session, version=row)
     return row
 
@@ -110,3 +120,16 @@ def set_training_dataset(name: str, body: TrainingDatasetChoice,
     """Choose the training set (POST /trainsets) that repairs of the line's candidates use."""
     return service.set_training_dataset(session=session, line_name=name,
                                         dataset=get_dataset(session=session, name=body.dataset))
+
+
+class ClassNames(BaseModel):
+    class_names: list[Annotated[str, StringConstraints(max_length=256)]] = Field(
+        max_length=1 << 20)
+
+
+@router.put("/{name}/classes", response_model=ModelLineRead, dependencies=[WRITE])
+def set_class_names(name: str, body: ClassNames, session: SessionDep) -> ModelLine:
+    """Name the line's classes (one unique name per output column), shown in its reports,
+    the gate's reasons and the dashboard."""
+    return service.set_class_names(session=session, line_name=name,
+                                   class_names=body.class_names)

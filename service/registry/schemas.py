@@ -1,11 +1,13 @@
 """Read schemas of model lines, versions and aliases."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from service.schemas import RecordRead
+
+ScoreKind = Literal["logits", "probabilities"]  # what a model's scores are (flipgate.scores)
 
 
 class ModelLineRead(RecordRead):
@@ -22,6 +24,8 @@ class ModelVersionRead(RecordRead):
     input_name: str
     input_shape: list[int | None]
     num_classes: int
+    scores_output: str | None
+    scores_kind: str | None
     parent_id: int | None
     produced_by: dict[str, Any] | None
     metadata: dict[str, Any] = Field(validation_alias="meta")

@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.formats import inspect_onnx
+from flipgate.onnx_io import OutputSpec
 from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
@@ -46,19 +47,24 @@ def register_version(
     *, session: Session, store: ArtifactStore, line_name: str, version: str, onnx_path: Path,
     parent: str | None = None, produced_by: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None, source: str | None = None,
+    output: str | None = None, scores: str | None = None,
 ) -> ModelVersion:
-    """Store an ONNX classifier as a new version of a line, creating the line on first use.
+    """Store an ONNX classifier as a new version of a line, creating the line on first use;
+    its scores are read from `output` as `scores` (chosen and detected from the graph when
+    None). The line takes the class names the model carries; versions must agree on them.
     The row is inserted before the file enters the store: a refusal leaves nothing behind."""
     check_name(version, "version", VERSION)
     with library_input():
-        spec = inspect_onnx(onnx_path, source=source)
+        spec = inspect_onnx(onnx_path, source=source, output=output, scores=scores)
     line = _line_with_classes(session=session, name=line_name, num_classes=spec.num_classes)
     _check_input_signature(session=session, line=line, input_shape=spec.input_shape)
+    _take_class_names(line, model_class_names(spec.output))
     row = ModelVersion(
         line=line,
         version=version, artifact_sha256=file_sha256(onnx_path),
         input_name=spec.input_name, input_shape=list(spec.input_shape),
-        num_classes=spec.num_classes, produced_by=produced_by, meta=metadata or {},
+        num_classes=spec.num_classes, scores_output=spec.output_name,
+        scores_kind=spec.output.kind, produced_by=produced_by, meta=metadata or {},
         parent=None if parent is None else resolve_reference(session=session, reference=parent),
     )
     insert_or_conflict(session, row, code="version_exists",
@@ -78,6 +84,33 @@ def _line_with_classes(*, session: Session, name: str, num_classes: int) -> Mode
     return line
 
 
+def _take_class_names(line: ModelLine, names: list[str] | None) -> None:
+    """Give the line the class names a model carries, which must agree with its own."""
+    if names is None:
+        return
+    _check_class_names(names, line.num_classes, f"the model's class labels for {line.name!r}")
+    if line.class_names is not None and line.class_names != names:
+        raise InvalidInput("class_names_mismatch", f"model line {line.name!r} names its "
+                           f"classes {line.class_names}, this model {names}")
+    line.class_names = names
+
+
+def set_class_names(*, session: Session, line_name: str, class_names: list[str]) -> ModelLine:
+    """Name the classes of a line: one unique, non-empty, printable name per class."""
+    line = get_line(session=session, name=line_name)
+    _check_class_names(class_names, line.num_classes, f"model line {line_name!r}")
+    line.class_names = class_names
+    return line
+
+
+def _check_class_names(names: list[str], count: int, what: str) -> None:
+    """`count` unique, non-empty, printable names of at most 256 characters."""
+    if len(names) != count or len(set(names)) != len(names) or not all(
+            name.strip() and name.isprintable() and len(name) <= 256 for name in names):
+        raise InvalidInput("invalid_classes", f"{what}: {count} classes need one unique, "
+                           f"non-empty, printable name each, not {names[:20]}")
+
+
 def _check_input_signature(*, session: Session, line: ModelLine,
                            input_shape: tuple[int | None, ...]) -> None:
     """Versions of a line take samples of one shape (their batch axes may differ)."""
@@ -93,6 +126,14 @@ def _check_input_signature(*, session: Session, line: ModelLine,
 
 def _shown(dims) -> tuple:
     return tuple("?" if dim is None else dim for dim in dims)
+
+
+def model_class_names(output: OutputSpec) -> list[str] | None:
+    """The class names a model carries, unless they are only its column indices."""
+    labels = output.class_labels
+    if labels is None or labels == tuple(str(column) for column in range(len(labels))):
+        return None
+    return list(labels)
 
 
 def get_version(*, session: Session, version_id: int) -> ModelVersion:

@@ -15,7 +15,7 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from flipgate.reporting.gallery import GALLERY_CSS, gallery_html, is_image
+from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
 from flipgate.reporting.html import stored_body
 from service.artifacts import ArtifactStore
 from service.config import Settings
@@ -120,12 +120,12 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
     ranked = samples.ranked_negative_flips(
         rows.metrics.report["flipped_indices"]["negative"], paths["new_logits"])
     page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
-    flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths)
+    view = samples.sample_view(paths["evalset"])
+    flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
                   report=Markup(_report(rows, store)),
-                  gallery=Markup(gallery_html(flips, rows.dataset.sample_shape,
-                                              rows.class_names)),
-                  images=is_image(rows.dataset.sample_shape), flips=len(ranked), page=page,
+                  gallery=Markup(gallery_html(flips, view, rows.class_names)),
+                  images=view.kind == IMAGE, flips=len(ranked), page=page,
                   pages=pages, per_page=FLIPS_PER_PAGE,
                   gallery_css=Markup(GALLERY_CSS))
 

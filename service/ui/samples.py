@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flipgate.reporting.gallery import FlipSample, by_new_confidence, flip_samples
+from flipgate.formats import label_columns, npz_headers
+from flipgate.reporting.gallery import FlipSample, SampleView, by_new_confidence, flip_samples
 
 ZIP_LOCAL_HEADER_BYTES = 30
 STREAM_CHUNK_BYTES = 1 << 22
@@ -80,10 +81,26 @@ def ranked_negative_flips(negative: list[int], new_logits: Path) -> np.ndarray:
     return by_new_confidence(indices, logits_rows(new_logits, indices))
 
 
+def sample_view(evalset: Path) -> SampleView:
+    """How the gallery shows the samples of a stored eval set, from its array headers."""
+    headers = npz_headers(evalset, source=evalset.name)
+    return SampleView.of({name: (header.shape, header.dtype) for name, header in headers.items()})
+
+
 def gallery_page(ranked: np.ndarray, page: int, per_page: int, *, old_logits: Path,
-                 new_logits: Path, evalset: Path) -> list[FlipSample]:
+                 new_logits: Path, evalset: Path, view: SampleView) -> list[FlipSample]:
     """The gallery entries of one page of `ranked` flips, reading only their rows."""
     shown = ranked[(page - 1) * per_page:page * per_page]
-    return flip_samples(shown, npz_rows(evalset, "y", shown), logits_rows(old_logits, shown),
-                        logits_rows(new_logits, shown), npz_rows(evalset, "x", shown))
+    return flip_samples(shown, column_labels(evalset, shown), logits_rows(old_logits, shown),
+                        logits_rows(new_logits, shown),
+                        {name: npz_rows(evalset, name, shown) for name in view.arrays})
+
+
+def column_labels(evalset: Path, indices: np.ndarray) -> np.ndarray:
+    """The labels of samples `indices` as column indices (class names mapped by `classes`)."""
+    labels = npz_rows(evalset, "y", indices)
+    if labels.dtype.kind != "U":
+        return labels
+    with np.load(evalset, allow_pickle=False) as archive:
+        return label_columns(labels, archive["classes"].tolist())
 

@@ -15,7 +15,11 @@ from flipgate.formats import EvalSet
 from flipgate.metrics import compare_logits
 from flipgate.metrics.probs import softmax
 from flipgate.reporting.gallery import (
+    IMAGE,
+    TABLE,
+    TEXT,
     FlipSample,
+    SampleView,
     gallery_from_arrays,
     gallery_html,
     is_image,
@@ -51,7 +55,7 @@ def test_gallery_holds_the_negative_flips_most_confident_first():
     labels = rng.integers(0, 4, 200)
     old, new = rng.normal(size=(200, 4)), rng.normal(size=(200, 4)) * 3
     x = rng.normal(size=(200, 6, 6))
-    samples, total = gallery_from_arrays(old, new, labels, x, limit=10)
+    samples, total = gallery_from_arrays(old, new, labels, {"x": x}, limit=10)
     expected = compare_logits(old, new, labels)
     assert total == expected["negative_flips"] > 10 and len(samples) == 10
     confidence = softmax(new).max(axis=1)
@@ -60,12 +64,12 @@ def test_gallery_holds_the_negative_flips_most_confident_first():
     for s in samples:
         assert s.label == labels[s.index] == s.old_pred != s.new_pred == new[s.index].argmax()
         assert s.new_confidence == pytest.approx(confidence[s.index])
-        assert np.array_equal(s.x, x[s.index])
+        assert np.array_equal(s.values["x"], x[s.index])
 
 
 def test_other_shapes_are_a_table_of_rows_and_names_are_escaped():
-    sample = FlipSample(3, 0, 0, 1, 0.9, 0.8, np.arange(40.0))
-    page = gallery_html([sample], (40,), class_names=["<b>cat</b>", "dog"])
+    sample = FlipSample(3, 0, 0, 1, 0.9, 0.8, {"x": np.arange(40.0)})
+    page = gallery_html([sample], SampleView(TABLE, ("x",)), class_names=["<b>cat</b>", "dog"])
     assert "<img" not in page and 'data-index="3"' in page
     assert "&lt;b&gt;cat&lt;/b&gt;" in page and "<b>cat" not in page
     assert "0, 1, 2" in page and "…" in page  # long rows are cut
@@ -99,3 +103,41 @@ def test_compare_html_has_the_gallery_unless_left_out(run_cli, digit_models, tmp
     for encoded in images:
         assert Image.open(io.BytesIO(base64.b64decode(encoded))).size == (8, 8)
     assert "<img" not in without.read_text() and 'class="gallery"' not in without.read_text()
+
+
+def flip_of(values: dict) -> FlipSample:
+    return FlipSample(7, 0, 0, 1, 0.9, 0.6, values)
+
+
+def test_text_is_shown_as_text_never_as_a_picture():
+    arrays = {"input_ids": np.ones((3, 8), np.int64), "attention_mask": np.ones((3, 8), np.int64),
+              "text": np.array(["a <b>bold</b> claim", "b", "c"])}
+    view = SampleView.of_arrays(arrays)
+    assert view == SampleView(TEXT, ("text",))
+    page = gallery_html([flip_of({"text": arrays["text"][0]})], view, ["spam", "ham"])
+    assert "<img" not in page and "a &lt;b&gt;bold&lt;/b&gt; claim" in page
+    assert "<td>spam</td>" in page and "ham (0.60)" in page
+
+
+def test_token_ids_stand_in_for_missing_text():
+    ids = np.array([[101, 2023, 0]])
+    view = SampleView.of_arrays({"input_ids": ids, "attention_mask": ids > 0})
+    assert view == SampleView(TEXT, ("input_ids",))
+    assert "101 2023 0" in gallery_html([flip_of({"input_ids": ids[0]})], view)
+
+
+def test_tabular_samples_are_feature_values_by_column():
+    columns = {"alcohol": np.array([13.25, 12.0]), "hue_level": np.array(["mid", "low"])}
+    view = SampleView.of_arrays({**columns, "y": np.zeros(2, int)})
+    assert view == SampleView(TABLE, ("alcohol", "hue_level"))
+    page = gallery_html([flip_of({name: array[0] for name, array in columns.items()})], view)
+    assert "alcohol=13.2, hue_level=mid" in page
+
+
+def test_an_images_array_is_drawn_in_its_own_colours():
+    rgb = np.zeros((2, 4, 5, 3), np.uint8)
+    rgb[0, :, :, 0] = 200
+    view = SampleView.of_arrays({"input_ids": np.ones((2, 3), np.int64), "images": rgb})
+    assert view == SampleView(IMAGE, ("images",))
+    drawn = np.asarray(Image.open(io.BytesIO(png_bytes(rgb[0]))))
+    assert drawn.shape == (4, 5, 3) and (drawn == rgb[0]).all()

@@ -331,3 +331,13 @@ def test_links_use_the_public_url_when_one_is_set(line):
     line.app.state.settings.public_url = "https://flipgate.example.com/api"
     assert measured(line).json()["report_url"].startswith(
         "https://flipgate.example.com/api/compare/digits:1/digits:2?")
+
+
+def test_the_worst_class_is_named_by_the_lines_class_names(line):
+    line.put("/models/digits/classes", json={"class_names": ["cat", "dog", "owl"]})
+    line.put("/models/digits/policy", json={"max_class_nfr": 0.1, "evalsets": ["ev"]})
+    decision = measured(line).json()
+    assert decision["verdict"] == "block"
+    assert [reason["message"] for reason in decision["reasons"]] == [
+        f"on ev: the NFR of class dog {4 / 33:.4g} is above the maximum 0.1"]
+    assert decision["metrics"]["ev"]["worst_class_name"] == "dog"

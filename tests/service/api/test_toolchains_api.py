@@ -1,0 +1,116 @@
+"""Classifiers exported the standard way of each toolchain (tests/toolchains.py), registered
+with POST /models, scored by the inference job and compared by the metrics job: the stored
+report matches numpy over the toolchain's own predictions."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import toolchains
+from tests.service.api.conftest import error_code, measure, npy_bytes
+from tests.toolchains import Built, ece, expected_counts
+
+
+@pytest.fixture(scope="module")
+def string_labels(toolchain_folder):
+    return toolchains.string_label_models(toolchain_folder)
+
+
+@pytest.fixture(scope="module")
+def frame(toolchain_folder):
+    return toolchains.dataframe_models(toolchain_folder)
+
+
+def register(client, built: Built, line: str, evalset: Path, **fields: dict[str, str]) -> None:
+    """POST both models as `line:1` and `line:2` and the eval set as `eval`."""
+    for version, path in (("1", built.old), ("2", built.new)):
+        response = client.post("/models", data={"name": line, "version": version,
+                                                 **fields.get(version, {})},
+                               files={"artifact": ("model.onnx", path.read_bytes())})
+        assert response.status_code == 201, response.text
+    response = client.post("/evalsets", data={"name": "eval"},
+                           files={"data": ("eval.npz", evalset.read_bytes())})
+    assert response.status_code == 201, response.text
+
+
+def assert_matches(report: dict, built: Built) -> None:
+    expected = expected_counts(built)
+    assert {key: report[key] for key in expected} == pytest.approx(expected)
+    for side, probs in (("old", built.old_probs), ("new", built.new_probs)):
+        assert report["confidence"][f"{side}_ece"] == pytest.approx(
+            ece(probs, built.labels), abs=1e-4)
+
+
+def test_string_labels_and_the_lines_class_names(client, string_labels, tmp_path):
+    built = string_labels
+    with np.load(built.evalset) as data:
+        np.savez(evalset := tmp_path / "named.npz", x=data["x"], y=data["y"],
+                 classes=np.array(built.classes))
+    register(client, built, "cancer", evalset)
+    assert client.get("/models/cancer").json()["line"]["class_names"] == built.classes
+    assert_matches(measure(client, "cancer:1", "cancer:2", "eval"), built)
+
+
+def test_names_without_classes_are_refused(client, string_labels):
+    response = client.post("/evalsets", data={"name": "eval"},
+                           files={"data": ("eval.npz", string_labels.evalset.read_bytes())})
+    assert error_code(response, 422) == "labels_need_classes"
+    assert client.get("/evalsets").json() == []
+
+
+def test_a_dataframe_pipeline_with_string_inputs(client, frame):
+    register(client, frame, "wine", frame.evalset)
+    versions = client.get("/models/wine").json()["versions"]
+    assert [(v["scores_output"], v["scores_kind"]) for v in versions] == [
+        ("output_probability", "probabilities")] * 2
+    report = measure(client, "wine:1", "wine:2", "eval")
+    assert_matches(report, frame)
+    assert report["new"] == {"source": "wine:2", "provider": "CPUExecutionProvider",
+                             "output": "output_probability", "scores": "probabilities"}
+
+
+def test_output_and_scores_fields_are_stored_and_used(client, frame):
+    fields = {"1": {"scores": "logits"}, "2": {"output": "output_label"}}
+    response = client.post("/models", data={"name": "wine", "version": "2", **fields["2"]},
+                           files={"artifact": ("model.onnx", frame.new.read_bytes())})
+    assert error_code(response, 422) == "onnx_output_unknown"
+    register(client, frame, "wine", frame.evalset, **{"1": fields["1"]})
+    assert client.get("/models/wine/versions/1").json()["scores_kind"] == "logits"
+    report = measure(client, "wine:1", "wine:2", "eval")
+    as_logits = np.exp(frame.old_probs) / np.exp(frame.old_probs).sum(1, keepdims=True)
+    assert report["confidence"]["old_ece"] == pytest.approx(ece(as_logits, frame.labels),
+                                                            abs=1e-4)
+
+
+def test_class_names_are_set_for_a_line_and_checked(client, frame):
+    register(client, frame, "wine", frame.evalset)
+    named = client.put("/models/wine/classes", json={"class_names": ["a", "b", "c"]})
+    assert named.status_code == 200 and named.json()["class_names"] == ["a", "b", "c"]
+    too_few = client.put("/models/wine/classes", json={"class_names": ["a", "b"]})
+    assert error_code(too_few, 422) == "invalid_classes"
+    assert client.get("/models/wine").json()["line"]["class_names"] == ["a", "b", "c"]
+
+
+def test_versions_must_agree_on_class_names(client, string_labels):
+    register(client, string_labels, "cancer", string_labels.evalset.with_name(
+        "cancer_targets.npz"))
+    client.put("/models/cancer/classes", json={"class_names": ["healthy", "ill"]})
+    response = client.post("/models", data={"name": "cancer", "version": "3"},
+                           files={"artifact": ("model.onnx", string_labels.new.read_bytes())})
+    assert error_code(response, 422) == "class_names_mismatch"
+
+
+def test_uploaded_probabilities_are_the_models_own(client, frame):
+    register(client, frame, "wine", frame.evalset)
+    uploaded = client.post("/models/wine/versions/1/predictions",
+                           data={"evalset": "eval", "scores": "probabilities"},
+                           files={"logits": ("p.npy", npy_bytes(frame.old_probs))})
+    assert uploaded.status_code == 201, uploaded.text
+    report = measure(client, "wine:1", "wine:2", "eval")
+    assert_matches(report, frame)
+    assert report["old"]["provider"] == "uploaded"
+    beyond = client.post("/models/wine/versions/2/predictions",
+                         data={"evalset": "eval", "scores": "probabilities"},
+                         files={"logits": ("p.npy", npy_bytes(frame.new_probs * 3))})
+    assert error_code(beyond, 422) == "scores_not_probabilities"
