@@ -317,7 +317,7 @@ def inspect_onnx(path: str | Path, *, source: str | None = None) -> OnnxSpec:
         model = onnx.load(str(path), load_external_data=False)
         _check_external_data(model, path, source)
         _check_initializer_count(model, source)
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(path))  # by path: external data beside the model
     except InputError:
         raise
     except Exception as error:  # protobuf and checker raise many types for corrupt input
@@ -384,7 +384,7 @@ def _check_external_data(model: onnx.ModelProto, path: Path, source: str) -> Non
     for tensor in _all_tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        location = _location(tensor)
         target = (folder / location).resolve()
         if not target.is_relative_to(folder) or target == folder:
             raise InputError("onnx_external_data", f"{source}: tensor {tensor.name!r} points "
@@ -392,6 +392,23 @@ def _check_external_data(model: onnx.ModelProto, path: Path, source: str) -> Non
         if not target.is_file():
             raise InputError("onnx_external_data", f"{source}: tensor {tensor.name!r} needs "
                                f"external data file {location!r}, which does not exist")
+
+
+def external_data_names(path: str | Path, *, source: str | None = None) -> set[str]:
+    """The files (relative to the model's folder) that an ONNX model's external tensors name;
+    the model is parsed without reading them."""
+    path = _existing(path, "model", source)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # protobuf raises many types for corrupt input
+        raise InputError("onnx_corrupt", f"{source or path}: not a valid ONNX model "
+                           f"({_explain(error)})") from error
+    return {_location(tensor) for tensor in _all_tensors(model.graph)
+            if tensor.data_location == onnx.TensorProto.EXTERNAL}
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    return next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
 
 
 def _all_tensors(graph: onnx.GraphProto):

@@ -169,9 +169,8 @@ def pair_artifacts(*, session: Session, store: ArtifactStore,
     """The stored ONNX files of the decision's baseline and candidate, with their names."""
     versions = (get_version(session=session, version_id=decision.baseline_id),
                 get_version(session=session, version_id=decision.candidate_id))
-    return [(store.path(version.artifact_sha256), qualified_name(session=session,
-                                                                 version=version))
-            for version in versions]
+    return [(store.model_path(version.artifact_sha256),
+             qualified_name(session=session, version=version)) for version in versions]
 
 
 @contextmanager

@@ -118,7 +118,7 @@ def score_version_to_file(*, store: ArtifactStore, version: ModelVersion, datase
 def _scoring(store: ArtifactStore, version: ModelVersion,
              dataset: Dataset) -> tuple[OnnxClassifier, np.ndarray]:
     """The version's classifier and the data set's samples (memory-mapped), checked to fit."""
-    classifier = OnnxClassifier(store.path(version.artifact_sha256))
+    classifier = OnnxClassifier(store.model_path(version.artifact_sha256))
     evalset = load_evalset(store.path(dataset.sha256), mmap=True)
     classifier.check_evalset(evalset)
     return classifier, evalset.x

@@ -27,15 +27,18 @@ def register_version(
     parent: Annotated[str | None, Form(description="line:version or line@alias")] = None,
     metadata: Annotated[str | None, Form(description="a JSON object")] = None,
 ) -> ModelVersion:
-    """Register an ONNX classifier as `name:version`; the line is created on first use.
-    Inference on the data sets the line was measured on, and metrics against the parent and
-    `production`, are queued (see GET /jobs/{id})."""
-    with store.stage(artifact.file, filename="model.onnx",
+    """Register an ONNX classifier as `name:version`: a single `.onnx`, or a `.zip` holding
+    one `.onnx` and, flat beside it, the external data files it names. The line is created
+    on first use. Inference on the data sets the line was measured on, and metrics against
+    the parent and `production`, are queued (see GET /jobs/{id})."""
+    source = upload_name("artifact", artifact.filename)
+    with store.stage(artifact.file, filename="upload",
                      max_bytes=settings.max_upload_bytes) as path:
+        onnx_path = service.model_upload(path, max_bytes=settings.max_decompressed_bytes,
+                                         source=source)
         row = service.register_version(session=session, store=store, line_name=name,
-                                       version=version, onnx_path=path, parent=parent,
-                                       metadata=parse_metadata(metadata),
-                                       source=upload_name("artifact", artifact.filename))
+                                       version=version, onnx_path=onnx_path, parent=parent,
+                                       metadata=parse_metadata(metadata), source=source)
     flows.version_registered(session=session, version=row)
     return row
 
