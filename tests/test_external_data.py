@@ -2,15 +2,8 @@
 from any working directory, and model .zip archives unpacked only after every check."""
 
 import json
-import zipfile
 
-import numpy as np
 import onnx
-import pytest
-
-from flipgate.errors import InputError
-from flipgate.model_zip import unpack_model_zip
-from tests.conftest import linear_onnx
 
 
 def numpy_counts(old_logits, new_logits, y) -> dict:
