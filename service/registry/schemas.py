@@ -18,9 +18,10 @@ class ModelLineRead(RecordRead):
 class ModelVersionRead(RecordRead):
     line_id: int
     version: str
-    artifact_sha256: str
-    input_name: str
-    input_shape: list[int | None]
+    artifact_sha256: str | None  # None for an external version
+    input_name: str | None
+    input_shape: list[int | None] | None
+    external: bool
     num_classes: int
     parent_id: int | None
     produced_by: dict[str, Any] | None

@@ -70,6 +70,32 @@ def register_version(
     return row
 
 
+def register_external_version(
+    *, session: Session, line_name: str, version: str, num_classes: int | None,
+    parent: str | None = None, metadata: dict[str, Any] | None = None,
+) -> ModelVersion:
+    """Register a version without a model file (an LLM prompt, a remote API, another
+    runtime): its predictions arrive only by upload. A new line needs `num_classes`."""
+    check_name(version, "version", VERSION)
+    line = _external_line(session=session, name=line_name, num_classes=num_classes)
+    row = ModelVersion(
+        line=line, version=version, num_classes=line.num_classes, meta=metadata or {},
+        parent=None if parent is None else resolve_reference(session=session, reference=parent),
+    )
+    return insert_or_conflict(session, row, code="version_exists",
+                              message=f"version {line_name}:{version} already exists")
+
+
+def _external_line(*, session: Session, name: str, num_classes: int | None) -> ModelLine:
+    """The line of an external version: the named one, or a new one of `num_classes`."""
+    exists = session.scalars(select(ModelLine.id).where(ModelLine.name == name)).first()
+    if num_classes is None and exists is None:
+        raise InvalidInput("num_classes_required", f"model line {name!r} does not exist yet: "
+                           "give num_classes (or an artifact) to create it")
+    return get_line(session=session, name=name) if num_classes is None else \
+        _line_with_classes(session=session, name=name, num_classes=num_classes)
+
+
 def model_upload(path: Path, *, max_bytes: int, source: str) -> Path:
     """The .onnx of an uploaded model: the file itself, or the one unpacked (at most
     `max_bytes`) from a model .zip into a new folder beside it."""
@@ -108,8 +134,9 @@ def _check_input_signature(*, session: Session, line: ModelLine,
     """Versions of a line take samples of one shape (their batch axes may differ)."""
     if line.id is None:
         return
-    other = session.scalars(select(ModelVersion.input_shape)
-                            .where(ModelVersion.line_id == line.id).limit(1)).first()
+    onnx_versions = select(ModelVersion.input_shape).where(
+        ModelVersion.line_id == line.id, ModelVersion.artifact_sha256.is_not(None))
+    other = session.scalars(onnx_versions.limit(1)).first()
     if other is not None and list(other[1:]) != list(input_shape[1:]):
         raise InvalidInput("input_signature_mismatch", f"model line {line.name!r} takes "
                            f"samples of shape {_shown(other[1:])}, this model "
