@@ -55,7 +55,7 @@ def compare_and_report(
     report = {**analysis.to_dict(), "old": scored[0].describe(), "new": scored[1].describe()}
     names = {"old_name": str(old), "new_name": str(new)}
     if html:
-        flips = flip_gallery(analysis, evalset.x) if gallery else ""
+        flips = flip_gallery(analysis, evalset.x) if gallery and analysis.values else ""
         write_text(html, render_html(analysis.values, report, **names, gallery=flips))
     if as_json:
         print(json.dumps(report, allow_nan=False))

@@ -35,6 +35,17 @@ def load_predicted_labels(path: str | Path, *, num_classes: int,
     return as_classes(labels, num_classes=num_classes, class_names=class_names, source=source)
 
 
+def holds_labels(path: Path) -> bool:
+    """Whether an .npy file holds one integer or string per sample (predicted labels) rather
+    than float scores; an unreadable file is left for the logits reader to explain."""
+    try:
+        with Path(path).open("rb") as handle:
+            shape, _, dtype = read_npy_header(handle, source=str(path))
+    except (InputError, *NUMPY_READ_ERRORS):
+        return False
+    return len(shape) == 1 and dtype.kind in "iuU"
+
+
 def as_classes(labels: np.ndarray, *, num_classes: int, class_names: list[str] | None,
                source: str) -> np.ndarray:
     """Integer labels checked to lie in [0, num_classes), or strings mapped by `class_names`,
