@@ -236,12 +236,7 @@ def load_logits(path: str | Path, *, mmap: bool = False,
     path = _existing(path, "logits", source)
     source = source or str(path)
     try:
-        if zipfile.is_zipfile(path):
-            raise InputError("logits_not_npy", f"{source}: expected one .npy array of "
-                               "logits, found an .npz archive")
-        with path.open("rb") as handle:
-            shape, _, dtype = read_npy_header(handle, source=source)
-            header = _Header(shape, dtype, data_offset=handle.tell())
+        header = single_npy_header(path, source=source, what="logits")
         _check_logits_header(header, source)
         if path.stat().st_size != header.data_offset + header.nbytes:
             raise ValueError(f"the header declares {header.nbytes} bytes of data, the file "
@@ -252,6 +247,16 @@ def load_logits(path: str | Path, *, mmap: bool = False,
     except NUMPY_READ_ERRORS as error:
         raise _unreadable(error, source, "logits_corrupt", "a readable .npy array") from error
     return validate_logits(logits, source=source)
+
+
+def single_npy_header(path: Path, *, source: str, what: str) -> _Header:
+    """The header of a one-array .npy file of `what` (an .npz archive is refused)."""
+    if zipfile.is_zipfile(path):
+        raise InputError(f"{what}_not_npy", f"{source}: expected one .npy array of {what}, "
+                           "found an .npz archive")
+    with path.open("rb") as handle:
+        shape, _, dtype = read_npy_header(handle, source=source)
+        return _Header(shape, dtype, data_offset=handle.tell())
 
 
 def _check_logits_header(header: _Header, source: str) -> None:

@@ -1,13 +1,18 @@
 """Predicted labels of a classifier known only by its answers (an LLM prompt, a remote API,
 another runtime): an .npy of shape (N,) holding integer classes or class-name strings."""
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from flipgate.errors import InputError
-from flipgate.formats import NUMPY_READ_ERRORS, _existing, _unreadable, read_npy_header
+from flipgate.formats import (
+    NUMPY_READ_ERRORS,
+    _existing,
+    _unreadable,
+    read_npy_header,
+    single_npy_header,
+)
 from flipgate.metrics.matrices import class_dtype
 
 
@@ -19,14 +24,11 @@ def load_predicted_labels(path: str | Path, *, num_classes: int,
     path = _existing(path, "labels", source)
     source = source or str(path)
     try:
-        if zipfile.is_zipfile(path):
-            raise InputError("labels_not_npy", f"{source}: expected one .npy array of "
-                               "labels, found an .npz archive")
-        with path.open("rb") as handle:
-            shape, _, dtype = read_npy_header(handle, source=source)
-        if len(shape) != 1 or shape[0] == 0 or dtype.kind not in "iuU":
+        header = single_npy_header(path, source=source, what="labels")
+        if len(header.shape) != 1 or header.shape[0] == 0 or header.dtype.kind not in "iuU":
             raise InputError("labels_shape", f"{source}: predicted labels must be a non-empty "
-                               f"(N,) array of integers or strings, got {dtype} {shape}")
+                               f"(N,) array of integers or strings, got {header.dtype} "
+                               f"{header.shape}")
         labels = np.load(path, allow_pickle=False)
     except InputError:
         raise
