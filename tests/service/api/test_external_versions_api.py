@@ -107,6 +107,9 @@ def test_the_gate_decides_on_labels_and_repairs_are_refused(client, external_lin
     assert client.post("/gate", json={"model": "wine", "candidate": "prompt-v1"}).json()[
         "verdict"] == "approve"
     assert client.post("/models/wine/aliases/production", json={"version": "prompt-v1"}).is_success
+    assert client.post("/models", data={"name": "wine", "version": "v3"}).status_code == 201
+    unscored = client.post("/gate", json={"model": "wine", "candidate": "v3", "evalsets": ["eval"]})
+    assert error_code(unscored, 409) == "predictions_missing"
     for bound, verdict in ((nfr / 2, "block"), (min(1.0, nfr * 2 + 0.01), "approve")):
         assert client.put("/models/wine/policy",
                           json={"max_nfr": bound, "evalsets": ["eval"]}).is_success
