@@ -63,7 +63,7 @@ def compare_and_report(
     names = {"old_name": str(old), "new_name": str(new)}
     if html:
         flips = flip_gallery(analysis, evalset, class_names=report["class_names"]) \
-            if gallery else ""
+            if gallery and analysis.values else ""
         write_text(html, render_html(analysis.values, report, **names, gallery=flips,
                                      class_names=report["class_names"]))
     if as_json:

@@ -369,12 +369,7 @@ def load_logits(path: str | Path, *, mmap: bool = False,
     path = _existing(path, "logits", source)
     source = source or str(path)
     try:
-        if zipfile.is_zipfile(path):
-            raise InputError("logits_not_npy", f"{source}: expected one .npy array of "
-                               "logits, found an .npz archive")
-        with path.open("rb") as handle:
-            shape, _, dtype = read_npy_header(handle, source=source)
-            header = _Header(shape, dtype, data_offset=handle.tell())
+        header = single_npy_header(path, source=source, what="logits")
         _check_logits_header(header, source)
         if path.stat().st_size != header.data_offset + header.nbytes:
             raise ValueError(f"the header declares {header.nbytes} bytes of data, the file "
@@ -385,6 +380,16 @@ def load_logits(path: str | Path, *, mmap: bool = False,
     except NUMPY_READ_ERRORS as error:
         raise _unreadable(error, source, "logits_corrupt", "a readable .npy array") from error
     return validate_logits(logits, source=source)
+
+
+def single_npy_header(path: Path, *, source: str, what: str) -> _Header:
+    """The header of a one-array .npy file of `what` (an .npz archive is refused)."""
+    if zipfile.is_zipfile(path):
+        raise InputError(f"{what}_not_npy", f"{source}: expected one .npy array of {what}, "
+                           "found an .npz archive")
+    with path.open("rb") as handle:
+        shape, _, dtype = read_npy_header(handle, source=source)
+        return _Header(shape, dtype, data_offset=handle.tell())
 
 
 def _check_logits_header(header: _Header, source: str) -> None:
@@ -477,7 +482,7 @@ def inspect_onnx(path: str | Path, *, source: str | None = None, output: str | N
         model = onnx.load(str(path), load_external_data=False)
         _check_external_data(model, path, source)
         _check_initializer_count(model, source)
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(path))  # by path: external data beside the model
     except InputError:
         raise
     except Exception as error:  # protobuf and checker raise many types for corrupt input
@@ -515,7 +520,7 @@ def _check_external_data(model: onnx.ModelProto, path: Path, source: str) -> Non
     for tensor in _all_tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        location = _location(tensor)
         target = (folder / location).resolve()
         if not target.is_relative_to(folder) or target == folder:
             raise InputError("onnx_external_data", f"{source}: tensor {tensor.name!r} points "
@@ -523,6 +528,23 @@ def _check_external_data(model: onnx.ModelProto, path: Path, source: str) -> Non
         if not target.is_file():
             raise InputError("onnx_external_data", f"{source}: tensor {tensor.name!r} needs "
                                f"external data file {location!r}, which does not exist")
+
+
+def external_data_names(path: str | Path, *, source: str | None = None) -> set[str]:
+    """The files (relative to the model's folder) that an ONNX model's external tensors name;
+    the model is parsed without reading them."""
+    path = _existing(path, "model", source)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # protobuf raises many types for corrupt input
+        raise InputError("onnx_corrupt", f"{source or path}: not a valid ONNX model "
+                           f"({_explain(error)})") from error
+    return {_location(tensor) for tensor in _all_tensors(model.graph)
+            if tensor.data_location == onnx.TensorProto.EXTERNAL}
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    return next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
 
 
 def _all_tensors(graph: onnx.GraphProto):

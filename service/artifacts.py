@@ -17,6 +17,7 @@ from service.errors import InvalidInput, NotFound, PayloadTooLarge
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 CHUNK_BYTES = 1 << 20
+BUNDLE_MODEL = "model.onnx"  # the model's name inside a bundle (a model with external data)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,13 @@ class ArtifactStore:
         return self.root / sha256[:2] / sha256[2:]
 
     def exists(self, sha256: str) -> bool:
-        return self.path(sha256).is_file()
+        path = self.path(sha256)
+        return path.is_file() or path.is_dir()
+
+    def model_path(self, sha256: str) -> Path:
+        """Where a model artifact's .onnx lives: the file itself, or inside its bundle."""
+        path = self.path(sha256)
+        return path / BUNDLE_MODEL if path.is_dir() else path
 
     @property
     def staging(self) -> Path:
@@ -65,7 +72,10 @@ class ArtifactStore:
 
     def remove(self, sha256: str) -> None:
         """Delete an artifact (garbage collection only: requests never delete)."""
-        self.path(sha256).unlink(missing_ok=True)
+        path = self.path(sha256)
+        if path.is_dir():
+            shutil.rmtree(path)
+        path.unlink(missing_ok=True)
 
     def open(self, sha256: str) -> BinaryIO:
         """The artifact opened for reading in binary mode."""
@@ -89,6 +99,30 @@ class ArtifactStore:
         finally:
             temporary.unlink(missing_ok=True)
         return artifact
+
+    def put_model(self, files: dict[str, Path], sha256: str) -> None:
+        """Place a model (`model_files`) at `sha256` (`model_sha256`): as one file, or as a
+        bundle with its external data."""
+        if len(files) == 1:
+            self.put_file(files[BUNDLE_MODEL], sha256)
+        else:
+            self.put_bundle(files, sha256)
+
+    def put_bundle(self, files: dict[str, Path], sha256: str) -> None:
+        """Place a model and its external data (`files` by their names in the bundle, the
+        model as BUNDLE_MODEL) as one read-only folder at the address `sha256`
+        (`bundle_sha256(files)`), linked or copied into a temporary folder first."""
+        if self.exists(sha256):
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        temporary = Path(tempfile.mkdtemp(dir=self.root, prefix=".upload-"))
+        try:
+            for name, path in files.items():
+                _link_or_copy(path, temporary / name)
+                (temporary / name).chmod(0o444)
+            self._place(temporary, sha256)
+        finally:
+            shutil.rmtree(temporary, ignore_errors=True)
 
     def put_stream(self, readable: BinaryIO, max_bytes: int | None = None) -> StoredArtifact:
         """Stream into the store while hashing; more than `max_bytes` is PayloadTooLarge."""
@@ -122,8 +156,12 @@ class ArtifactStore:
         if target.exists():
             return
         target.parent.mkdir(exist_ok=True)
-        temporary.chmod(0o444)
-        os.replace(temporary, target)
+        temporary.chmod(0o755 if temporary.is_dir() else 0o444)
+        try:
+            os.replace(temporary, target)
+        except OSError:  # another upload placed the same bundle first
+            if not target.is_dir():
+                raise
 
 
 def upload_name(field: str, filename: str | None) -> str:
@@ -141,6 +179,18 @@ def file_sha256(path: Path) -> str:
         while chunk := readable.read(CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def model_sha256(files: dict[str, Path]) -> str:
+    """The address of a model (`model_files`): the digest of its .onnx file, or of its bundle
+    when it has external data."""
+    return file_sha256(files[BUNDLE_MODEL]) if len(files) == 1 else bundle_sha256(files)
+
+
+def bundle_sha256(files: dict[str, Path]) -> str:
+    """The address of a bundle: the sha256 of its file names and their contents' digests."""
+    manifest = "".join(f"{name}\0{file_sha256(path)}\n" for name, path in sorted(files.items()))
+    return hashlib.sha256(manifest.encode()).hexdigest()
 
 
 def _link_or_copy(source: Path, target: Path) -> None:

@@ -90,3 +90,52 @@ def mnist_pair(tmp_path_factory) -> MnistPair:
 def toolchain_folder(tmp_path_factory) -> Path:
     """Where tests/toolchains.py's builders export their models and eval sets."""
     return tmp_path_factory.mktemp("toolchains")
+
+
+@dataclass(frozen=True)
+class TorchExportPair:
+    """Two torch classifiers of scikit-learn's digits, each exported by torch.onnx.export's
+    defaults (weights in model.onnx.data beside model.onnx), their logits on the eval set
+    computed by torch itself, and the eval set."""
+
+    old_onnx: Path
+    new_onnx: Path
+    old_logits: np.ndarray
+    new_logits: np.ndarray
+    evalset: EvalSet
+    evalset_path: Path
+
+
+def export_with_torch_defaults(model: torch.nn.Module, features: int, path: Path) -> Path:
+    """torch.onnx.export with its defaults, as a user writes it; only the batch is dynamic."""
+    path.parent.mkdir(parents=True)
+    torch.onnx.export(model, (torch.zeros(2, features),), path, input_names=["x"],
+                      output_names=["logits"], dynamic_shapes=({0: torch.export.Dim("batch")},))
+    return path
+
+
+@pytest.fixture(scope="session")
+def torch_export_pair(tmp_path_factory) -> TorchExportPair:
+    from sklearn.datasets import load_digits
+
+    folder = tmp_path_factory.mktemp("torch_export")
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16).astype(np.float32)
+    evalset = EvalSet(x[1200:], y[1200:])
+    models, logits = [], []
+    for seed, hidden, samples in ((0, 8, 150), (1, 32, 1200)):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(),
+                                    torch.nn.Linear(hidden, 10))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        for _ in range(60):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x[:samples])),
+                                                     torch.from_numpy(y[:samples]))
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            logits.append(model(torch.from_numpy(evalset.x)).numpy())
+        models.append(export_with_torch_defaults(model, 64, folder / f"m{seed}" / "model.onnx"))
+    return TorchExportPair(*models, *logits, evalset, save_evalset(evalset, folder / "eval.npz"))

@@ -15,7 +15,7 @@ from flipgate.metrics.matrices import (
     predicted_classes,
 )
 from flipgate.metrics.probs import softmax
-from flipgate.metrics.report import PlotValues, compare_logits, measure_pair
+from flipgate.metrics.report import PlotValues, compare_labels, compare_logits, measure_pair
 from flipgate.metrics.schurn import schurn
 from flipgate.metrics.stats import (
     cost_mcnemar_one_sided_p,
@@ -30,6 +30,7 @@ __all__ = [
     "SliceCounts",
     "UpdateCost",
     "class_dtype",
+    "compare_labels",
     "compare_logits",
     "confidence_gap",
     "cost_mcnemar_one_sided_p",

@@ -167,36 +167,21 @@ class PairTally:
 
     def report(self) -> dict:
         """The JSON-ready report of everything tallied."""
-        counts, n = self.counts, self.n
-        flips = self._flips()
-        report = {
-            "n": n,
-            "num_classes": self.num_classes,
-            **counts.rates(),
-            "nfr_mc": counts.nfr_mc,
+        n, flips = self.n, self._flips()
+        return {
+            **label_entries(self.counts, self.classes, self.by_group, self.groups,
+                            {kind: flips[kind] for kind in ("negative", "positive")}),
+            "labels_only": False,
             "schurn": self.sums["schurn"] / n,
             "schurn_alpha": self.alpha,
-            "negative_flips": counts.negative_flips,
-            "positive_flips": counts.positive_flips,
-            "both_wrong": counts.both_wrong,
-            "both_wrong_changed": counts.both_wrong_changed,
-            "nfr_ci": list(wilson_interval(counts.negative_flips, n)),
-            "pfr_ci": list(wilson_interval(counts.positive_flips, n)),
-            "churn_ci": list(wilson_interval(counts.changed, n)),
-            "mcnemar_p": mcnemar_one_sided_p(counts.negative_flips, counts.positive_flips),
             "confidence": self._confidence_summary(flips),
             "displacement": self._displacement_summary(flips["negative"]),
             "flip_rank": flip_rank_summary(flips["rank"]),
             "prediction_difference": {
                 **{key: self.sums[key] / n for key in ("delta_1", "delta_2", "delta_l1")},
-                "delta_h": counts.changed / n,
+                "delta_h": self.counts.changed / n,
             },
-            "per_class": [{"class": c, **self.classes.row(c)} for c in range(self.num_classes)],
-            "flipped_indices": {kind: flips[kind].tolist() for kind in ("negative", "positive")},
         }
-        if self.groups:
-            report["per_group"] = group_rows(self.by_group, self.groups.names)
-        return report
 
     def plot_values(self) -> PlotValues:
         """The per-sample values of everything tallied, for the HTML report's plots."""
@@ -225,6 +210,56 @@ class PairTally:
             "negative_flips": describe(displacement[negative]),
             "kept": describe(displacement[self.kept]),
         }
+
+
+def label_entries(counts: FlipCounts, classes: SliceCounts, by_group: SliceCounts,
+                  groups: Slices | None, flips: dict[str, np.ndarray]) -> dict:
+    """The report's entries that predicted labels alone determine: counts, rates, intervals,
+    McNemar, the per-class (and per-group) tables and the flipped indices."""
+    n = counts.n
+    report = {
+        "n": n,
+        "num_classes": len(classes.n),
+        **counts.rates(),
+        "nfr_mc": counts.nfr_mc,
+        "negative_flips": counts.negative_flips,
+        "positive_flips": counts.positive_flips,
+        "both_wrong": counts.both_wrong,
+        "both_wrong_changed": counts.both_wrong_changed,
+        "nfr_ci": list(wilson_interval(counts.negative_flips, n)),
+        "pfr_ci": list(wilson_interval(counts.positive_flips, n)),
+        "churn_ci": list(wilson_interval(counts.changed, n)),
+        "mcnemar_p": mcnemar_one_sided_p(counts.negative_flips, counts.positive_flips),
+        "per_class": [{"class": c, **classes.row(c)} for c in range(len(classes.n))],
+        "flipped_indices": {kind: indices.tolist() for kind, indices in flips.items()},
+    }
+    if groups:
+        report["per_group"] = group_rows(by_group, groups.names)
+    return report
+
+
+SCORE_KEYS_WITHOUT_SCORES = {"schurn": None, "schurn_alpha": None, "confidence": None,
+                             "displacement": None, "flip_rank": None}
+
+
+def compare_labels(old_pred: np.ndarray, new_pred: np.ndarray, labels: np.ndarray,
+                   num_classes: int, *, groups: np.ndarray | None = None) -> dict:
+    """The report of a pair known by predicted labels only (N,) each: every entry of
+    `compare_logits` that labels determine; the entries that need scores are None."""
+    labels, old_pred, new_pred = (np.asarray(a, dtype=np.int64)
+                                  for a in (labels, old_pred, new_pred))
+    slices = Slices.of(groups, labels.size)
+    old_right, new_right = old_pred == labels, new_pred == labels
+    by_group = (SliceCounts.count(slices.codes, old_right, new_right, len(slices.names))
+                if slices else SliceCounts.zeros(0))
+    counts = count_flips(old_pred, new_pred, labels)
+    return {
+        **label_entries(counts, SliceCounts.count(labels, old_right, new_right, num_classes),
+                        by_group, slices, flipped_indices(old_pred, new_pred, labels)),
+        "labels_only": True, **SCORE_KEYS_WITHOUT_SCORES,
+        "prediction_difference": {"delta_1": None, "delta_2": None, "delta_l1": None,
+                                  "delta_h": counts.changed / counts.n},
+    }
 
 
 def flip_rank_summary(ranks: np.ndarray) -> dict:

@@ -226,16 +226,26 @@ def _plots_section(values: PlotValues, report: dict, old_name: str, new_name: st
     return f'<h2>Plots</h2><div class="plots">{"".join(items)}</div>'
 
 
-def report_body(values: PlotValues, report: dict, *, old_name: str, new_name: str,
+LABELS_ONLY_NOTE = (
+    "<h2>Plots</h2><p>A side of this comparison is known by its predicted labels only (an "
+    "external version whose labels were uploaded), so the numbers that need scores (SChurn, "
+    "confidence gaps, ECE, logit displacement, flip ranks, prediction difference Δ1, Δ2, "
+    "Δ<sup>L</sup>1) are null and not plotted; every count, rate, interval and table above "
+    "comes from the labels.</p>")
+
+
+def report_body(values: PlotValues | None, report: dict, *, old_name: str, new_name: str,
                 class_names: list[str] | None = None) -> str:
-    """The report's sections (headline, verdict hints, per-class table, plots) as HTML."""
+    """The report's sections (headline, verdict hints, per-class table, plots) as HTML;
+    without `values` (labels only) a note says why there are no plots."""
     hints = verdict_hints(report, old_name=old_name, new_name=new_name, class_names=class_names)
     hint_items = "".join(f"<li>{html.escape(hint)}</li>" for hint in hints)
     return "\n".join([
         f"<h2>Headline</h2>{_table(['Metric', 'Value'], headline_rows(report))}",
         f"<h2>Verdict hints</h2><ul>{hint_items}</ul>",
         _class_section(report, class_names),
-        _plots_section(values, report, old_name, new_name, class_names),
+        LABELS_ONLY_NOTE if values is None
+        else _plots_section(values, report, old_name, new_name, class_names),
     ])
 
 
@@ -272,7 +282,7 @@ def stored_body(page: str) -> str | None:
 
 
 def render_html(
-    values: PlotValues,
+    values: PlotValues | None,
     report: dict,
     *,
     old_name: str,

@@ -32,7 +32,7 @@ class PairMetrics(Record, Base):
     churn: Mapped[float]
     churn_old_correct: Mapped[float | None]
     churn_old_incorrect: Mapped[float | None]
-    schurn: Mapped[float]
+    schurn: Mapped[float | None]  # None when a side has predicted labels only
     negative_flips: Mapped[int]
     positive_flips: Mapped[int]
     both_wrong: Mapped[int]

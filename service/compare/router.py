@@ -59,6 +59,7 @@ def measure(old: str, new: str, evalset: str, session: SessionDep) -> Response:
     report = service.stored_report(session=session, pair=pair)
     if report is not None:
         return JSONResponse(report)
+    service.check_scorable(session=session, pair=pair)
     return queued(session, service.queue_measurement(session=session, pair=pair)[-1])
 
 

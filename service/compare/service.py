@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from flipgate.metrics import measure_pair
+from flipgate.metrics import compare_labels, measure_pair
 from flipgate.progress import Progress
 from flipgate.reporting.html import render_html
 from service.artifacts import ArtifactStore
@@ -16,7 +16,7 @@ from service.compare.models import REPORT_SCALARS, PairMetrics
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset, read_groups, read_labels
 from service.db import insert_or_conflict
-from service.errors import InvalidInput, NotFound
+from service.errors import Conflict, InvalidInput, NotFound
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
 from service.jobs.service import find_open_job
@@ -25,6 +25,8 @@ from service.predictions.service import (
     get_predictions,
     queue_missing_inference,
     read_logits,
+    read_predicted_classes,
+    versions_with_predictions,
 )
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, qualified_name, resolve_reference
@@ -116,7 +118,13 @@ class PairInputs:
     dataset: Dataset
     names: tuple[str, str]
     class_names: list[str] | None
+    num_classes: int
     read_as: tuple[dict[str, str], dict[str, str]] = ({}, {})
+
+    @property
+    def labels_only(self) -> bool:
+        """Whether a side has predicted labels but no scores (an external version's upload)."""
+        return self.old.logits_sha256 is None or self.new.logits_sha256 is None
 
     def measure(self, store: ArtifactStore, *, chunk_rows: int | None = None,
                 progress: Progress | None = None) -> tuple[dict[str, Any], str]:
@@ -124,11 +132,17 @@ class PairInputs:
         address of its HTML page (stored), from one pass over both logits memory-mapped
         `chunk_rows` samples at a time: memory stays a few chunks plus a few values per
         sample, whatever N is."""
-        old, new = (read_logits(store=store, prediction=side) for side in (self.old, self.new))
         labels = read_labels(store=store, dataset=self.dataset)
-        report, values = measure_pair(old, new, labels, chunk_size=chunk_rows,
-                                      progress=progress,
-                                      groups=read_groups(store=store, dataset=self.dataset))
+        groups = read_groups(store=store, dataset=self.dataset)
+        if self.labels_only:
+            report, values = compare_labels(
+                *(read_predicted_classes(store=store, prediction=side)
+                  for side in (self.old, self.new)), labels, self.num_classes,
+                groups=groups), None
+        else:
+            old, new = (read_logits(store=store, prediction=side) for side in (self.old, self.new))
+            report, values = measure_pair(old, new, labels, chunk_size=chunk_rows,
+                                          progress=progress, groups=groups)
         page = render_html(values, {**report, **self.sources()},
                            old_name=self.names[0], new_name=self.names[1],
                            class_names=self.class_names)
@@ -150,7 +164,7 @@ def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
                       (qualified_name(session=session, version=pair.old),
                        qualified_name(session=session, version=pair.new)),
                       session.get_one(ModelLine, pair.new.line_id).class_names,
-                      (read_as(pair.old), read_as(pair.new)))
+                      pair.new.num_classes, (read_as(pair.old), read_as(pair.new)))
 
 
 def read_as(version: ModelVersion) -> dict[str, str]:
@@ -177,14 +191,34 @@ def pair_from_params(*, session: Session, params: dict[str, Any]) -> Pair:
 def queue_measurement(*, session: Session, pair: Pair) -> list[Job]:
     """The jobs that store the pair's metrics: an inference job per version without logits
     on the data set and the metrics job that waits for them, last (the open ones when they
-    are queued already); none when the metrics are stored."""
-    if find_pair_metrics(session=session, old=pair.old, new=pair.new,
-                         dataset=pair.dataset) is not None:
+    are queued already); none when the metrics are stored or an external version's
+    predictions are missing."""
+    stored = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
+    if stored is not None or unscorable(session=session, pair=pair):
         return []
     inference = queue_missing_inference(session=session, versions=[pair.old, pair.new],
                                         dataset=pair.dataset)
     return [*inference, queue_job(session=session, kind=JobKind.METRICS,
                                   params=metrics_params(pair), waits_for=inference)]
+
+
+def unscorable(*, session: Session, pair: Pair) -> list[ModelVersion]:
+    """The pair's external versions without predictions on its data set: no job can compute
+    them, so the pair waits for their upload."""
+    present = versions_with_predictions(session=session, versions=[pair.old, pair.new],
+                                        dataset=pair.dataset)
+    return [version for version in (pair.old, pair.new)
+            if version.external and version not in present]
+
+
+def check_scorable(*, session: Session, pair: Pair) -> None:
+    """Conflict `predictions_missing` when an external version of the pair has no uploaded
+    predictions on its data set."""
+    if missing := unscorable(session=session, pair=pair):
+        names = [qualified_name(session=session, version=version) for version in missing]
+        raise Conflict("predictions_missing", f"{', '.join(names)} is external (no model "
+                       f"file): upload its predictions on {pair.dataset.name!r} first (POST "
+                       "/models/{name}/versions/{version}/predictions)")
 
 
 def open_measurement(*, session: Session, pair: Pair) -> Job | None:

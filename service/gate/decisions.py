@@ -8,7 +8,7 @@ it waits for the inference and metrics jobs it queued (gate_decision_jobs) and i
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.compare.service import Pair, queue_measurement
+from service.compare.service import Pair, check_scorable, queue_measurement
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
@@ -112,6 +112,8 @@ def _measure_or_decide(session: Session, settings: Settings, decision: Decision,
         verdict, reasons = check(policy, measured)
         return finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
                         metrics=measured)
+    for dataset in datasets:  # an external version's predictions can only be uploaded
+        check_scorable(session=session, pair=Pair(baseline, candidate, dataset))
     jobs = [job for dataset in datasets
             for job in _queue_measurement(session, baseline, candidate, dataset)]
     session.add_all(DecisionJob(decision_id=decision.id, job_id=job_id)

@@ -53,6 +53,7 @@ def request_repair(*, session: Session, store: ArtifactStore, decision_id: int,
     if decision.verdict != Verdict.BLOCK:
         raise Conflict("not_blocked", f"decision {decision_id} is {decision.verdict}; only a "
                        "blocked candidate can be repaired")
+    _refuse_external(session, decision)
     if repair.method in ONNX_REPAIRS:
         params = _onnx_repair_params(session, store, decision, repair)
     elif repair.method in METHODS:
@@ -64,6 +65,16 @@ def request_repair(*, session: Session, store: ArtifactStore, decision_id: int,
     params.update(decision_id=decision.id, method=repair.method, requested_by=requested_by,
                   version=_new_version_name(session, repair, candidate))
     return create_job(session=session, kind=JobKind.TRAIN, params=params)
+
+
+def _refuse_external(session: Session, decision: Decision) -> None:
+    """Every repair needs the weights of the candidate (and the ONNX ones the baseline's)."""
+    for version_id in (decision.baseline_id, decision.candidate_id):
+        version = get_version(session=session, version_id=version_id)
+        if version.external:
+            raise InvalidInput("external_version", f"version {version.version} is external "
+                               "(registered without a model file): it cannot be retrained, "
+                               "interpolated or ensembled; register a repaired version yourself")
 
 
 def _training_params(session: Session, decision: Decision,
@@ -169,9 +180,8 @@ def pair_artifacts(*, session: Session, store: ArtifactStore,
     """The stored ONNX files of the decision's baseline and candidate, with their names."""
     versions = (get_version(session=session, version_id=decision.baseline_id),
                 get_version(session=session, version_id=decision.candidate_id))
-    return [(store.path(version.artifact_sha256), qualified_name(session=session,
-                                                                 version=version))
-            for version in versions]
+    return [(store.model_path(version.artifact_sha256),
+             qualified_name(session=session, version=version)) for version in versions]
 
 
 @contextmanager

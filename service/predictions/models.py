@@ -17,14 +17,15 @@ class PredictionSource(StrEnum):
 
 class Prediction(Record, Base):
     """The (N, C) logits of one version on one data set, kept as a .npy artifact, and its
-    predicted classes beside them."""
+    predicted classes beside them; or (an uploaded labels-only row) its predicted classes
+    alone."""
 
     __tablename__ = "predictions"
     __table_args__ = (UniqueConstraint("version_id", "dataset_id"),)
 
     version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
-    logits_sha256: Mapped[str] = mapped_column(String(64))
+    logits_sha256: Mapped[str | None] = mapped_column(String(64))  # None: labels only
     # the argmax of the logits in the smallest integer dtype (.npy); None on rows stored
     # before it existed, until a metrics job reads them
     classes_sha256: Mapped[str | None] = mapped_column(String(64))

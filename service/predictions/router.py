@@ -1,17 +1,22 @@
-"""Endpoint for logits that a team computed itself."""
+"""Endpoint for the scores or labels that a team computed itself."""
 
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
+from sqlalchemy.orm import Session
 
 from flipgate.scores import PROBABILITIES
 from service import flows
-from service.artifacts import upload_name
+from service.artifacts import ArtifactStore, upload_name
+from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.deps import WRITE, SessionDep, SettingsDep, StoreDep
+from service.errors import InvalidInput
 from service.predictions import service
 from service.predictions.models import Prediction, PredictionSource
 from service.predictions.schemas import PredictionRead
+from service.registry.models import ModelVersion
 from service.registry.schemas import ScoreKind
 from service.registry.service import find_version
 
@@ -22,24 +27,42 @@ router = APIRouter(tags=["predictions"])
              response_model=PredictionRead, dependencies=[WRITE])
 def upload_predictions(name: str, version: str, session: SessionDep, store: StoreDep,
                        settings: SettingsDep, evalset: Annotated[str, Form()],
-                       logits: UploadFile,
+                       logits: UploadFile | None = None,
+                       labels: UploadFile | None = None,
                        scores: Annotated[ScoreKind, Form(description="what the uploaded "
                                                          "scores are")] = "logits",
                        ) -> Prediction:
-    """Store the (N, C) float logits (.npy) of `name:version` on an eval set (probabilities
-    with `scores=probabilities`, kept as their logs: flipgate.scores); metrics against its
-    parent and `production` are queued where they have logits on it too."""
+    """Store the (N, C) float `logits` (.npy) of `name:version` on an eval set
+    (probabilities with `scores=probabilities`, kept as their logs: flipgate.scores), or its
+    predicted `labels` (.npy of shape (N,): integers, or class names when the line has
+    them); metrics against its parent and `production` are queued where they have
+    predictions on it too."""
     row = find_version(session=session, line_name=name, version=version)
     dataset = get_dataset(session=session, name=evalset)
-    shown = upload_name("logits", logits.filename)
-    with store.stage(logits.file, filename="logits.npy",
+    if (logits is None) == (labels is None):
+        raise InvalidInput("predictions_file", "send exactly one of the files `logits` and "
+                           "`labels`")
+    upload = labels or logits
+    with store.stage(upload.file, filename="predictions.npy",
                      max_bytes=settings.max_upload_bytes) as path:
-        if scores == PROBABILITIES:
-            path = service.logits_of_probabilities(path, name=shown)
-        checked = service.check_logits_file(version=row, dataset=dataset, npy_path=path,
-                                            name=shown)
-        prediction = service.store_logits_file(
-            session=session, store=store, version=row, dataset=dataset, logits=checked,
-            source=PredictionSource.UPLOADED)
+        if labels is not None:
+            prediction = service.store_labels_file(
+                session=session, store=store, version=row, dataset=dataset, npy_path=path,
+                name=upload_name("labels", labels.filename))
+        else:
+            prediction = _store_scores(session, store, row, dataset, path, scores,
+                                       upload_name("logits", logits.filename))
     flows.logits_stored(session=session, version=row, dataset=dataset)
     return prediction
+
+
+def _store_scores(session: Session, store: ArtifactStore, version: ModelVersion,
+                  dataset: Dataset, path: Path, scores: str, shown: str) -> Prediction:
+    """Store an uploaded scores file as the version's logits (probabilities as their logs)."""
+    if scores == PROBABILITIES:
+        path = service.logits_of_probabilities(path, name=shown)
+    checked = service.check_logits_file(version=version, dataset=dataset, npy_path=path,
+                                        name=shown)
+    return service.store_logits_file(session=session, store=store, version=version,
+                                     dataset=dataset, logits=checked,
+                                     source=PredictionSource.UPLOADED)

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from flipgate.formats import load_evalset, load_logits, row_chunks, validate_logits
 from flipgate.inference import OnnxClassifier, Progress
+from flipgate.labels import load_predicted_labels
 from flipgate.metrics import predicted_classes
 from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
 from flipgate.scores import PROBABILITIES, to_logits
@@ -21,7 +22,7 @@ from service.errors import Conflict, InvalidInput, NotFound, library_input
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
 from service.predictions.models import Prediction, PredictionSource
-from service.registry.models import ModelVersion
+from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import qualified_name
 
 
@@ -40,19 +41,37 @@ def store_predictions(
     return _with_classes(store, row, predicted_classes(logits))
 
 
-def _prediction_row(*, session: Session, version: ModelVersion, dataset: Dataset, sha256: str,
-                    source: PredictionSource, provider: str | None = None) -> Prediction:
-    """The row pointing at logits `sha256`: inserted, or the existing one when it points at
-    the same logits (other logits are a Conflict)."""
+def _prediction_row(*, session: Session, version: ModelVersion, dataset: Dataset,
+                    sha256: str | None, source: PredictionSource, provider: str | None = None,
+                    classes_sha256: str | None = None) -> Prediction:
+    """The row pointing at logits `sha256` (None: labels only, `classes_sha256`): inserted,
+    or the existing one when it points at the same predictions (others are a Conflict)."""
     existing = session.scalars(_prediction_of(version, dataset)).one_or_none()
-    clash = f"version {version.id} already has other logits on data set {dataset.name!r}"
+    clash = f"version {version.id} already has other predictions on data set {dataset.name!r}"
     if existing is None:
         row = Prediction(version=version, dataset=dataset, logits_sha256=sha256,
-                         source=source, provider=provider)
+                         classes_sha256=classes_sha256, source=source, provider=provider)
         return insert_or_conflict(session, row, code="predictions_exist", message=clash)
-    if existing.logits_sha256 != sha256:
+    if existing.logits_sha256 != sha256 or (
+            classes_sha256 is not None and existing.classes_sha256 != classes_sha256):
         raise Conflict("predictions_exist", clash)
     return existing
+
+
+def store_labels_file(*, session: Session, store: ArtifactStore, version: ModelVersion,
+                      dataset: Dataset, npy_path: Path, name: str) -> Prediction:
+    """Keep a version's uploaded predicted labels (N,) on a data set, with no logits: integers,
+    or class names mapped by the line's `class_names`; the same labels again change nothing."""
+    class_names = session.get_one(ModelLine, version.line_id).class_names
+    with library_input():
+        classes = load_predicted_labels(npy_path, num_classes=version.num_classes,
+                                        class_names=class_names, source=name)
+    if classes.shape != (dataset.n,):
+        raise InvalidInput("labels_shape", f"{name}: {classes.size} predicted labels for data "
+                           f"set {dataset.name!r} of {dataset.n} samples")
+    return _prediction_row(session=session, version=version, dataset=dataset, sha256=None,
+                           source=PredictionSource.UPLOADED,
+                           classes_sha256=store_array(store=store, array=classes))
 
 
 def store_array(*, store: ArtifactStore, array: np.ndarray) -> str:
@@ -121,7 +140,7 @@ def _scoring(store: ArtifactStore, version: ModelVersion,
              dataset: Dataset) -> tuple[OnnxClassifier, dict[str, np.ndarray]]:
     """The version's classifier (reading the scores output chosen at registration) and the
     data set's array for each of its inputs (memory-mapped), checked to fit."""
-    classifier = OnnxClassifier(store.path(version.artifact_sha256),
+    classifier = OnnxClassifier(store.model_path(version.artifact_sha256),
                                 output=version.scores_output, scores=version.scores_kind)
     evalset = load_evalset(store.path(dataset.sha256), mmap=True)
     classifier.check_evalset(evalset)
@@ -243,12 +262,12 @@ def versions_with_predictions(*, session: Session, versions: list[ModelVersion],
 def queue_missing_inference(*, session: Session, versions: list[ModelVersion],
                             dataset: Dataset) -> list[Job]:
     """An inference job (the open one, or a new one) for each version without logits on
-    `dataset`; none when all have them."""
+    `dataset` that has a model file; none when all have them."""
     present = versions_with_predictions(session=session, versions=versions, dataset=dataset)
     return [queue_job(session=session, kind=JobKind.INFERENCE, params={
                 "version_id": version.id, "dataset_id": dataset.id, "evalset": dataset.name,
                 "version": qualified_name(session=session, version=version)})
-            for version in versions if version not in present]
+            for version in versions if version not in present and not version.external]
 
 
 def measured_datasets(*, session: Session, line_id: int) -> list[Dataset]:

@@ -23,7 +23,8 @@ class ModelLine(Record, Base):
 
 
 class ModelVersion(Record, Base):
-    """One ONNX classifier of a line, with the interface read from the file."""
+    """One classifier of a line: an ONNX file, with the interface read from it, or an external
+    version (no artifact, no inputs) whose predictions are uploaded."""
 
     __tablename__ = "model_versions"
     __table_args__ = (UniqueConstraint("line_id", "version"),
@@ -31,9 +32,9 @@ class ModelVersion(Record, Base):
 
     line_id: Mapped[int] = mapped_column(ForeignKey("model_lines.id"))
     version: Mapped[str] = mapped_column(String(NAME_LENGTH))
-    artifact_sha256: Mapped[str] = mapped_column(String(64))
-    input_name: Mapped[str] = mapped_column(String(256))
-    input_shape: Mapped[list[int | None]] = mapped_column(Json)
+    artifact_sha256: Mapped[str | None] = mapped_column(String(64))
+    input_name: Mapped[str | None] = mapped_column(String(256))
+    input_shape: Mapped[list[int | None] | None] = mapped_column(Json)
     num_classes: Mapped[int]
     scores_output: Mapped[str | None] = mapped_column(String(256))  # None: the only output
     scores_kind: Mapped[str | None] = mapped_column(String(16))  # logits | probabilities
@@ -44,6 +45,11 @@ class ModelVersion(Record, Base):
     line: Mapped[ModelLine] = relationship(lazy="raise")
     parent: Mapped["ModelVersion | None"] = relationship(remote_side="ModelVersion.id",
                                                          lazy="raise")
+
+    @property
+    def external(self) -> bool:
+        """Registered without a model file: its predictions can only be uploaded."""
+        return self.artifact_sha256 is None
 
 
 class Alias(Record, Base):

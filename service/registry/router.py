@@ -28,23 +28,34 @@ METADATA_MAX_DEPTH = 32
 @router.post("", status_code=201, response_model=ModelVersionRead, dependencies=[WRITE])
 def register_version(
     session: SessionDep, store: StoreDep, settings: SettingsDep,
-    name: Annotated[str, Form()], version: Annotated[str, Form()], artifact: UploadFile,
+    name: Annotated[str, Form()], version: Annotated[str, Form()],
+    artifact: UploadFile | None = None,
     parent: Annotated[str | None, Form(description="line:version or line@alias")] = None,
     metadata: Annotated[str | None, Form(description="a JSON object")] = None,
     output: Annotated[str | None, Form(description="the output that holds the scores "
                                        "(default: chosen from the graph)")] = None,
     scores: Annotated[ScoreKind | None, Form(description="what the scores are (default: "
                                              "detected from the graph)")] = None,
+    num_classes: Annotated[int | None, Form(ge=2, description="an external version's new "
+                                                 "line: its number of classes")] = None,
 ) -> ModelVersion:
-    """Register an ONNX classifier as `name:version`; the line is created on first use.
-    Inference on the data sets the line was measured on, and metrics against the parent and
-    `production`, are queued (see GET /jobs/{id})."""
-    with store.stage(artifact.file, filename="model.onnx",
+    """Register an ONNX classifier as `name:version`: a single `.onnx`, or a `.zip` holding
+    one `.onnx` and, flat beside it, the external data files it names. The line is created
+    on first use. Inference on the data sets the line was measured on, and metrics against
+    the parent and `production`, are queued (see GET /jobs/{id}). Without an `artifact`,
+    an external version is registered: its predictions arrive by POST .../predictions."""
+    if artifact is None:
+        return service.register_external_version(
+            session=session, line_name=name, version=version, num_classes=num_classes,
+            parent=parent, metadata=parse_metadata(metadata))
+    source = upload_name("artifact", artifact.filename)
+    with store.stage(artifact.file, filename="upload",
                      max_bytes=settings.max_upload_bytes) as path:
+        onnx_path = service.model_upload(path, max_bytes=settings.max_decompressed_bytes,
+                                         source=source)
         row = service.register_version(session=session, store=store, line_name=name,
-                                       version=version, onnx_path=path, parent=parent,
-                                       metadata=parse_metadata(metadata),
-                                       source=upload_name("artifact", artifact.filename),
+                                       version=version, onnx_path=onnx_path, parent=parent,
+                                       metadata=parse_metadata(metadata), source=source,
                                        output=output, scores=scores)
     flows.version_registered(session=session, version=row)
     return row

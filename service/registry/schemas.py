@@ -20,9 +20,10 @@ class ModelLineRead(RecordRead):
 class ModelVersionRead(RecordRead):
     line_id: int
     version: str
-    artifact_sha256: str
-    input_name: str
-    input_shape: list[int | None]
+    artifact_sha256: str | None  # None for an external version
+    input_name: str | None
+    input_shape: list[int | None] | None
+    external: bool
     num_classes: int
     scores_output: str | None
     scores_kind: str | None

@@ -7,15 +7,17 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import inspect_onnx
+from flipgate.formats import external_data_names, inspect_onnx
+from flipgate.model_zip import unpack_model_zip
 from flipgate.onnx_io import OutputSpec
-from service.artifacts import ArtifactStore, file_sha256
+from service.artifacts import BUNDLE_MODEL, ArtifactStore, model_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import InvalidInput, NotFound, library_input
 from service.names import VERSION, check_name
 from service.registry.models import Alias, ModelLine, ModelVersion
 
+ZIP_MAGIC = b"PK\x03\x04"
 REFERENCE = re.compile(r"(?P<line>[^:@]+)(?P<separator>[:@])(?P<name>[^:@]+)")
 PRODUCTION = "production"  # the alias that only the deploy gate's approvals move
 
@@ -56,12 +58,13 @@ def register_version(
     check_name(version, "version", VERSION)
     with library_input():
         spec = inspect_onnx(onnx_path, source=source, output=output, scores=scores)
+        files = model_files(onnx_path, source=source)
     line = _line_with_classes(session=session, name=line_name, num_classes=spec.num_classes)
     _check_input_signature(session=session, line=line, input_shape=spec.input_shape)
     _take_class_names(line, model_class_names(spec.output))
     row = ModelVersion(
         line=line,
-        version=version, artifact_sha256=file_sha256(onnx_path),
+        version=version, artifact_sha256=model_sha256(files),
         input_name=spec.input_name, input_shape=list(spec.input_shape),
         num_classes=spec.num_classes, scores_output=spec.output_name,
         scores_kind=spec.output.kind, produced_by=produced_by, meta=metadata or {},
@@ -69,8 +72,56 @@ def register_version(
     )
     insert_or_conflict(session, row, code="version_exists",
                        message=f"version {line_name}:{version} already exists")
-    store.put_file(onnx_path, row.artifact_sha256)
+    store.put_model(files, row.artifact_sha256)
     return row
+
+
+def register_external_version(
+    *, session: Session, line_name: str, version: str, num_classes: int | None,
+    parent: str | None = None, metadata: dict[str, Any] | None = None,
+) -> ModelVersion:
+    """Register a version without a model file (an LLM prompt, a remote API, another
+    runtime): its predictions arrive only by upload. A new line needs `num_classes`."""
+    check_name(version, "version", VERSION)
+    line = _external_line(session=session, name=line_name, num_classes=num_classes)
+    row = ModelVersion(
+        line=line, version=version, num_classes=line.num_classes, meta=metadata or {},
+        parent=None if parent is None else resolve_reference(session=session, reference=parent),
+    )
+    return insert_or_conflict(session, row, code="version_exists",
+                              message=f"version {line_name}:{version} already exists")
+
+
+def _external_line(*, session: Session, name: str, num_classes: int | None) -> ModelLine:
+    """The line of an external version: the named one, or a new one of `num_classes`."""
+    exists = session.scalars(select(ModelLine.id).where(ModelLine.name == name)).first()
+    if num_classes is None and exists is None:
+        raise InvalidInput("num_classes_required", f"model line {name!r} does not exist yet: "
+                           "give num_classes (or an artifact) to create it")
+    return get_line(session=session, name=name) if num_classes is None else \
+        _line_with_classes(session=session, name=name, num_classes=num_classes)
+
+
+def model_upload(path: Path, *, max_bytes: int, source: str) -> Path:
+    """The .onnx of an uploaded model: the file itself, or the one unpacked (at most
+    `max_bytes`) from a model .zip into a new folder beside it."""
+    with path.open("rb") as handle:
+        if handle.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+            return path
+    folder = path.parent / "unpacked"
+    folder.mkdir()
+    with library_input():
+        return unpack_model_zip(path, folder, max_bytes=max_bytes, source=source)
+
+
+def model_files(onnx_path: Path, *, source: str | None = None) -> dict[str, Path]:
+    """The files of a model artifact by their names in the store: the .onnx, and beside it
+    the external data files it names (checked by inspect_onnx to lie in its folder)."""
+    names = sorted(external_data_names(onnx_path, source=source))
+    if BUNDLE_MODEL in names:
+        raise InvalidInput("onnx_external_data", f"{source or onnx_path}: external data may "
+                           f"not be called {BUNDLE_MODEL!r}")
+    return {BUNDLE_MODEL: onnx_path} | {name: onnx_path.parent / name for name in names}
 
 
 def _line_with_classes(*, session: Session, name: str, num_classes: int) -> ModelLine:
@@ -116,8 +167,9 @@ def _check_input_signature(*, session: Session, line: ModelLine,
     """Versions of a line take samples of one shape (their batch axes may differ)."""
     if line.id is None:
         return
-    other = session.scalars(select(ModelVersion.input_shape)
-                            .where(ModelVersion.line_id == line.id).limit(1)).first()
+    onnx_versions = select(ModelVersion.input_shape).where(
+        ModelVersion.line_id == line.id, ModelVersion.artifact_sha256.is_not(None))
+    other = session.scalars(onnx_versions.limit(1)).first()
     if other is not None and list(other[1:]) != list(input_shape[1:]):
         raise InvalidInput("input_signature_mismatch", f"model line {line.name!r} takes "
                            f"samples of shape {_shown(other[1:])}, this model "

@@ -257,8 +257,8 @@ class PairRows:
     old: ModelVersion
     new: ModelVersion
     dataset: Dataset
-    old_logits: str
-    new_logits: str
+    old_logits: str | None  # None: labels only
+    new_logits: str | None  # None: labels only
     class_names: list[str] | None
 
 

@@ -115,19 +115,34 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
         rows = queries.pair_rows(session, name, old, new, evalset)
     except NotFound as error:
         return not_found(request, who, error)
+    gallery, flips, page, pages, images = _gallery(rows, store, page)
+    return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
+                  report=Markup(_report(rows, store)), gallery=Markup(gallery),
+                  images=images, flips=flips, page=page,
+                  pages=pages, per_page=FLIPS_PER_PAGE,
+                  gallery_css=Markup(GALLERY_CSS))
+
+
+LABELS_ONLY_GALLERY = ('<p class="muted">A side of this pair is known by its predicted labels '
+                       "only (an external version): its flipped samples are listed in the "
+                       "report (flipped_indices); the gallery needs both models' scores.</p>")
+
+
+def _gallery(rows: queries.PairRows, store: ArtifactStore,
+             page: int) -> tuple[str, int, int, int, bool]:
+    """One page of the pair's negative flips, most confident first, as HTML; the number of
+    flips, the page shown, the page count and whether the samples are pictures."""
+    negative = rows.metrics.report["flipped_indices"]["negative"]
+    if rows.old_logits is None or rows.new_logits is None:
+        return LABELS_ONLY_GALLERY, len(negative), 1, 1, False
     paths = {"old_logits": store.path(rows.old_logits), "new_logits": store.path(rows.new_logits),
              "evalset": store.path(rows.dataset.sha256)}
-    ranked = samples.ranked_negative_flips(
-        rows.metrics.report["flipped_indices"]["negative"], paths["new_logits"])
+    ranked = samples.ranked_negative_flips(negative, paths["new_logits"])
     page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
     view = samples.sample_view(paths["evalset"])
     flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view)
-    return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
-                  report=Markup(_report(rows, store)),
-                  gallery=Markup(gallery_html(flips, view, rows.class_names)),
-                  images=view.kind == IMAGE, flips=len(ranked), page=page,
-                  pages=pages, per_page=FLIPS_PER_PAGE,
-                  gallery_css=Markup(GALLERY_CSS))
+    return (gallery_html(flips, view, rows.class_names), len(ranked), page, pages,
+            view.kind == IMAGE)
 
 
 def _report(rows: queries.PairRows, store: ArtifactStore) -> str:

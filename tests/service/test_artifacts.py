@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from service.artifacts import ArtifactStore
+from service.artifacts import ArtifactStore, bundle_sha256
 from service.config import Settings
 from service.errors import InvalidInput, NotFound, PayloadTooLarge
 
@@ -72,3 +72,18 @@ def test_concurrent_puts_of_the_same_content_end_with_one_intact_file(store):
     assert len(set(results)) == 1 and len(results) == 8
     assert stored_files(store) == [store.path(results[0].sha256)]
     assert store.path(results[0].sha256).read_bytes() == CONTENT
+
+
+def test_a_bundle_is_one_address_for_a_model_and_its_data(store, tmp_path):
+    files = {"model.onnx": tmp_path / "m.onnx", "model.onnx.data": tmp_path / "d"}
+    files["model.onnx"].write_bytes(b"graph")
+    files["model.onnx.data"].write_bytes(b"weights")
+    sha256 = bundle_sha256(files)
+    store.put_bundle(files, sha256)
+    assert store.exists(sha256) and store.model_path(sha256).read_bytes() == b"graph"
+    assert (store.model_path(sha256).parent / "model.onnx.data").read_bytes() == b"weights"
+    files["model.onnx.data"].write_bytes(b"other weights")
+    assert bundle_sha256(files) != sha256
+    assert sha256 in set(store.addresses())
+    store.remove(sha256)
+    assert not store.exists(sha256) and stored_files(store) == []
