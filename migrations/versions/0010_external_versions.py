@@ -2,8 +2,8 @@
 and no input signature, its predictions may be labels only (no logits artifact), and a
 pair report over labels has no SChurn.
 
-Revision ID: external
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-23 21:00:00
 """
 
@@ -14,8 +14,8 @@ from alembic import op
 
 from migrations.helpers import JSON
 
-revision: str = "external"
-down_revision: str | Sequence[str] | None = "0008"
+revision: str = "0010"
+down_revision: str | Sequence[str] | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -2,7 +2,7 @@
 (logits or probabilities), chosen and detected at registration or given by the `output` and
 `scores` form fields. Versions registered before keep NULL: their one output holds logits.
 
-Revision ID: any_models
+Revision ID: 0009
 Revises: 0008
 Create Date: 2026-11-23 21:00:00
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "any_models"  # alembic allows no "-" in ids
+revision: str = "0009"
 down_revision: str | Sequence[str] | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
