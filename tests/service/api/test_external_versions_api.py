@@ -14,6 +14,7 @@ from service.registry.service import create_line
 from tests.service.api.conftest import error_code, measure, npy_bytes, run_task
 
 CLASS_NAMES = ["barolo", "grignolino", "barbera"]
+WINE_EVAL = "wine-eval"  # not the dashboard fixtures' "eval"
 SCORE_KEYS = ("schurn", "schurn_alpha", "confidence", "displacement", "flip_rank")
 
 
@@ -38,7 +39,7 @@ def wine(tmp_path_factory) -> tuple[Wine, bytes]:
                           "api-v2": api.predict(x[test])}), path.read_bytes()
 
 
-def upload_labels(client, version: str, labels: np.ndarray, evalset: str = "eval"):
+def upload_labels(client, version: str, labels: np.ndarray, evalset: str = WINE_EVAL):
     return client.post(f"/models/wine/versions/{version}/predictions",
                        data={"evalset": evalset},
                        files={"labels": ("labels.npy", npy_bytes(labels))})
@@ -51,7 +52,7 @@ def external_line(client, db, wine):
     data, npz = wine
     with db() as session:
         create_line(session=session, name="wine", num_classes=3, class_names=CLASS_NAMES)
-    assert client.post("/evalsets", data={"name": "eval"},
+    assert client.post("/evalsets", data={"name": WINE_EVAL},
                        files={"data": ("eval.npz", npz)}).status_code == 201
     for version in data.predictions:
         response = client.post("/models", data={"name": "wine", "version": version})
@@ -72,7 +73,7 @@ def expected_counts(old: np.ndarray, new: np.ndarray, y: np.ndarray) -> dict:
 
 
 def test_labels_only_pair_report_has_every_count_and_null_scores(client, external_line):
-    report = measure(client, "wine:prompt-v1", "wine:api-v2", "eval")
+    report = measure(client, "wine:prompt-v1", "wine:api-v2", WINE_EVAL)
     old, new, y = (external_line.predictions["prompt-v1"], external_line.predictions["api-v2"],
                    external_line.labels)
     expected = expected_counts(old, new, y)
@@ -83,14 +84,14 @@ def test_labels_only_pair_report_has_every_count_and_null_scores(client, externa
     assert report["labels_only"] and 0 <= report["mcnemar_p"] <= 1
     assert all(report[key] is None for key in SCORE_KEYS)
     page = client.get("/compare/wine:prompt-v1/wine:api-v2",
-                      params={"evalset": "eval", "format": "html"}).text
+                      params={"evalset": WINE_EVAL, "format": "html"}).text
     assert "predicted labels only" in page
 
 
 def test_the_matrix_counts_external_versions(client, external_line):
-    queued = client.post("/models/wine/matrix", params={"evalset": "eval"}).json()
+    queued = client.post("/models/wine/matrix", params={"evalset": WINE_EVAL}).json()
     run_task(client, queued["missing"][0]["job_id"])
-    matrix = client.get("/models/wine/matrix", params={"evalset": "eval"}).json()
+    matrix = client.get("/models/wine/matrix", params={"evalset": WINE_EVAL}).json()
     old, new, y = (external_line.predictions["prompt-v1"], external_line.predictions["api-v2"],
                    external_line.labels)
     first, second = (matrix["versions"].index(v) for v in ("prompt-v1", "api-v2"))
@@ -103,16 +104,17 @@ def test_the_gate_decides_on_labels_and_repairs_are_refused(client, external_lin
                    external_line.labels)
     nfr = float(((old == y) & (new != y)).mean())
     assert nfr > 0, "the two real classifiers must disagree for this test to mean anything"
-    measure(client, "wine:prompt-v1", "wine:api-v2", "eval")
+    measure(client, "wine:prompt-v1", "wine:api-v2", WINE_EVAL)
     assert client.post("/gate", json={"model": "wine", "candidate": "prompt-v1"}).json()[
         "verdict"] == "approve"
     assert client.post("/models/wine/aliases/production", json={"version": "prompt-v1"}).is_success
     assert client.post("/models", data={"name": "wine", "version": "v3"}).status_code == 201
-    unscored = client.post("/gate", json={"model": "wine", "candidate": "v3", "evalsets": ["eval"]})
+    unscored = client.post("/gate", json={"model": "wine", "candidate": "v3",
+                                          "evalsets": [WINE_EVAL]})
     assert error_code(unscored, 409) == "predictions_missing"
     for bound, verdict in ((nfr / 2, "block"), (min(1.0, nfr * 2 + 0.01), "approve")):
         assert client.put("/models/wine/policy",
-                          json={"max_nfr": bound, "evalsets": ["eval"]}).is_success
+                          json={"max_nfr": bound, "evalsets": [WINE_EVAL]}).is_success
         decision = client.post("/gate", json={"model": "wine", "candidate": "api-v2"}).json()
         assert decision["verdict"] == verdict, decision
         if verdict == "block":
@@ -131,7 +133,7 @@ def test_bad_labels_are_422_and_store_nothing(client, external_line, labels, cod
     assert client.post("/models", data={"name": "wine", "version": "v3"}).status_code == 201
     assert error_code(upload_labels(client, "v3", labels), 422) == code
     assert client.post("/compare/wine:prompt-v1/wine:v3",
-                       params={"evalset": "eval"}).status_code == 409
+                       params={"evalset": WINE_EVAL}).status_code == 409
 
 
 def test_an_external_version_of_a_new_line_needs_its_class_count(client):
