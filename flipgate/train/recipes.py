@@ -129,10 +129,14 @@ def _paragon(ctx: TrainingSetup, options: Paragon) -> nn.Module:
 def _elodi(ctx: TrainingSetup, options: Elodi) -> nn.Module:
     """Teacher ensemble, then the student; the teacher's mean logits are computed once, which
     equals computing them on each batch because the loop applies no augmentation."""
+    teacher = ctx.ensemble(options.members, f"ELODI teacher ({options.members} members)")
+    return elodi_student(ctx, options, ctx.mean_logits(teacher))
+
+
+def elodi_student(ctx: TrainingSetup, options: Elodi, reference: Tensor) -> nn.Module:
+    """The student distilled towards `reference`, the teacher's mean logits (N, C)."""
     loss = ELODILoss(alpha=options.alpha, k=options.k, p=options.p, select=options.select,
                      legacy_weight=options.legacy_weight)
-    teacher = ctx.ensemble(options.members, f"ELODI teacher ({options.members} members)")
-    reference = ctx.mean_logits(teacher)
 
     def student_loss(z: Tensor, batch: Batch) -> Tensor:
         old = None if options.legacy_weight is None else ctx.old_logits(batch)
