@@ -10,7 +10,10 @@ distilled from that same teacher: the paper's length (`--student-epochs 1`) and 
 It prints each model's held-out error per seed and train error (underfitting shows there),
 then per model kind the mean ± std of error and the NFR between models of that kind from
 different seeds (every ordered pair: seed a as old, seed b as new), and NFR as a multiple of
-the baseline's. One torch thread: the machine is shared.
+the baseline's. With --new-arch (e.g. cnn), it measures instead the update from a plain
+--arch model (seed 2s) to a --new-arch model (seed 2s + 1) trained plainly or with ELODI and
+the legacy term towards the old model (λ = 0.5): error of the new model and NFR old → new.
+One torch thread: the machine is shared.
 """
 
 import argparse
@@ -61,9 +64,7 @@ def error(logits: np.ndarray, y: np.ndarray) -> float:
 def one_seed(arch: str, train: EvalSet, held_out: EvalSet, seed: int, epochs: int,
              ) -> dict[str, dict]:
     """kind -> {"err", "train_err", "pred"} for the baseline, teacher and students of `seed`."""
-    classes = int(train.y.max()) + 1
-    setup = TrainingSetup(arch, train, classes, TrainConfig(epochs=epochs, seed=seed),
-                          torch.device("cpu"), None, None)
+    setup = setup_for(arch, train, seed, epochs)
     models = {"baseline": RUNNERS["baseline"](setup, Baseline())}
     teacher = setup.ensemble(Elodi.members, "teacher")
     members = teacher.members()
@@ -74,6 +75,47 @@ def one_seed(arch: str, train: EvalSet, held_out: EvalSet, seed: int, epochs: in
     results["teacher member (mean)"] = measure_mean(members, train, held_out)
     results["teacher ensemble"] = measure(members, train, held_out)
     return results
+
+
+def setup_for(arch: str, train: EvalSet, seed: int, epochs: int,
+              old: torch.Tensor | None = None) -> TrainingSetup:
+    classes = int(train.y.max()) + 1
+    return TrainingSetup(arch, train, classes, TrainConfig(epochs=epochs, seed=seed),
+                         torch.device("cpu"), old, None)
+
+
+def cross_update(old_arch: str, new_arch: str, train: EvalSet, held_out: EvalSet, seed: int,
+                 epochs: int) -> dict[str, dict]:
+    """kind -> {"err", "nfr"} of new models of `new_arch` after a plain `old_arch` model."""
+    old = RUNNERS["baseline"](setup_for(old_arch, train, 2 * seed, epochs), Baseline())
+    old_right = predict(old, held_out.x).argmax(axis=1) == held_out.y
+    old_logits = torch.from_numpy(predict(old, train.x))
+    plain = setup_for(new_arch, train, 2 * seed + 1, epochs)
+    models = {"plain": RUNNERS["baseline"](plain, Baseline())}
+    targeted = setup_for(new_arch, train, 2 * seed + 1, epochs, old_logits)
+    reference = targeted.mean_logits(targeted.ensemble(Elodi.members, "teacher"))
+    for name, options in STUDENTS.items():
+        models[f"legacy {name}"] = elodi_student(targeted, options.for_old_model(True),
+                                                 reference)
+    results = {}
+    for kind, model in models.items():
+        wrong = predict(model, held_out.x).argmax(axis=1) != held_out.y
+        results[kind] = {"err": float(wrong.mean()), "nfr": float((old_right & wrong).mean())}
+    return results
+
+
+def summarise_cross(name: str, seeds: list[dict]) -> list[dict]:
+    rows = []
+    for kind in seeds[0]:
+        row = {"set": name, "kind": kind, "err": [100 * s[kind]["err"] for s in seeds],
+               "nfr": [100 * s[kind]["nfr"] for s in seeds]}
+        row["nfr_x"] = float(np.mean(row["nfr"]) / np.mean(rows[0]["nfr"] if rows else
+                                                           row["nfr"]))
+        rows.append(row)
+        print(f"{name:<10} {kind:<36} err {np.mean(row['err']):5.2f} ± "
+              f"{np.std(row['err'], ddof=1):4.2f}  NFR {' '.join(f'{n:4.2f}' for n in row['nfr'])}"
+              f" mean {np.mean(row['nfr']):4.2f} ({row['nfr_x']:.2f}x)", flush=True)
+    return rows
 
 
 def measure(models: list[torch.nn.Module], train: EvalSet, held_out: EvalSet) -> dict:
@@ -117,24 +159,54 @@ def summarise(name: str, seeds: list[dict], y: np.ndarray) -> list[dict]:
     return rows
 
 
+def plot(rows: list[dict], path: str) -> None:
+    """Held-out error against NFR, one panel per data set, one point (mean ± std) per kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = list(dict.fromkeys(row["set"] for row in rows))
+    fig, axes = plt.subplots(1, len(sets), figsize=(3.6 * len(sets) + 2.5, 3.6), squeeze=False)
+    for ax, name in zip(axes[0], sets, strict=True):
+        for index, row in enumerate(r for r in rows if r["set"] == name and "nfr" in r):
+            ax.errorbar(np.mean(row["err"]), np.mean(row["nfr"]), xerr=np.std(row["err"], ddof=1),
+                        fmt="os^Dv"[index % 5], capsize=3, label=row["kind"])
+        ax.set(title=name, xlabel="held-out error (%)", ylabel="NFR between seeds (%)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.tight_layout()
+    fig.savefig(path, format="svg")
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="digits,mnist1000,mnist2500,mnist4000,cancer")
     parser.add_argument("--arch", default="mlp")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--new-arch", help="measure updates from --arch to this architecture")
     parser.add_argument("--json", help="write every row (errors per seed) to this file")
+    parser.add_argument("--plot", help="write the error-NFR plot (SVG) to this file")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
     for name in args.sets.split(","):
         train, held_out = data_set(name)
+        if args.new_arch:
+            rows += summarise_cross(name, [
+                cross_update(args.arch, args.new_arch, train, held_out, seed, args.epochs)
+                for seed in range(args.seeds)])
+            continue
         seeds = [one_seed(args.arch, train, held_out, seed, args.epochs)
                  for seed in range(args.seeds)]
         rows += summarise(name, seeds, held_out.y)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
 
 
 if __name__ == "__main__":
