@@ -19,12 +19,14 @@ One torch thread: the machine is shared.
 import argparse
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from flipgate.datasets import mnist_digits, split
 from flipgate.formats import EvalSet
+from flipgate.reporting.experiment import scatter_plot
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import Baseline, Elodi
 from flipgate.train.recipes import RUNNERS, TrainingSetup, elodi_student
@@ -160,24 +162,13 @@ def summarise(name: str, seeds: list[dict], y: np.ndarray) -> list[dict]:
 
 
 def plot(rows: list[dict], path: str) -> None:
-    """Held-out error against NFR, one panel per data set, one point (mean ± std) per kind."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sets = list(dict.fromkeys(row["set"] for row in rows))
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.6 * len(sets) + 2.5, 3.6), squeeze=False)
-    for ax, name in zip(axes[0], sets, strict=True):
-        for index, row in enumerate(r for r in rows if r["set"] == name and "nfr" in r):
-            ax.errorbar(np.mean(row["err"]), np.mean(row["nfr"]), xerr=np.std(row["err"], ddof=1),
-                        fmt="os^Dv"[index % 5], capsize=3, label=row["kind"])
-        ax.set(title=name, xlabel="held-out error (%)", ylabel="NFR between seeds (%)")
-        ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1))
-    fig.tight_layout()
-    fig.savefig(path, format="svg")
-    plt.close(fig)
+    """The reproduction page's error-NFR scatter, one panel per set, a point per model kind."""
+    table: dict = {}
+    for row in (r for r in rows if isinstance(r.get("nfr"), float)):
+        errors = np.asarray(row["err"]) / 100
+        table.setdefault(row["set"], {})[row["kind"]] = {
+            "er_new": (errors.mean(), errors.std(ddof=1)), "nfr": (row["nfr"] / 100, 0.0)}
+    scatter_plot(table, Path(path))
 
 
 def main() -> None:
