@@ -9,7 +9,7 @@ logits of DESIGN §5.
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +70,20 @@ class TrainingSetup:
                     stacked.copy_(self.init[name])  # broadcast over the members
         return stack
 
-    def fit(self, stack: ModelStack, loss, order_seeds: list[int], label: str) -> ModelStack:
+    def fit(self, stack: ModelStack, loss, order_seeds: list[int], label: str,
+            epochs_scale: float = 1.0) -> ModelStack:
+        """Train `stack` for `epochs_scale` × config.epochs (rounded, at least one)."""
         progress = self.progress(label) if self.progress else None
-        return fit(stack, self.data, self.config, loss, order_seeds=order_seeds,
-                   progress=progress)
+        epochs = max(1, round(self.config.epochs * epochs_scale))
+        return fit(stack, self.data, replace(self.config, epochs=epochs), loss,
+                   order_seeds=order_seeds, progress=progress)
 
-    def single(self, loss: Callable[[Tensor, Batch], Tensor], label: str) -> nn.Module:
+    def single(self, loss: Callable[[Tensor, Batch], Tensor], label: str,
+               epochs_scale: float = 1.0) -> nn.Module:
         """Train one model initialised from config.seed with loss(logits (B, C), batch)."""
         seeds = [self.config.seed]
         stack = self.fit(self.stack(seeds), lambda logits, batch: loss(logits[0], batch), seeds,
-                         label)
+                         label, epochs_scale)
         return stack.member(0)
 
     def ensemble(self, members: int, label: str) -> ModelStack:
@@ -125,16 +129,20 @@ def _paragon(ctx: TrainingSetup, options: Paragon) -> nn.Module:
 def _elodi(ctx: TrainingSetup, options: Elodi) -> nn.Module:
     """Teacher ensemble, then the student; the teacher's mean logits are computed once, which
     equals computing them on each batch because the loop applies no augmentation."""
+    teacher = ctx.ensemble(options.members, f"ELODI teacher ({options.members} members)")
+    return elodi_student(ctx, options, ctx.mean_logits(teacher))
+
+
+def elodi_student(ctx: TrainingSetup, options: Elodi, reference: Tensor) -> nn.Module:
+    """The student distilled towards `reference`, the teacher's mean logits (N, C)."""
     loss = ELODILoss(alpha=options.alpha, k=options.k, p=options.p, select=options.select,
                      legacy_weight=options.legacy_weight)
-    teacher = ctx.ensemble(options.members, f"ELODI teacher ({options.members} members)")
-    reference = ctx.mean_logits(teacher)
 
     def student_loss(z: Tensor, batch: Batch) -> Tensor:
         old = None if options.legacy_weight is None else ctx.old_logits(batch)
         return loss(z, batch.y[0], reference[batch.indices[0]], old)
 
-    return ctx.single(student_loss, "ELODI student")
+    return ctx.single(student_loss, "ELODI student", options.student_epochs)
 
 
 def _codistill(ctx: TrainingSetup, options: Codistill) -> nn.Module:
