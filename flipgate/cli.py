@@ -16,6 +16,7 @@ from flipgate.compare import analyse, score
 from flipgate.errors import InputError
 from flipgate.formats import EvalSet, check_labels, load_evalset
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
+from flipgate.mlflow_gate import add_mlflow_command
 from flipgate.policy_client import add_policy_command
 from flipgate.progress import progress_bars
 from flipgate.repair.cli import add_repair_command
@@ -305,7 +306,7 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
 
 LIBRARY_COMMANDS = (add_compare_command, add_train_command, add_experiment_command,
                     add_demo_command, add_gate_command, add_repair_command,
-                    add_policy_command)
+                    add_policy_command, add_mlflow_command)
 SERVER_MISSING = ("; the server's commands (serve, worker, migrate, token) come with flipgate's "
                   "server packages, which are not installed")
 
