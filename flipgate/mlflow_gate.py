@@ -42,13 +42,18 @@ class MlflowVersion:
 
 
 def mlflow_client(tracking_uri: str | None):
-    """An MlflowClient for `tracking_uri` (default $MLFLOW_TRACKING_URI)."""
+    """An MlflowClient for `tracking_uri` (default $MLFLOW_TRACKING_URI). The URI is also made
+    the process's tracking and registry URI: MLflow resolves the `models:/` URIs it downloads
+    from with those, whatever the client or download_artifacts is given."""
     try:
-        from mlflow import MlflowClient
+        import mlflow
     except ImportError as error:
         raise InputError("mlflow_not_installed", "MLflow is not installed: install flipgate "
                            "with its MLflow extra, pip install 'flipgate[mlflow]'") from error
-    return MlflowClient(tracking_uri=tracking_uri)
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_registry_uri(tracking_uri)
+    return mlflow.MlflowClient(tracking_uri=tracking_uri)
 
 
 def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
@@ -94,13 +99,15 @@ def onnx_bytes(version: MlflowVersion, tracking_uri: str | None) -> bytes:
 
 
 def set_verdict_tags(client, version: MlflowVersion, decision: dict) -> None:
-    """Write the decision on the MLflow version as flipgate.* tags."""
-    tags = {VERDICT_TAG: decision["verdict"], DECISION_TAG: str(decision["decision_id"])}
+    """Write the decision on the MLflow version as flipgate.* tags, the verdict last (whoever
+    sees it sees the others); the NFR is the worst over the decision's eval sets."""
+    tags = {DECISION_TAG: str(decision["decision_id"])}
     if decision.get("baseline"):
         nfrs = [metrics["nfr"] for metrics in decision.get("metrics", {}).values()
                 if metrics and metrics.get("nfr") is not None]
         tags[NFR_TAG] = f"{max(nfrs):.6g}" if nfrs else "n/a"
         tags[REPORT_TAG] = decision.get("report_url") or ""
+    tags[VERDICT_TAG] = decision["verdict"]
     for key, value in tags.items():
         client.set_model_version_tag(version.name, version.version, key, value)
 
