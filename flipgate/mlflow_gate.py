@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from flipgate import gate_client
+from flipgate.commands import add_wait_flags, check_wait_flags
 from flipgate.errors import InputError
 
 MODEL_URI = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))")
@@ -161,8 +162,7 @@ def run_mlflow_gate(args: argparse.Namespace) -> int:
     credentials = gate_client.Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"))
     if not credentials.token:
         raise InputError("missing_credentials", "give --token (or FLIPGATE_TOKEN)")
-    if args.timeout < 0 or args.poll <= 0:
-        raise InputError("invalid_option", "--timeout must be >= 0 and --poll > 0 seconds")
+    check_wait_flags(args)
     client = mlflow_client(tracking_uri)
     with httpx.Client(base_url=args.server,
                       timeout=gate_client.REQUEST_TIMEOUT_SECONDS) as http:
@@ -215,9 +215,5 @@ def add_mlflow_command(commands: argparse._SubParsersAction) -> None:
     gate.add_argument("--promote", metavar="ALIAS",
                       help="on approval, move production and set this MLflow alias")
     gate.add_argument("--tracking-uri", metavar="URI", help="default: $MLFLOW_TRACKING_URI")
-    gate.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
-                      help="stop waiting for a pending verdict after this long (exit 3)")
-    gate.add_argument("--poll", type=float, default=2, metavar="SECONDS",
-                      help="time between polls of a pending decision (default 2)")
-    gate.add_argument("--json", action="store_true", help="print the final decision's JSON")
+    add_wait_flags(gate)
     gate.set_defaults(run=run_mlflow_gate)

@@ -1,9 +1,14 @@
 """A real `mlflow server` (SQLite backend in a temp folder, proxied artifacts) and ONNX
 classifiers on scikit-learn's digits, logged to it with mlflow.onnx.log_model."""
 
+import base64
+import hashlib
+import hmac
+import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,3 +119,20 @@ def predicted(model: onnx.ModelProto, evalset: EvalSet) -> np.ndarray:
 
 def save(evalset: EvalSet, path: Path) -> Path:
     return save_evalset(evalset, path)
+
+
+def signed(body: bytes, *, secret: str, delivery: str = "d-1",
+           timestamp: int | None = None) -> dict[str, str]:
+    """MLflow's webhook headers for `body`."""
+    timestamp = int(time.time()) if timestamp is None else timestamp
+    digest = hmac.new(secret.encode(), f"{delivery}.{timestamp}.".encode() + body,
+                      hashlib.sha256).digest()
+    return {"Content-Type": "application/json", "X-MLflow-Delivery-Id": delivery,
+            "X-MLflow-Timestamp": str(timestamp),
+            "X-MLflow-Signature": "v1," + base64.b64encode(digest).decode()}
+
+
+def alias_event(model: str, alias: str, version: str) -> bytes:
+    """MLflow's body for an alias set on a version."""
+    return json.dumps({"entity": "model_version_alias", "action": "created",
+                       "data": {"name": model, "alias": alias, "version": version}}).encode()

@@ -3,10 +3,6 @@ serve` (embedded, with its worker and sweeper): a `challenger` is gated and, app
 `champion`; a regressed one is blocked; a hand move of `champion` is reverted; MLflow's test
 delivery is answered; a bad signature is refused."""
 
-import base64
-import hashlib
-import hmac
-import json
 import time
 from dataclasses import dataclass
 
@@ -19,12 +15,14 @@ from mlflow import MlflowClient
 from flipgate.formats import EvalSet
 from tests.e2e.conftest import served, wait_for
 from tests.integrations.mlflow_world import (
+    alias_event,
     classifier,
     digits_split,
     log_version,
     mlflow_server,
     nfr,
     save,
+    signed,
 )
 
 TOKEN = "mlflow-connector-admin-token-0123456789"
@@ -89,22 +87,6 @@ def connected(tmp_path_factory) -> Connected:
                         webhook.webhook_id, evalset, models)
 
 
-def signed(body: bytes, *, secret: str = SECRET, delivery: str = "d-1",
-           timestamp: int | None = None) -> dict[str, str]:
-    """MLflow's webhook headers for `body`."""
-    timestamp = int(time.time()) if timestamp is None else timestamp
-    digest = hmac.new(secret.encode(), f"{delivery}.{timestamp}.".encode() + body,
-                      hashlib.sha256).digest()
-    return {"Content-Type": "application/json", "X-MLflow-Delivery-Id": delivery,
-            "X-MLflow-Timestamp": str(timestamp),
-            "X-MLflow-Signature": "v1," + base64.b64encode(digest).decode()}
-
-
-def alias_event(version: str, alias: str = "champion") -> bytes:
-    return json.dumps({"entity": "model_version_alias", "action": "created",
-                       "data": {"name": "digits", "alias": alias, "version": version}}).encode()
-
-
 def test_mlflow_test_delivery_is_answered_and_changes_nothing(connected):
     result = connected.mlflow.test_webhook(connected.webhook_id)
     assert result.success and result.response_status == 200, result
@@ -112,12 +94,14 @@ def test_mlflow_test_delivery_is_answered_and_changes_nothing(connected):
 
 
 @pytest.mark.parametrize(("headers", "code"), [
-    (signed(alias_event("2"), secret="another-secret"), "invalid_signature"),
-    (signed(alias_event("2"), timestamp=int(time.time()) - 3600), "stale_signature"),
+    (signed(alias_event("digits", "champion", "2"), secret="another-secret"), "invalid_signature"),
+    (signed(alias_event("digits", "champion", "2"), secret=SECRET,
+            timestamp=int(time.time()) - 3600), "stale_signature"),
     ({"Content-Type": "application/json"}, "missing_signature"),
 ])
 def test_a_bad_signature_is_refused_and_nothing_is_queued(connected, headers, code):
-    response = httpx.post(connected.webhook_url, content=alias_event("2"), headers=headers)
+    response = httpx.post(connected.webhook_url, content=alias_event("digits", "champion", "2"),
+                          headers=headers)
     assert response.status_code == 401 and response.json()["error"]["code"] == code
     assert connected.events() == []
 
@@ -160,8 +144,8 @@ def test_a_hand_move_of_champion_is_reverted(connected):
 
 
 def test_a_delivery_is_acted_on_once(connected):
-    body = alias_event("2")
-    headers = signed(body, delivery="replayed-delivery")
+    body = alias_event("digits", "champion", "2")
+    headers = signed(body, secret=SECRET, delivery="replayed-delivery")
     first = httpx.post(connected.webhook_url, content=body, headers=headers)
     again = httpx.post(connected.webhook_url, content=body, headers=headers)
     assert first.status_code == 202 and again.json() == {"status": "duplicate"}

@@ -3,11 +3,6 @@ and `flipgate worker` processes (tests/faults): an alias move MLflow never deliv
 handled by the sweeper's reconcile loop, and a worker killed while it imports a version
 leaves one version, one decision and one promotion once another worker has taken over."""
 
-import base64
-import hashlib
-import hmac
-import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,7 +18,14 @@ from service.jobs.models import Job, JobState
 from service.registry.models import ModelVersion
 from tests.e2e.conftest import wait_for
 from tests.faults.conftest import System, kill_group, slow_mlp, system
-from tests.integrations.mlflow_world import classifier, digits_split, log_version, mlflow_server
+from tests.integrations.mlflow_world import (
+    alias_event,
+    classifier,
+    digits_split,
+    log_version,
+    mlflow_server,
+    signed,
+)
 
 SECRET = "mlflow-webhook-secret-for-fault-tests"
 pytestmark = pytest.mark.slow
@@ -72,25 +74,14 @@ def test_lost_events_are_handled_by_the_reconcile_loop(tmp_path, mlflow_url):
             ("reverted", "2")]
 
 
-def signed_alias_event(model: str, alias: str, version: str) -> tuple[bytes, dict[str, str]]:
-    """MLflow's delivery of an alias move, signed with SECRET."""
-    body = json.dumps({"entity": "model_version_alias", "action": "created",
-                       "data": {"name": model, "alias": alias, "version": version}}).encode()
-    delivery, stamp = f"{model}-{alias}-{version}", str(int(time.time()))
-    digest = hmac.new(SECRET.encode(), f"{delivery}.{stamp}.".encode() + body,
-                      hashlib.sha256).digest()
-    return body, {"Content-Type": "application/json", "X-MLflow-Delivery-Id": delivery,
-                  "X-MLflow-Timestamp": stamp,
-                  "X-MLflow-Signature": "v1," + base64.b64encode(digest).decode()}
-
-
 def test_a_worker_killed_mid_import_loses_nothing_and_repeats_nothing(tmp_path, mlflow_url):
     big = onnx.load(str(slow_mlp(tmp_path / "big.onnx", seed=0)))
     log_version("killed", big)
     client = MlflowClient(mlflow_url)
     client.set_registered_model_alias("killed", "challenger", "1")  # no webhook: we deliver
     with connector(tmp_path, mlflow_url, reconcile_seconds=3600) as running:
-        body, headers = signed_alias_event("killed", "challenger", "1")
+        body = alias_event("killed", "challenger", "1")
+        headers = signed(body, secret=SECRET, delivery="killed-challenger-1")
         response = running.client.post("/integrations/mlflow/webhook", content=body,
                                         headers=headers)
         assert response.status_code == 202, response.text
