@@ -136,3 +136,17 @@ def test_a_malformed_model_uri_is_a_usage_error(capsys):
     assert main(["mlflow", "gate", "runs:/abc/model", "--server", "http://127.0.0.1:9",
                  "--token", TOKEN, "--tracking-uri", "http://127.0.0.1:9"]) == 2
     assert "models:/NAME@ALIAS" in capsys.readouterr().err
+
+
+def test_enforcement_recipe_copies_an_approved_candidate_to_production(world):
+    """README's recipe: candidates gated in their own registered model, the approved one
+    copied to the production model that only flipgate's account may write."""
+    assert log_version("digits-candidates", world.models["1"]) == "1"
+    assert world.gate("models:/digits-candidates/1", "--promote", "approved") == 0
+    copy = world.mlflow.copy_model_version("models:/digits-candidates/1", "digits-production")
+    world.mlflow.set_registered_model_alias("digits-production", "champion", copy.version)
+    line = world.flipgate.get("/models/digits-candidates").json()
+    assert [alias["name"] for alias in line["aliases"]] == ["production"]
+    champion = world.mlflow.get_model_version_by_alias("digits-production", "champion")
+    assert world.mlflow.get_model_version_download_uri("digits-production", champion.version) \
+        == world.mlflow.get_model_version_download_uri("digits-candidates", "1")
