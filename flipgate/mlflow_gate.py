@@ -163,6 +163,8 @@ def run_mlflow_gate(args: argparse.Namespace) -> int:
     if not credentials.token:
         raise InputError("missing_credentials", "give --token (or FLIPGATE_TOKEN)")
     check_wait_flags(args)
+    for uri in filter(None, (args.model_uri, args.baseline)):
+        parse_model_uri(uri)  # a usage error before MLflow is touched
     client = mlflow_client(tracking_uri)
     with httpx.Client(base_url=args.server,
                       timeout=gate_client.REQUEST_TIMEOUT_SECONDS) as http:
