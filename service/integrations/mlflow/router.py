@@ -18,7 +18,8 @@ Timestamp = Annotated[str | None, Header(alias="X-MLflow-Timestamp", max_length=
 Signature = Annotated[str | None, Header(alias="X-MLflow-Signature", max_length=200)]
 
 
-@router.post("/integrations/mlflow/webhook", status_code=200)
+@router.post("/integrations/mlflow/webhook", status_code=200, responses={
+    202: {"description": "queued: a job acts on the alias move"}})
 def mlflow_webhook(body: RawBody, session: SessionDep, settings: SettingsDep,
                    delivery_id: DeliveryId = None, timestamp: Timestamp = None,
                    signature: Signature = None) -> JSONResponse:
