@@ -11,11 +11,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rich.console import Console
 
-from flipgate.commands import COMMAND_GROUP, Parser, comma_list, positive_int
+from flipgate.commands import (
+    COMMAND_GROUP,
+    Parser,
+    add_wait_flags,
+    check_wait_flags,
+    comma_list,
+    positive_int,
+)
 from flipgate.compare import ReadAs, analyse, score
 from flipgate.errors import InputError
 from flipgate.formats import EvalSet, check_labels, load_evalset, load_training_set
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
+from flipgate.mlflow_gate import add_mlflow_command
 from flipgate.policy_client import add_policy_command
 from flipgate.progress import progress_bars
 from flipgate.repair.cli import add_repair_command
@@ -194,8 +202,7 @@ def run_gate(args: argparse.Namespace) -> int:
     request = {"model": args.model, "candidate": args.candidate, "baseline": args.baseline,
                "evalsets": args.evalset, "ci": gate_client.ci_context(given_ci, os.environ),
                "callback_url": args.callback_url}
-    if args.timeout < 0 or args.poll <= 0:
-        raise InputError("invalid_option", "--timeout must be >= 0 and --poll > 0 seconds")
+    check_wait_flags(args)
     try:
         decision = gate_client.ask(args.server, request, credentials, delivery=args.delivery,
                                    timeout=args.timeout, poll=args.poll,
@@ -314,17 +321,13 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
                       help="where the server POSTs the final status")
     for field in ("provider", "repo", "sha", "ref", "run-url"):
         gate.add_argument(f"--ci-{field}", help="default: from the CI's environment")
-    gate.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
-                      help="stop waiting for a pending decision after this long (default 1800)")
-    gate.add_argument("--poll", type=float, default=2, metavar="SECONDS",
-                      help="time between polls of a pending decision (default 2)")
-    gate.add_argument("--json", action="store_true", help="print the final decision's JSON")
+    add_wait_flags(gate)
     gate.set_defaults(run=run_gate)
 
 
 LIBRARY_COMMANDS = (add_compare_command, add_train_command, add_experiment_command,
                     add_demo_command, add_gate_command, add_repair_command,
-                    add_policy_command)
+                    add_policy_command, add_mlflow_command)
 SERVER_MISSING = ("; the server's commands (serve, worker, migrate, token) come with flipgate's "
                   "server packages, which are not installed")
 

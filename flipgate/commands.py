@@ -9,6 +9,8 @@ flipgate.errors.InputError prints its message and exits 2, like the library's ow
 
 import argparse
 
+from flipgate.errors import InputError
+
 COMMAND_GROUP = "flipgate.commands"
 
 
@@ -19,6 +21,22 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:
         self.exit(2, f"{self.prog}: error: {message}{self.hint} (see {self.prog} --help)\n")
+
+
+def add_wait_flags(parser: argparse.ArgumentParser) -> None:
+    """--timeout, --poll and --json of the commands that wait for the gate's verdict."""
+    parser.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
+                        help="stop waiting for a pending decision after this long "
+                             "(default 1800; exit 3)")
+    parser.add_argument("--poll", type=float, default=2, metavar="SECONDS",
+                        help="time between polls of a pending decision (default 2)")
+    parser.add_argument("--json", action="store_true", help="print the final decision's JSON")
+
+
+def check_wait_flags(args: argparse.Namespace) -> None:
+    """Refuse a negative --timeout or a --poll that is not positive."""
+    if args.timeout < 0 or args.poll <= 0:
+        raise InputError("invalid_option", "--timeout must be >= 0 and --poll > 0 seconds")
 
 
 def positive_int(text: str) -> int:

@@ -102,6 +102,15 @@ class GateClient:
         """The JSON answer of POSTing `payload` to `url` with the credentials' token."""
         return self._send("POST", url, json=payload, headers=self.credentials.headers())
 
+    def post_form(self, url: str, fields: dict, files: dict) -> dict:
+        """The JSON answer of POSTing a multipart form to `url` with the credentials' token."""
+        return self._send("POST", url, data=fields, files=files,
+                          headers=self.credentials.headers())
+
+    def get_json(self, url: str) -> dict:
+        """The JSON answer of GET `url` with the credentials' token."""
+        return self._send("GET", url, headers=self.credentials.headers())
+
     def _send(self, method: str, url: str, **options) -> dict:
         """The JSON body of the first answer that is not a transport error or a 5xx."""
         for attempt in range(self.retries + 1):

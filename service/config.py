@@ -48,6 +48,12 @@ class Settings(BaseSettings):
     secret_key: SecretStr | None = None
     secret_grace_seconds: int = Field(default=3600, ge=0, le=30 * 86_400)  # old secret valid
     min_gate_samples: int = Field(default=100, ge=1)  # eval sets a default-policy gate uses
+    # the MLflow connector (service.integrations.mlflow): off while the secret is unset
+    mlflow_webhook_secret: SecretStr | None = None
+    mlflow_tracking_uri: str | None = None  # the operator's own: no callback address checks
+    mlflow_candidate_alias: str = "challenger"  # set on a version: gate it
+    mlflow_promote_alias: str = "champion"  # set by flipgate on approval; else reverted
+    mlflow_reconcile_seconds: float = Field(default=300, gt=0)  # the sweeper's reconcile
 
     @field_validator("callback_allowlist", "custom_architectures", mode="before")
     @classmethod

@@ -30,6 +30,7 @@ from service.gate.router import router as gate_router
 from service.gate.webhook_secrets import require_secret_key
 from service.guard import check_request_scalars
 from service.housekeeping import sweep_partial_files
+from service.integrations.mlflow.router import router as mlflow_router
 from service.jobs.router import router as jobs_router
 from service.limits import Admission, RequestBodyLimit
 from service.migrate import check_current
@@ -41,7 +42,7 @@ from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
-           jobs_router, auth_router, health.router)
+           jobs_router, auth_router, mlflow_router, health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
     {"name": "evalsets", "description": "labeled eval sets and training sets (.npz)"},
@@ -50,6 +51,7 @@ TAGS = [
     {"name": "gate", "description": "policies, the CI webhook, decisions, promotion, repair"},
     {"name": "jobs", "description": "background work and its progress"},
     {"name": "auth", "description": "API tokens (minted with `flipgate token create`)"},
+    {"name": "integrations", "description": "the MLflow connector: its webhook and its log"},
     {"name": "health", "description": "liveness and readiness probes"},
 ]
 HTTP_ERROR_CODES = {413: "payload_too_large"}

@@ -14,10 +14,13 @@ METRICS_TASK = "flipgate.metrics"
 MATRIX_TASK = "flipgate.matrix"
 TRAIN_TASK = "flipgate.train"
 CALLBACK_TASK = "flipgate.callback"
+MLFLOW_TASK = "flipgate.mlflow"
 JOB_TASKS = {JobKind.INFERENCE: INFERENCE_TASK, JobKind.METRICS: METRICS_TASK,
-             JobKind.MATRIX: MATRIX_TASK, JobKind.TRAIN: TRAIN_TASK}
+             JobKind.MATRIX: MATRIX_TASK, JobKind.TRAIN: TRAIN_TASK,
+             JobKind.MLFLOW: MLFLOW_TASK}
 ROUTES = {INFERENCE_TASK: {"queue": "gpu"}, TRAIN_TASK: {"queue": "gpu"},
-          METRICS_TASK: {"queue": "default"}, MATRIX_TASK: {"queue": "default"}}
+          METRICS_TASK: {"queue": "default"}, MATRIX_TASK: {"queue": "default"},
+          MLFLOW_TASK: {"queue": "default"}}
 FILESYSTEM_POLL_SECONDS = 0.1
 
 

@@ -12,6 +12,7 @@ from service.gate.models import (
            Promotion,
            WebhookSecret,
 )
+from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.models import Job, JobDependency
 from service.predictions.models import Prediction
 from service.registry.models import Alias, ModelLine, ModelVersion
@@ -19,5 +20,5 @@ from service.registry.models import Alias, ModelLine, ModelVersion
 metadata = Base.metadata
 
 __all__ = ["Alias", "ApiToken", "Callback", "Dataset", "Decision", "DecisionJob", "GatePolicy",
-           "Job", "JobDependency", "ModelLine", "ModelVersion", "PairCounts", "PairMetrics",
-           "Prediction", "Promotion", "WebhookSecret", "metadata"]
+           "Job", "JobDependency", "MlflowEvent", "ModelLine", "ModelVersion", "PairCounts",
+           "PairMetrics", "Prediction", "Promotion", "WebhookSecret", "metadata"]

@@ -4,7 +4,7 @@ needs them."""
 
 from celery import Celery
 
-TASK_MODULES = ["worker.tasks", "worker.training", "worker.callbacks"]
+TASK_MODULES = ["worker.tasks", "worker.training", "worker.callbacks", "worker.mlflow"]
 
 app = Celery("flipgate", include=TASK_MODULES)
 app.config_from_object("worker.celeryconfig")

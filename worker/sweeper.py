@@ -1,11 +1,12 @@
-"""The worker's sweeper: a process that, every sweep_seconds, queues again (or fails)
-the jobs whose lease expired (service.flows.reap_lost_jobs), sends the queued jobs the
-broker has not accepted (service.jobs.enqueue.send_unsent) and the callbacks that are due
-(service.gate.callbacks.due_callbacks). Every `flipgate worker` runs one in a process of
-its own (`python -m worker.sweeper`), never a thread of the Celery process whose pool
-processes are forked from it (a forked SQLite connection breaks locking); the worker starts
-it again when it exits (SupervisedSweeper), and it stops when its parent does. Several
-sweepers share the work through row locks."""
+"""The worker's sweeper: a process that, every sweep_seconds, queues again (or fails) the jobs
+whose lease expired (service.flows.reap_lost_jobs), sends the queued jobs the broker has not
+accepted (service.jobs.enqueue.send_unsent) and the callbacks that are due
+(service.gate.callbacks.due_callbacks), and, every mlflow_reconcile_seconds when an MLflow
+tracking URI is set, the MLflow connector's reconcile job (worker.mlflow). Every `flipgate
+worker` runs one in a process of its own (`python -m worker.sweeper`), never a thread of the
+Celery process whose pool processes are forked from it (a forked SQLite connection breaks
+locking); the worker starts it again when it exits (SupervisedSweeper), and it stops when
+its parent does. Several sweepers share the work through row locks."""
 
 import logging
 import os
@@ -25,6 +26,7 @@ from service import flows
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.gate.callbacks import due_callbacks, due_now
+from service.integrations.mlflow.service import queue_reconcile
 from service.jobs.enqueue import enqueue_after_commit, send_task_after_commit, send_unsent
 from service.jobs.leases import lost_jobs, unsent_jobs
 from service.queue import CALLBACK_TASK
@@ -64,13 +66,24 @@ def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -
             send_task_after_commit(session=session, task=CALLBACK_TASK, argument=decision_id)
 
 
+def reconcile_mlflow(sessions: sessionmaker[Session], celery: Celery) -> None:
+    """Queue the MLflow connector's reconcile job (one at a time)."""
+    with session_scope(sessions) as session:
+        enqueue_after_commit(session=session, celery=celery)
+        queue_reconcile(session=session)
+
+
 def sweep_while_parent_lives(celery: Celery, settings: Settings) -> None:
     """Sweep every settings.sweep_seconds until the process that started this one ends."""
     parent, engine = os.getppid(), create_db_engine(settings)
     sessions, readers = create_session_factory(engine), sessionmaker(engine)
+    reconcile_at = time.monotonic()
     while os.getppid() == parent:
         time.sleep(settings.sweep_seconds)
         try:
+            if settings.mlflow_tracking_uri and time.monotonic() >= reconcile_at:
+                reconcile_mlflow(sessions, celery)
+                reconcile_at = time.monotonic() + settings.mlflow_reconcile_seconds
             with session_scope(readers) as session:
                 if not has_work(session, settings):
                     continue

@@ -15,6 +15,7 @@ class JobKind(StrEnum):
     METRICS = "metrics"
     MATRIX = "matrix"
     TRAIN = "train"
+    MLFLOW = "mlflow"  # the MLflow connector's work (worker.mlflow)
 
 
 class JobState(StrEnum):

@@ -125,11 +125,12 @@ def register(client: httpx.Client, models: list[Path], evalset: Path) -> None:
 
 
 @contextmanager
-def served(tmp_path: Path, token: str) -> Iterator[tuple[str, httpx.Client]]:
-    """`flipgate serve` (embedded) on a free port with `token` as its admin token, once
-    ready: its address and a client sending the token."""
+def served(tmp_path: Path, token: str, **variables: str) -> Iterator[tuple[str, httpx.Client]]:
+    """`flipgate serve` (embedded) on a free port with `token` as its admin token (and the
+    environment `variables`), once ready: its address and a client sending the token."""
     port = free_port()
-    env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=token)
+    env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=token,
+                       **variables)
     address = f"http://127.0.0.1:{port}"
     with (flipgate_process(["serve", "--port", str(port)], env, tmp_path),
           httpx.Client(base_url=address, timeout=60,

@@ -1,0 +1,1 @@
+"""Bridges to the model registries teams already use (MLflow first)."""

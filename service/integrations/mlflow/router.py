@@ -1,0 +1,46 @@
+"""MLflow's webhook (no bearer token: MLflow signs its deliveries) and the connector's log."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse
+
+from service.deps import READ, SessionDep, SettingsDep
+from service.gate.webhook_auth import RawBody
+from service.integrations.mlflow import service
+from service.integrations.mlflow.models import DELIVERY_ID_LENGTH
+from service.integrations.mlflow.schemas import MlflowEventRead
+
+router = APIRouter(tags=["integrations"])
+DeliveryId = Annotated[str | None, Header(alias="X-MLflow-Delivery-Id",
+                                          max_length=DELIVERY_ID_LENGTH)]
+Timestamp = Annotated[str | None, Header(alias="X-MLflow-Timestamp", max_length=20)]
+Signature = Annotated[str | None, Header(alias="X-MLflow-Signature", max_length=200)]
+
+
+@router.post("/integrations/mlflow/webhook", status_code=200, responses={
+    202: {"description": "queued: a job acts on the alias move"}})
+def mlflow_webhook(body: RawBody, session: SessionDep, settings: SettingsDep,
+                   delivery_id: DeliveryId = None, timestamp: Timestamp = None,
+                   signature: Signature = None) -> JSONResponse:
+    """MLflow's webhook, signed with FLIPGATE_MLFLOW_WEBHOOK_SECRET. Setting the candidate or
+    the promote alias queues a job and answers 202 at once; a delivery received before, MLflow's
+    test delivery and every other event answer 200 and change nothing."""
+    service.check_signature(settings=settings, delivery_id=delivery_id, timestamp=timestamp,
+                            signature=signature, body=body)
+    move = service.alias_move(body, settings)
+    if move is None:
+        return JSONResponse({"status": "ignored"})
+    job = service.receive(session=session, delivery_id=delivery_id, move=move)
+    if job is None:
+        return JSONResponse({"status": "duplicate"})
+    return JSONResponse({"status": "queued", "job_id": job.id}, status_code=202)
+
+
+@router.get("/models/{name}/mlflow-events", response_model=list[MlflowEventRead],
+            dependencies=[READ])
+def list_mlflow_events(name: str, session: SessionDep,
+                       limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list:
+    """The MLflow connector's log on the registered model `name`, newest first: deliveries
+    received, verdicts, promotions and reverted hand moves."""
+    return service.list_events(session=session, model=name, limit=limit)

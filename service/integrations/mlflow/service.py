@@ -1,0 +1,100 @@
+"""The MLflow connector's bookkeeping: MLflow's webhook signature, deliveries acted on once,
+the jobs that do the work, and the connector's log."""
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.config import Settings
+from service.db import insert_or_conflict
+from service.errors import Conflict, NotFound, Unauthorized
+from service.integrations.mlflow.models import MlflowEvent
+from service.jobs.enqueue import queue_job
+from service.jobs.models import Job, JobKind
+
+ALIAS_SET = ("model_version_alias", "created")
+TEST_MODEL = "example_model"  # the registered model of MLflow's test deliveries
+
+
+def check_signature(*, settings: Settings, delivery_id: str | None, timestamp: str | None,
+                    signature: str | None, body: bytes) -> None:
+    """MLflow's `v1,<base64 HMAC-SHA256 of "{delivery}.{timestamp}.{body}">` under
+    FLIPGATE_MLFLOW_WEBHOOK_SECRET, sent within the signature tolerance; 401 otherwise."""
+    if settings.mlflow_webhook_secret is None:
+        raise NotFound("mlflow_not_configured", "set FLIPGATE_MLFLOW_WEBHOOK_SECRET to receive "
+                       "MLflow's webhook")
+    if not (delivery_id and timestamp and signature):
+        raise Unauthorized("missing_signature", "send X-MLflow-Delivery-Id, "
+                           "X-MLflow-Timestamp and X-MLflow-Signature")
+    if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > \
+            settings.signature_tolerance_seconds:
+        raise Unauthorized("stale_signature", "X-MLflow-Timestamp is not within "
+                           f"{settings.signature_tolerance_seconds} s of the server's clock")
+    secret = settings.mlflow_webhook_secret.get_secret_value().encode()
+    signed = f"{delivery_id}.{timestamp}.".encode() + body
+    expected = "v1," + base64.b64encode(hmac.new(secret, signed, hashlib.sha256).digest()).decode()
+    if not hmac.compare_digest(expected.encode(), signature.encode()):
+        raise Unauthorized("invalid_signature", "X-MLflow-Signature does not match the body "
+                           "under FLIPGATE_MLFLOW_WEBHOOK_SECRET")
+
+
+def alias_move(body: bytes, settings: Settings) -> dict[str, str] | None:
+    """{model, alias, version} of an event that sets the candidate or promote alias on a
+    real model; None for every other event and for MLflow's test delivery."""
+    try:
+        event = json.loads(body)
+        data = event["data"]
+        move = {"model": str(data["name"]), "alias": str(data["alias"]),
+                "version": str(data["version"])}
+    except (ValueError, KeyError, TypeError):
+        return None
+    watched = (settings.mlflow_candidate_alias, settings.mlflow_promote_alias)
+    if (event.get("entity"), event.get("action")) != ALIAS_SET or move["alias"] not in watched \
+            or move["model"] == TEST_MODEL:
+        return None
+    return move
+
+
+def receive(*, session: Session, delivery_id: str, move: dict[str, str]) -> Job | None:
+    """Log the delivery and queue its job; None when the delivery was received before."""
+    try:
+        insert_or_conflict(session, MlflowEvent(delivery_id=delivery_id, action="received",
+                                                message="", **move),
+                           code="delivery_received", message="")
+    except Conflict:
+        return None
+    return queue_alias_job(session=session, move=move)
+
+
+def queue_alias_job(*, session: Session, move: dict[str, Any],
+                    waits_for: list[Job] | tuple = ()) -> Job:
+    """The job that acts on an alias move (one open job per move)."""
+    return queue_job(session=session, kind=JobKind.MLFLOW, params=move, waits_for=waits_for)
+
+
+def queue_reconcile(*, session: Session) -> Job:
+    """The job that compares MLflow's aliases with flipgate's decisions (one open at a time)."""
+    return queue_job(session=session, kind=JobKind.MLFLOW, params={"reconcile": True})
+
+
+def log_action(*, session: Session, move: dict[str, str], action: str, message: str,
+               decision_id: int | None = None) -> MlflowEvent:
+    """Append what the connector did to its log."""
+    row = MlflowEvent(model=move["model"], alias=move["alias"], version=move["version"],
+                      action=action, message=message, decision_id=decision_id)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def list_events(*, session: Session, model: str, limit: int = 100) -> list[MlflowEvent]:
+    """The connector's log on a registered model, newest first."""
+    statement = (select(MlflowEvent).where(MlflowEvent.model == model)
+                 .order_by(MlflowEvent.id.desc()).limit(limit))
+    return list(session.scalars(statement))

@@ -1,0 +1,138 @@
+"""A real `mlflow server` (SQLite backend in a temp folder, proxied artifacts) and ONNX
+classifiers on scikit-learn's digits, logged to it with mlflow.onnx.log_model."""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+from sklearn.datasets import load_digits
+from sklearn.linear_model import LogisticRegression
+
+from flipgate.datasets import save_evalset
+from flipgate.formats import EvalSet
+from flipgate.processes import free_port, stop_process
+from tests.e2e.conftest import wait_for
+
+# a fixed key: without one, a restarted MLflow server silently disables every webhook
+WEBHOOK_ENCRYPTION_KEY = "0X0VN8BmvGQ3TdyWrhV9sZWfp7ugwbWZmk_1pGE9ESs="
+MLFLOW_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+              "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
+              "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
+              "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": WEBHOOK_ENCRYPTION_KEY}
+
+
+@contextmanager
+def mlflow_server(folder: Path) -> Iterator[str]:
+    """`mlflow server` on a free loopback port with one worker, once healthy: its URL."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    command = [str(Path(sys.executable).with_name("mlflow")), "server",
+               "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+               "--artifacts-destination", str(folder / "artifacts"),
+               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    url = f"http://127.0.0.1:{port}"
+    with (folder / "mlflow.log").open("wb") as log:
+        process = subprocess.Popen(command, env={**os.environ, **MLFLOW_ENV}, cwd=folder,
+                                   stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: healthy(url, process), "mlflow server /health", timeout=90)
+            yield url
+        finally:
+            stop_process(process)
+
+
+def healthy(url: str, process: subprocess.Popen) -> bool:
+    assert process.poll() is None, "mlflow server exited"
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def digits_split() -> tuple[EvalSet, tuple[np.ndarray, np.ndarray]]:
+    """The last 400 digits as the eval set; the rest to train on."""
+    features, labels = load_digits(return_X_y=True)
+    features = (features / 16).astype(np.float32)
+    return (EvalSet(x=features[-400:], y=labels[-400:]), (features[:-400], labels[:-400]))
+
+
+def classifier(train: tuple[np.ndarray, np.ndarray], *, samples: int,
+               scramble: float = 0.0, seed: int = 0) -> onnx.ModelProto:
+    """A logistic regression on the first `samples` training digits as an ONNX linear layer
+    (weights big enough to be saved as external data), its weights mixed with noise of
+    `scramble` times their scale."""
+    features, labels = train
+    fitted = LogisticRegression(max_iter=500).fit(features[:samples], labels[:samples])
+    weight = fitted.coef_ + scramble * np.abs(fitted.coef_).mean() * \
+        np.random.default_rng(seed).normal(size=fitted.coef_.shape)
+    layer = torch.nn.Linear(features.shape[1], weight.shape[0])
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(weight))
+        layer.bias.copy_(torch.from_numpy(fitted.intercept_))
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"flipgate-mlflow-{os.getpid()}.onnx"
+    torch.onnx.export(layer, (torch.zeros(2, features.shape[1]),), str(path),
+                      input_names=["x"], output_names=["logits"],
+                      dynamic_axes={"x": {0: "N"}, "logits": {0: "N"}}, dynamo=False)
+    model = onnx.load(str(path))
+    path.unlink()
+    return model
+
+
+def log_version(name: str, model: onnx.ModelProto) -> str:
+    """Log `model` in a new run and register it under `name`: the new version's number.
+    (mlflow.onnx.log_model moves the weights of the proto it is given to external data, so
+    it gets a copy.)"""
+    import mlflow
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    with mlflow.start_run():
+        info = mlflow.onnx.log_model(copy, name="model", registered_model_name=name)
+    return str(info.registered_model_version)
+
+
+def nfr(old: onnx.ModelProto, new: onnx.ModelProto, evalset: EvalSet) -> float:
+    """NFR of old -> new on `evalset`, from the models' own outputs."""
+    old_right, new_right = (predicted(model, evalset) == evalset.y for model in (old, new))
+    return float(np.mean(old_right & ~new_right))
+
+
+def predicted(model: onnx.ModelProto, evalset: EvalSet) -> np.ndarray:
+    """The classes `model` predicts on `evalset`, by ONNX Runtime on the CPU."""
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": evalset.x})[0].argmax(axis=1)
+
+
+def save(evalset: EvalSet, path: Path) -> Path:
+    return save_evalset(evalset, path)
+
+
+def signed(body: bytes, *, secret: str, delivery: str = "d-1",
+           timestamp: int | None = None) -> dict[str, str]:
+    """MLflow's webhook headers for `body`."""
+    timestamp = int(time.time()) if timestamp is None else timestamp
+    digest = hmac.new(secret.encode(), f"{delivery}.{timestamp}.".encode() + body,
+                      hashlib.sha256).digest()
+    return {"Content-Type": "application/json", "X-MLflow-Delivery-Id": delivery,
+            "X-MLflow-Timestamp": str(timestamp),
+            "X-MLflow-Signature": "v1," + base64.b64encode(digest).decode()}
+
+
+def alias_event(model: str, alias: str, version: str) -> bytes:
+    """MLflow's body for an alias set on a version."""
+    return json.dumps({"entity": "model_version_alias", "action": "created",
+                       "data": {"name": model, "alias": alias, "version": version}}).encode()

@@ -1,0 +1,156 @@
+"""The MLflow connector against a real `mlflow server` whose webhook calls a real `flipgate
+serve` (embedded, with its worker and sweeper): a `challenger` is gated and, approved, becomes
+`champion`; a regressed one is blocked; a hand move of `champion` is reverted; MLflow's test
+delivery is answered; a bad signature is refused."""
+
+import time
+from dataclasses import dataclass
+
+import httpx
+import mlflow
+import onnx
+import pytest
+from mlflow import MlflowClient
+
+from flipgate.formats import EvalSet
+from tests.e2e.conftest import served, wait_for
+from tests.integrations.mlflow_world import (
+    alias_event,
+    classifier,
+    digits_split,
+    log_version,
+    mlflow_server,
+    nfr,
+    save,
+    signed,
+)
+
+TOKEN = "mlflow-connector-admin-token-0123456789"
+SECRET = "mlflow-webhook-secret-for-tests"
+VERDICT_SECONDS = 60  # "a good one becomes champion within a minute"
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Connected:
+    """MLflow's `digits`: 1 (a first model), 2 (1 scrambled), 3 (trained on more digits)."""
+
+    webhook_url: str
+    flipgate: httpx.Client
+    mlflow: MlflowClient
+    webhook_id: str
+    evalset: EvalSet
+    models: dict[str, onnx.ModelProto]
+
+    def tag(self, version: str) -> str | None:
+        return self.mlflow.get_model_version("digits", version).tags.get("flipgate.verdict")
+
+    def champion(self) -> str | None:
+        return self.mlflow.get_registered_model("digits").aliases.get("champion")
+
+    def move_and_wait_for_verdict(self, alias: str, version: str) -> tuple[str, float]:
+        """Set `alias` on `version`: its verdict tag and the seconds it took to appear."""
+        started = time.monotonic()
+        self.mlflow.set_registered_model_alias("digits", alias, version)
+        verdict = wait_for(lambda: self.tag(version), f"the verdict tag of {version}",
+                           timeout=VERDICT_SECONDS)
+        return verdict, time.monotonic() - started
+
+    def events(self) -> list[dict]:
+        response = self.flipgate.get("/models/digits/mlflow-events")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+@pytest.fixture(scope="module")
+def connected(tmp_path_factory) -> Connected:
+    folder = tmp_path_factory.mktemp("mlflow-connector")
+    evalset, train = digits_split()
+    models = {"1": classifier(train, samples=500),
+              "2": classifier(train, samples=500, scramble=1.5),
+              "3": classifier(train, samples=len(train[1]))}
+    with mlflow_server(folder / "mlflow") as mlflow_url, served(
+            folder, TOKEN, FLIPGATE_MLFLOW_WEBHOOK_SECRET=SECRET,
+            FLIPGATE_MLFLOW_TRACKING_URI=mlflow_url) as (url, client):
+        mlflow.set_tracking_uri(mlflow_url)
+        tracking = MlflowClient(mlflow_url)
+        # before any alias event: each MLflow server process caches its webhook list for 60 s
+        webhook = tracking.create_webhook(
+            "flipgate", f"{url}/integrations/mlflow/webhook",
+            events=["model_version_alias.created"], secret=SECRET)
+        for version, model in models.items():
+            assert log_version("digits", model) == version
+        response = client.post("/evalsets", data={"name": "holdout"}, files={
+            "data": ("holdout.npz", save(evalset, folder / "holdout.npz").read_bytes())})
+        assert response.status_code == 201, response.text
+        yield Connected(f"{url}/integrations/mlflow/webhook", client, tracking,
+                        webhook.webhook_id, evalset, models)
+
+
+def test_mlflow_test_delivery_is_answered_and_changes_nothing(connected):
+    result = connected.mlflow.test_webhook(connected.webhook_id)
+    assert result.success and result.response_status == 200, result
+    assert connected.flipgate.get("/models/example_model/mlflow-events").json() == []
+
+
+@pytest.mark.parametrize(("signing", "code"), [
+    ({"secret": "another-secret"}, "invalid_signature"),
+    ({"secret": SECRET, "age_seconds": 3600}, "stale_signature"),
+    (None, "missing_signature"),
+])
+def test_a_bad_signature_is_refused_and_nothing_is_queued(connected, signing, code):
+    body = alias_event("digits", "champion", "2")
+    headers = {"Content-Type": "application/json"}
+    if signing is not None:
+        headers = signed(body, secret=signing["secret"],
+                         timestamp=int(time.time()) - signing.get("age_seconds", 0))
+    response = httpx.post(connected.webhook_url, content=body, headers=headers)
+    assert response.status_code == 401 and response.json()["error"]["code"] == code
+    assert connected.events() == []
+
+
+def test_a_challenger_is_gated_and_promoted_or_blocked(connected):
+    verdict, _ = connected.move_and_wait_for_verdict("challenger", "1")
+    assert verdict == "approve"
+    wait_for(lambda: connected.champion() == "1", "champion on the first version")
+    response = connected.flipgate.put("/models/digits/policy",
+                                      json={"evalsets": ["holdout"], "significance": 0.05})
+    assert response.status_code in (200, 201), response.text
+
+    verdict, _ = connected.move_and_wait_for_verdict("challenger", "2")
+    tags = connected.mlflow.get_model_version("digits", "2").tags
+    assert verdict == "block"
+    assert float(tags["flipgate.nfr"]) == pytest.approx(
+        nfr(connected.models["1"], connected.models["2"], connected.evalset), abs=1e-6)
+    decision = connected.flipgate.get(f"/gate/decisions/{tags['flipgate.decision']}").json()
+    assert (decision["verdict"], decision["candidate"]) == ("block", "2")
+    assert connected.champion() == "1"
+
+    verdict, seconds = connected.move_and_wait_for_verdict("challenger", "3")
+    assert verdict == "approve"
+    wait_for(lambda: connected.champion() == "3", "champion on version 3", timeout=5)
+    print(f"\nalias move to verdict tag (pair measured by the worker): {seconds:.1f} s")
+    production = connected.flipgate.get("/models/digits/promotions").json()
+    assert [row["requested_by"] for row in production] == ["mlflow connector"] * 2
+
+
+def test_a_hand_move_of_champion_is_reverted(connected):
+    assert connected.champion() == "3"
+    started = time.monotonic()
+    connected.mlflow.set_registered_model_alias("digits", "champion", "2")
+    wait_for(lambda: connected.champion() == "3", "champion moved back to 3",
+             timeout=VERDICT_SECONDS)
+    print(f"\nhand move reverted after {time.monotonic() - started:.1f} s")
+    assert connected.tag("2") == "unapproved"
+    reverted = [event for event in connected.events() if event["action"] == "reverted"]
+    assert [(event["version"], event["alias"]) for event in reverted] == [("2", "champion")]
+
+
+def test_a_delivery_is_acted_on_once(connected):
+    body = alias_event("digits", "champion", "2")
+    headers = signed(body, secret=SECRET, delivery="replayed-delivery")
+    first = httpx.post(connected.webhook_url, content=body, headers=headers)
+    again = httpx.post(connected.webhook_url, content=body, headers=headers)
+    assert first.status_code == 202 and again.json() == {"status": "duplicate"}
+    received = [e for e in connected.events() if e["delivery_id"] == "replayed-delivery"]
+    assert len(received) == 1

@@ -1,0 +1,152 @@
+"""`flipgate mlflow gate` against a real `mlflow server` and a real `flipgate serve` (embedded,
+with its worker): versions logged with mlflow.onnx.log_model (weights as external data) are
+registered on flipgate, gated, tagged, and promoted only on an approval."""
+
+import json
+import sys
+from dataclasses import dataclass
+
+import httpx
+import mlflow
+import onnx
+import pytest
+from mlflow import MlflowClient
+
+from flipgate.cli import main
+from flipgate.formats import EvalSet
+from tests.e2e.conftest import served
+from tests.integrations.mlflow_world import (
+    classifier,
+    digits_split,
+    log_version,
+    mlflow_server,
+    nfr,
+    save,
+)
+
+TOKEN = "mlflow-gate-admin-token-0123456789"
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class World:
+    """Both servers, the eval set `holdout`, and the MLflow model `digits`: version 1 (a
+    first model), 2 (1 scrambled: regressed) and 3 (trained on more digits)."""
+
+    mlflow_url: str
+    flipgate_url: str
+    flipgate: httpx.Client
+    mlflow: MlflowClient
+    evalset: EvalSet
+    models: dict[str, onnx.ModelProto]
+
+    def gate(self, uri: str, *args: str) -> int:
+        return main(["mlflow", "gate", uri, "--server", self.flipgate_url, "--token", TOKEN,
+                     "--tracking-uri", self.mlflow_url, "--evalset", "holdout", "--poll", "0.2",
+                     "--timeout", "120", *args])
+
+    def tags(self, version: str) -> dict[str, str]:
+        return self.mlflow.get_model_version("digits", version).tags
+
+    def production(self) -> str | None:
+        line = self.flipgate.get("/models/digits").json()
+        ids = {v["id"]: v["version"] for v in line["versions"]}
+        return next((ids[a["version_id"]] for a in line["aliases"] if a["name"] == "production"),
+                    None)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> World:
+    folder = tmp_path_factory.mktemp("mlflow-gate")
+    evalset, train = digits_split()
+    models = {"1": classifier(train, samples=500), "2": classifier(train, samples=500,
+                                                                   scramble=1.5),
+              "3": classifier(train, samples=len(train[1]))}
+    with mlflow_server(folder / "mlflow") as mlflow_url, served(folder, TOKEN) as (url, client):
+        mlflow.set_tracking_uri(mlflow_url)
+        for version, model in models.items():
+            assert log_version("digits", model) == version
+        response = client.post("/evalsets", data={"name": "holdout"}, files={
+            "data": ("holdout.npz", save(evalset, folder / "holdout.npz").read_bytes())})
+        assert response.status_code == 201, response.text
+        yield World(mlflow_url, url, client, MlflowClient(mlflow_url), evalset, models)
+
+
+def test_first_version_is_approved_promoted_and_tagged(world, capsys):
+    assert world.gate("models:/digits/1", "--promote", "champion", "--json") == 0
+    decision = json.loads(capsys.readouterr().out)
+    assert decision["verdict"] == "approve" and decision["baseline"] is None
+    assert world.tags("1") == {"flipgate.verdict": "approve",
+                               "flipgate.decision": str(decision["decision_id"])}
+    assert world.production() == "1"
+    assert world.mlflow.get_model_version_by_alias("digits", "champion").version == "1"
+    stored = world.flipgate.get("/models/digits/versions/1").json()
+    assert stored["metadata"]["mlflow"] == {
+        "model": "digits", "version": "1",
+        "run_id": world.mlflow.get_model_version("digits", "1").run_id}
+
+
+def test_regressed_challenger_is_blocked_and_champion_stays(world, capsys):
+    world.mlflow.set_registered_model_alias("digits", "challenger", "2")
+    assert world.gate("models:/digits@challenger", "--promote", "champion", "--json") == 1
+    decision = json.loads(capsys.readouterr().out)
+    tags = world.tags("2")
+    assert tags["flipgate.verdict"] == "block"
+    assert tags["flipgate.decision"] == str(decision["decision_id"])
+    assert float(tags["flipgate.nfr"]) == pytest.approx(
+        nfr(world.models["1"], world.models["2"], world.evalset), abs=1e-6)
+    assert tags["flipgate.report_url"] == decision["report_url"]
+    assert world.mlflow.get_model_version_by_alias("digits", "champion").version == "1"
+    assert world.production() == "1"
+    # asking again reuses the registered version (same bytes) and answers the same verdict
+    assert world.gate("models:/digits/2") == 1
+
+
+def test_better_version_becomes_champion(world, capsys):
+    assert world.gate("models:/digits/3", "--promote", "champion") == 0
+    assert "APPROVE" in capsys.readouterr().out
+    assert world.tags("3")["flipgate.verdict"] == "approve"
+    assert float(world.tags("3")["flipgate.nfr"]) == pytest.approx(
+        nfr(world.models["1"], world.models["3"], world.evalset), abs=1e-6)
+    assert world.mlflow.get_model_version_by_alias("digits", "champion").version == "3"
+    assert world.production() == "3"
+
+
+def test_other_bytes_under_the_same_version_are_refused(world, tmp_path, capsys):
+    other = tmp_path / "other.onnx"
+    onnx.save(world.models["2"], str(other))
+    response = world.flipgate.post("/models", data={"name": "digits", "version": "4"},
+                                   files={"artifact": ("model.onnx", other.read_bytes())})
+    assert response.status_code == 201, response.text
+    assert log_version("digits", world.models["3"]) == "4"
+    assert world.gate("models:/digits/4", "--promote", "champion") == 2
+    assert "another model than this MLflow version" in capsys.readouterr().err
+    assert "flipgate.verdict" not in world.tags("4")
+    assert world.production() == "3"
+
+
+def test_without_mlflow_the_command_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    assert main(["mlflow", "gate", "models:/digits/1", "--server", "http://127.0.0.1:9",
+                 "--token", TOKEN]) == 2
+    assert "pip install 'flipgate[mlflow]'" in capsys.readouterr().err
+
+
+def test_a_malformed_model_uri_is_a_usage_error(capsys):
+    assert main(["mlflow", "gate", "runs:/abc/model", "--server", "http://127.0.0.1:9",
+                 "--token", TOKEN, "--tracking-uri", "http://127.0.0.1:9"]) == 2
+    assert "models:/NAME@ALIAS" in capsys.readouterr().err
+
+
+def test_enforcement_recipe_copies_an_approved_candidate_to_production(world):
+    """README's recipe: candidates gated in their own registered model, the approved one
+    copied to the production model that only flipgate's account may write."""
+    assert log_version("digits-candidates", world.models["1"]) == "1"
+    assert world.gate("models:/digits-candidates/1", "--promote", "approved") == 0
+    copy = world.mlflow.copy_model_version("models:/digits-candidates/1", "digits-production")
+    world.mlflow.set_registered_model_alias("digits-production", "champion", copy.version)
+    line = world.flipgate.get("/models/digits-candidates").json()
+    assert [alias["name"] for alias in line["aliases"]] == ["production"]
+    champion = world.mlflow.get_model_version_by_alias("digits-production", "champion")
+    assert world.mlflow.get_model_version_download_uri("digits-production", champion.version) \
+        == world.mlflow.get_model_version_download_uri("digits-candidates", "1")
