@@ -52,7 +52,8 @@ def run_python(code: str) -> subprocess.CompletedProcess:
 
 
 SERVER_STACK = ("fastapi", "uvicorn", "sqlalchemy", "celery")
-LIBRARY_COMMANDS = {"compare", "train", "experiment", "demo", "gate", "repair", "policy"}
+LIBRARY_COMMANDS = {"compare", "train", "experiment", "demo", "gate", "repair", "policy",
+                    "mlflow"}
 
 
 def modules_loaded_by(argv: list[str], watched: tuple[str, ...]) -> list[str]:
