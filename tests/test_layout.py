@@ -1,5 +1,5 @@
-"""Dependencies point one way, flipgate <- service <- worker (DESIGN §1): the library's CLI
-reaches the server's subcommands through entry points, never by importing them."""
+"""Dependencies point one way, flipgate <- service <- worker (docs/architecture.md): the
+library's CLI reaches the server's subcommands through entry points, never by importing them."""
 
 import ast
 import re

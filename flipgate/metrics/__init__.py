@@ -1,4 +1,4 @@
-"""Compatibility metrics between classifier versions (DESIGN §4); numpy, plus ONNX Runtime for
+"""Compatibility metrics between classifier versions (docs/metrics.md); numpy, plus ONNX Runtime for
 the per-chunk passes of the pair report."""
 
 from flipgate.metrics.calibration import confidence_gap, expected_calibration_error

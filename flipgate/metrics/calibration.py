@@ -1,4 +1,4 @@
-"""Prediction confidence γ and expected calibration error (DESIGN §4)."""
+"""Prediction confidence γ and expected calibration error (docs/metrics.md)."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""The expected cost of an update: negative flips cost, positive flips earn (DESIGN §4)."""
+"""The expected cost of an update: negative flips cost, positive flips earn (docs/metrics.md)."""
 
 import math
 from dataclasses import dataclass

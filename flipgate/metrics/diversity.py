@@ -1,4 +1,4 @@
-"""Prediction difference among M models trained alike (Anti-Distillation paper; DESIGN §4)."""
+"""Prediction difference among M models trained alike (Anti-Distillation paper; docs/metrics.md)."""
 
 import numpy as np
 

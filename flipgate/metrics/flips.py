@@ -1,4 +1,4 @@
-"""Negative/positive flips, error rates and churn between an old and a new model (DESIGN §4)."""
+"""Negative/positive flips, error rates and churn between two models (docs/metrics.md)."""
 
 from dataclasses import dataclass, fields
 
@@ -14,7 +14,7 @@ def ratio(numerator: float, denominator: float) -> float | None:
 class FlipCounts:
     """Integer counts of how predictions moved between two models on one labeled set.
 
-    Every rate is derived from these counts, so the identities of DESIGN §4 hold exactly
+    Every rate is derived from these counts, so the identities of docs/metrics.md hold exactly
     on the counts (for example new_wrong - old_wrong == negative_flips - positive_flips).
     """
 

@@ -43,7 +43,7 @@ def compare_logits(
     *, groups: np.ndarray | None = None, chunk_size: int | None = None,
     progress: Progress | None = None,
 ) -> dict:
-    """Every compatibility metric of DESIGN §4 for one pair, as a JSON-ready dict.
+    """Every compatibility metric of docs/metrics.md for one pair, as a JSON-ready dict.
 
     `groups` (one string or integer per sample) adds the `per_group` table; `chunk_size`
     is the number of samples read at a time; `progress(done, total)` follows the chunks.

@@ -1,4 +1,4 @@
-"""The smooth surrogate churn SChurn of Bhojanapalli et al. (DESIGN §4)."""
+"""The smooth surrogate churn SChurn of Bhojanapalli et al. (docs/metrics.md)."""
 
 import numpy as np
 

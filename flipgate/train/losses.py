@@ -1,4 +1,4 @@
-"""Training losses for flip-free model updates (DESIGN.md §5).
+"""Training losses for flip-free model updates (docs/metrics.md, training methods).
 
 Shapes: logits and targets are (B, C), labels are (B,) class indices. Every ``forward`` returns a
 scalar: per-sample terms are averaged over the batch. Logits that act as fixed targets (teacher,

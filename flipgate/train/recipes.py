@@ -3,7 +3,7 @@
 Each recipe takes its options dataclass from flipgate.train.methods (saved beside the model)
 and trains through the same loop. Old-model logits for the training set are computed once
 before training: the loop applies no augmentation, so they equal the "online per batch"
-logits of DESIGN §5.
+logits of docs/metrics.md.
 """
 
 import json

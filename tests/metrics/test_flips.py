@@ -1,4 +1,4 @@
-"""Flip counts and rates: a case computed by hand, and the identities of DESIGN §4."""
+"""Flip counts and rates: a case computed by hand, and the identities of docs/metrics.md."""
 
 from fractions import Fraction
 
