@@ -77,14 +77,20 @@ def test_open_redirects_are_refused(browser_client, mint):
     assert response.headers["location"] == "/ui"
 
 
+def replace_cookie(client, value: str) -> None:
+    """The session cookie the client sends becomes `value` (the jar holds no other)."""
+    client.cookies.clear()
+    client.cookies.set(COOKIE, value, path="/ui")
+
+
 def test_forged_and_expired_cookies_and_revoked_tokens_end_the_session(
         seeded, browser_client, mint, db, settings, monkeypatch):
     browser_client.post("/ui/signin", data={"token": mint("read")})
     cookie = browser_client.cookies[COOKIE]
     encoded, _, signature = cookie.partition(".")
-    browser_client.cookies.set(COOKIE, f"{encoded}.{signature[::-1]}", path="/ui")
+    replace_cookie(browser_client, f"{encoded}.{signature[::-1]}")
     assert browser_client.get("/ui", follow_redirects=False).status_code == 303
-    browser_client.cookies.set(COOKIE, cookie, path="/ui")
+    replace_cookie(browser_client, cookie)
     assert browser_client.get("/ui").status_code == 200
     later = time.time() + settings.session_hours * 3600 + 1
     monkeypatch.setattr(session_module, "time", SimpleNamespace(time=lambda: later))
