@@ -89,3 +89,11 @@ def test_a_block_by_significance_alone_names_the_eval_set_and_the_level(line):  
         "limit": 0.2, "blocking": True,
         "message": f"on ev: the candidate makes more new errors than it fixes (one-sided "
                    f"McNemar p = {P_VALUE:.3g} < 0.2)"}
+
+
+@pytest.mark.parametrize(("rule", "value"), [("max_class_nfr", WORST_CLASS_NFR),
+                                             ("min_er_decrease", ER_OLD - ER_NEW)])
+def test_a_candidate_exactly_at_a_bound_is_approved(line, rule, value):  # noqa: F811
+    """"At most" and "at least" include the bound (the same float the server computes)."""
+    assert measured(line).status_code == 200
+    assert verdict_under(line, {rule: value}) == ("approve", [])
