@@ -1,12 +1,10 @@
 """The dashboard on the API test app (tests/service/api/conftest.py): a line with three
 versions whose logits are uploaded, its matrix computed, every pair's report measured, and a
-blocked decision.
-
-The line is seeded once per module (and database); each test runs inside a savepoint of the
-module's transaction that its end rolls back, so it sees the seeded store and nothing that an
-earlier test wrote."""
+blocked decision. `seeded` seeds it for one test; a module whose every test reads the same
+line can seed it once instead (`seeded_once_per_module`, as tests/ui/test_pages.py does)."""
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
@@ -14,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine
 
 from service.config import Settings
 from tests.service.api.conftest import (  # noqa: F401 (fixtures)
     ADMIN_TOKEN,
     bearer,
+    client,
     db,
     measure,
     mint,
@@ -27,11 +27,17 @@ from tests.service.api.conftest import (  # noqa: F401 (fixtures)
     post_model,
     rolled_back_client,
     run_task,
+    settings,
+    upload_evalset,
+    upload_logits,
+    upload_model,
 )
 from tests.service.conftest import (  # noqa: F401 (fixtures)
     database_url,
     engine,
     no_flipgate_environment,
+    npz_file,
+    onnx_file,
     write_npz,
     write_onnx,
 )
@@ -48,21 +54,26 @@ class Seeded:
     blocked_id: int
 
 
-@pytest.fixture(scope="module")
-def seeded_store(engine, tmp_path_factory) -> Iterator[tuple[TestClient, "Seeded"]]:  # noqa: F811
-    """The module's client and what it seeded, in a transaction rolled back at the end."""
-    folder = tmp_path_factory.mktemp("ui")
-    settings = Settings(database_url=engine.url.render_as_string(hide_password=False),
-                        data_dir=folder / "data", admin_token=ADMIN_TOKEN)
-    with rolled_back_client(engine, settings) as client:
-        yield client, seed(client, folder)
-
-
 @pytest.fixture
-def client(seeded_store) -> Iterator[TestClient]:
-    """The module's client inside a savepoint that the test's end rolls back, with its
-    headers and cookies as they were."""
-    shared = seeded_store[0]
+def seeded(client, tmp_path) -> "Seeded":  # noqa: F811
+    return seed(client, tmp_path)
+
+
+@contextmanager
+def seeded_once_per_module(on: Engine, folder: Path) -> Iterator[tuple[TestClient, "Seeded"]]:
+    """A client on a store seeded once, in a transaction rolled back when the block ends; pair
+    it with `client_in_savepoint` so that each test sees the seeded store and nothing that an
+    earlier test wrote."""
+    store_settings = Settings(database_url=on.url.render_as_string(hide_password=False),
+                              data_dir=folder / "data", admin_token=ADMIN_TOKEN)
+    with rolled_back_client(on, store_settings) as shared:
+        yield shared, seed(shared, folder)
+
+
+@contextmanager
+def client_in_savepoint(shared: TestClient) -> Iterator[TestClient]:
+    """The shared client inside a savepoint rolled back at the end, with its headers and
+    cookies as they were."""
     savepoint = shared.app.state.connection.begin_nested()
     try:
         yield shared
@@ -72,17 +83,7 @@ def client(seeded_store) -> Iterator[TestClient]:
         shared.cookies.clear()
 
 
-@pytest.fixture
-def settings(seeded_store) -> Settings:
-    return seeded_store[0].app.state.settings
-
-
-@pytest.fixture
-def seeded(seeded_store) -> "Seeded":
-    return seeded_store[1]
-
-
-def seed(client: TestClient, folder: Path) -> "Seeded":
+def seed(client: TestClient, folder: Path) -> "Seeded":  # noqa: F811
     """Line `digits` with versions 1, 2, 3 (uploaded logits on `eval`, the matrix computed
     and every pair's report measured), 1 approved and in production, and 2 blocked by
     max_nfr."""
@@ -120,7 +121,7 @@ def noisy_logits(labels: np.ndarray, accuracy: float, rng: np.random.Generator) 
 
 
 @pytest.fixture
-def browser_client(client) -> TestClient:
+def browser_client(client) -> TestClient:  # noqa: F811
     """A client without the admin bearer token (as a browser is)."""
     client.headers.pop("Authorization")
     return client

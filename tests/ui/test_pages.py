@@ -1,5 +1,8 @@
 """The dashboard over HTTP on the real app and database: sign-in and its cookie, the
-redirects without a session, a cookie that cannot write, offline pages and their contents."""
+redirects without a session, a cookie that cannot write, offline pages and their contents.
+
+The line of tests/ui/conftest.py is seeded once for this module (and database); each test
+runs in a savepoint that its end rolls back."""
 
 import re
 import time
@@ -20,7 +23,30 @@ from service.registry.models import ModelVersion
 from service.ui import session as session_module
 from service.ui.session import COOKIE
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code
-from tests.ui.conftest import EVALSET, LINE
+from tests.ui.conftest import EVALSET, LINE, client_in_savepoint, seeded_once_per_module
+
+
+@pytest.fixture(scope="module")
+def seeded_store(engine, tmp_path_factory):
+    with seeded_once_per_module(engine, tmp_path_factory.mktemp("ui")) as store:
+        yield store
+
+
+@pytest.fixture
+def client(seeded_store):
+    with client_in_savepoint(seeded_store[0]) as shared:
+        yield shared
+
+
+@pytest.fixture
+def settings(seeded_store):
+    return seeded_store[0].app.state.settings
+
+
+@pytest.fixture
+def seeded(seeded_store):
+    return seeded_store[1]
+
 
 EXTERNAL = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*"""
                       r"""(?:https?:)?//|@import\s+["']?(?:https?:)?//""", re.IGNORECASE)
@@ -78,8 +104,7 @@ def test_open_redirects_are_refused(browser_client, mint):
 
 
 def replace_cookie(client, value: str) -> None:
-    """The client's one session cookie becomes `value` (setting it beside the cookie the
-    server set, whose domain the client names, would send both)."""
+    """The session cookie the client sends becomes `value` (the jar holds no other)."""
     client.cookies.clear()
     client.cookies.set(COOKIE, value, path="/ui")
 

@@ -78,3 +78,22 @@ def test_a_decision_waiting_on_a_job_whose_worker_is_lost_blocks(line, db):  # n
     assert final["verdict"] == "block" and final["waiting_for"] == []
     assert final["reasons"][0]["code"] == "measurement_failed"
     assert "worker_lost" in final["reasons"][0]["message"]
+
+
+def test_a_block_by_significance_alone_names_the_eval_set_and_the_level(line):  # noqa: F811
+    assert measured(line).status_code == 200
+    assert line.put("/models/digits/policy", json={"significance": 0.2}).status_code == 200
+    [reason] = gate(line, candidate="2").json()["reasons"]
+    assert reason == {
+        "code": "significance", "evalset": "ev", "measured": pytest.approx(P_VALUE),
+        "limit": 0.2, "blocking": True,
+        "message": f"on ev: the candidate makes more new errors than it fixes (one-sided "
+                   f"McNemar p = {P_VALUE:.3g} < 0.2)"}
+
+
+@pytest.mark.parametrize(("rule", "value"), [("max_class_nfr", WORST_CLASS_NFR),
+                                             ("min_er_decrease", ER_OLD - ER_NEW)])
+def test_a_candidate_exactly_at_a_bound_is_approved(line, rule, value):  # noqa: F811
+    """"At most" and "at least" include the bound (the same float the server computes)."""
+    assert measured(line).status_code == 200
+    assert verdict_under(line, {rule: value}) == ("approve", [])
