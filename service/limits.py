@@ -4,6 +4,7 @@ credentials checked before any body is read and before a slot is taken."""
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import anyio
 from starlette.datastructures import Headers, State
@@ -83,8 +84,8 @@ class Admission:
 
     - Credentials are checked from the headers before anything reads the body and before a
       slot is taken: a bearer token (on its own short read-only session, at most
-      TOKEN_LOOKUPS at once), a gate signature header that parses with its timestamp in
-      the window (its digest is checked against the body by the endpoint), or on /ui a
+      TOKEN_LOOKUPS at once), the signature headers of a SIGNED_ROUTES webhook (the gate's
+      must parse, with its timestamp in the window; the endpoint checks digests), or on /ui a
       well-signed session cookie. Bad credentials, and a body sent without any (except the
       dashboard's small forms), are refused with 401 unread. The checked token waits in
       `request.state.token` for the route's scope check.
@@ -137,16 +138,17 @@ class Admission:
                                                    limiter=self.lookups)
             scope.setdefault("state", {})["token"] = token
             return True
-        if path == SIGNED_PATH and SIGNATURE_HEADER in headers:
-            self.check_signature_time(headers[SIGNATURE_HEADER])
+        signed = SIGNED_ROUTES.get(path)
+        if signed is not None and all(name in headers for name in signed.headers):
+            if SIGNATURE_HEADER in signed.headers:
+                self.check_signature_time(headers[SIGNATURE_HEADER])
             return True
         if path.startswith(COOKIE_SIGNED_PREFIX):
             cookie = HTTPConnection(scope).cookies.get(COOKIE)
             return is_signed_session(self.state.settings, cookie)
         if _has_body(headers):
-            raise Unauthorized("missing_credentials", "send 'Authorization: Bearer <token>' "
-                               f"(or, to the gate, a '{SIGNATURE_HEADER}' signature); the "
-                               "body was not read")
+            refusal = signed or UNSIGNED
+            raise Unauthorized(refusal.missing_code, f"{refusal.hint}; the body was not read")
         return False
 
     def check_signature_time(self, header: str) -> None:
@@ -167,7 +169,28 @@ def _has_body(headers: Headers) -> bool:
 
 
 PROBES = frozenset({"/healthz", "/readyz"})
-SIGNED_PATH = "/gate"  # the one route that takes a webhook signature instead of a token
+
+
+@dataclass(frozen=True)
+class SignedRoute:
+    """A route that takes a signature of its body instead of a token: the headers that must
+    all be sent (the endpoint checks the digest), and the refusal when one is missing."""
+
+    headers: tuple[str, ...]
+    missing_code: str
+    hint: str
+
+
+TOKEN_HINT = "send 'Authorization: Bearer <token>'"
+UNSIGNED = SignedRoute((), "missing_credentials", TOKEN_HINT)
+SIGNED_ROUTES = {
+    "/gate": SignedRoute((SIGNATURE_HEADER,), "missing_credentials",
+                         f"{TOKEN_HINT} or a '{SIGNATURE_HEADER}' signature"),
+    # the MLflow connector's webhook (service.integrations.mlflow)
+    "/integrations/mlflow/webhook": SignedRoute(
+        MLFLOW_HEADERS := ("X-MLflow-Delivery-Id", "X-MLflow-Timestamp", "X-MLflow-Signature"),
+        "missing_signature", f"send {', '.join(MLFLOW_HEADERS)}"),
+}
 COOKIE_SIGNED_PREFIX = "/ui"
 DASHBOARD_FORM_BYTES = 4096  # the sign-in form's token (and sign-out's empty form) fit
 TOKEN_LOOKUPS = 2  # bearer tokens looked up in the database at once, outside the slots
