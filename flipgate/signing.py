@@ -51,14 +51,22 @@ def signature(secret: str, body: bytes, timestamp: int | None = None) -> str:
     return f"t={signed_at},v1={digest(secret, body, signed_at)}"
 
 
-def verify(secrets: list[str], body: bytes, header: str, *, tolerance_seconds: float,
-           now: float | None = None) -> None:
-    """Raise SignatureError unless `header` signs `body` under one of `secrets` at a time
-    within `tolerance_seconds` of `now` (constant-time comparison)."""
+def fresh_header(header: str, *, tolerance_seconds: float,
+                 now: float | None = None) -> SignatureHeader:
+    """The parsed header; SignatureError unless it parses and its timestamp lies within
+    `tolerance_seconds` of `now` (the checks that need no body)."""
     parsed = SignatureHeader.parse(header)
     if abs((time.time() if now is None else now) - parsed.timestamp) > tolerance_seconds:
         raise SignatureError("stale_signature", f"the signature's timestamp is more than "
                              f"{tolerance_seconds:g} s away from the server's clock")
+    return parsed
+
+
+def verify(secrets: list[str], body: bytes, header: str, *, tolerance_seconds: float,
+           now: float | None = None) -> None:
+    """Raise SignatureError unless `header` signs `body` under one of `secrets` at a time
+    within `tolerance_seconds` of `now` (constant-time comparison)."""
+    parsed = fresh_header(header, tolerance_seconds=tolerance_seconds, now=now)
     expected = [digest(secret, body, parsed.timestamp).encode() for secret in secrets]
     if not any(hmac.compare_digest(want, given.encode())
                for want in expected for given in parsed.digests):

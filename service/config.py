@@ -64,6 +64,11 @@ class Settings(BaseSettings):
     # when the server restarts, and API processes behind one address must share a key)
     session_key: SecretStr = Field(default_factory=lambda: SecretStr(secrets.token_hex(32)))
     session_hours: float = Field(default=12.0, gt=0)  # a dashboard sign-in lasts this long
+    # a request body must arrive within body_grace_seconds plus one second per
+    # body_min_rate bytes received (slower: 408), and within body_deadline_seconds in all
+    body_grace_seconds: float = Field(default=10.0, gt=0)
+    body_min_rate: int = Field(default=16 * 1024, ge=1)  # bytes per second
+    body_deadline_seconds: float = Field(default=600.0, gt=0)
 
     @model_validator(mode="after")
     def _default_database(self) -> Self:

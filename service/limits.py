@@ -1,70 +1,122 @@
-"""Limits on requests: the size of their bodies, enforced while they are read, and how many
-are served at once (admission), with their credentials checked before any body is read."""
+"""Limits on requests: the size of their bodies and how long they may take to arrive,
+enforced while they are read, and how many are served at once (admission), with their
+credentials checked before any body is read and before a slot is taken."""
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import anyio
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, State
 from starlette.exceptions import HTTPException
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flipgate.signing import HEADER as SIGNATURE_HEADER
+from flipgate.signing import SignatureError, fresh_header
+from service.config import Settings
 from service.errors import Unauthorized, error_response
+from service.ui.session import COOKIE, is_signed_session
 
 
 class RequestBodyLimit:
-    """ASGI middleware that stops reading a body past `max_bytes` with a 413 HTTPException.
+    """ASGI middleware that bounds every request body while it is read (BodyBudget): 413
+    past `max_bytes` (DASHBOARD_FORM_BYTES under /ui), 408 when it arrives too slowly.
 
-    The exception is raised inside the endpoint's body parsing, so the app's own handler
-    renders it (FastAPI's max_body_size would answer in plain text instead).
+    The exceptions are raised inside the endpoint's body parsing, so the app's own handler
+    renders them (FastAPI's max_body_size would answer in plain text instead).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, settings: Settings) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header = Headers(scope=scope).get("content-length", "")
-        declared, received = (int(header) if header.isdigit() else 0), 0
+        dashboard = scope["path"].startswith(COOKIE_SIGNED_PREFIX)
+        budget = BodyBudget(receive, Headers(scope=scope), self.settings,
+                            max_bytes=DASHBOARD_FORM_BYTES if dashboard else self.max_bytes)
+        await self.app(scope, budget.receive, send)
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if max(declared, received) > self.max_bytes:
-                raise HTTPException(413, f"the request body is larger than the limit of "
-                                         f"{self.max_bytes} bytes")
-            return message
 
-        await self.app(scope, limited_receive, send)
+class BodyBudget:
+    """The receive of one request whose body must stay within `max_bytes` and arrive within
+    the settings' grace plus one second per `body_min_rate` bytes received (a minimum rate),
+    and within `body_deadline_seconds` in all; the clock starts when the app is called."""
+
+    def __init__(self, receive: Receive, headers: Headers, settings: Settings, *,
+                 max_bytes: int) -> None:
+        declared = headers.get("content-length", "")
+        self.declared = int(declared) if declared.isdigit() else 0
+        self.upstream, self.settings, self.max_bytes = receive, settings, max_bytes
+        self.started, self.received, self.complete = time.monotonic(), 0, False
+
+    async def receive(self) -> Message:
+        if self.complete:  # after the body, only a disconnect is waited for
+            return await self.upstream()
+        with anyio.move_on_after(self.seconds_left()) as waiting:
+            message = await self.upstream()
+        if waiting.cancelled_caught:
+            raise HTTPException(408, "the request body arrived too slowly (at least "
+                                f"{self.settings.body_min_rate} bytes per second after "
+                                f"{self.settings.body_grace_seconds:g} s, all within "
+                                f"{self.settings.body_deadline_seconds:g} s)", CLOSE)
+        self.received += len(message.get("body", b""))
+        self.complete = not message.get("more_body", False)
+        if max(self.declared, self.received) > self.max_bytes:
+            raise HTTPException(413, f"the request body is larger than the limit of "
+                                     f"{self.max_bytes} bytes")
+        return message
+
+    def seconds_left(self) -> float:
+        """How long the next part of the body may take to arrive."""
+        settings = self.settings
+        allowed = min(settings.body_deadline_seconds,
+                      settings.body_grace_seconds + self.received / settings.body_min_rate)
+        return allowed - (time.monotonic() - self.started)
 
 
 class Admission:
     """ASGI middleware in front of every database-backed request.
 
-    - At most `slots` requests are served at once (fewer than the database pool's
-      connections and the thread pool's threads, so an admitted request never waits for
-      either); beyond that the answer is 503 `server_busy` with Retry-After at once.
-    - A bearer token is checked from the headers, on its own short read-only session, before
-      anything reads the body; a body sent without credentials (a bearer token or, for the
-      gate, a webhook signature) and larger than SMALL_BODY_BYTES is refused with 401 without
-      being read (smaller ones get the endpoint's own checks). The checked token
-      waits in `request.state.token` for the route's scope check.
-    - The probes (/healthz, /readyz) and the cookie-signed dashboard (/ui) skip the token
-      check; the probes skip admission too, so they answer under any load.
+    - Credentials are checked from the headers before anything reads the body and before a
+      slot is taken: a bearer token (on its own short read-only session, at most
+      TOKEN_LOOKUPS at once), the signature headers of a SIGNED_ROUTES webhook (the gate's
+      must parse, with its timestamp in the window; the endpoint checks digests), or on /ui a
+      well-signed session cookie. Bad credentials, and a body sent without any (except the
+      dashboard's small forms), are refused with 401 unread. The checked token waits in
+      `request.state.token` for the route's scope check.
+    - Only requests with credentials take a slot: at most `slots` are served at once (fewer
+      than the database pool's connections and the thread pool's threads, so an admitted
+      request never waits for either); beyond that the answer is 503 `server_busy` with
+      Retry-After at once. Requests without credentials carry no body, or a dashboard form
+      of at most DASHBOARD_FORM_BYTES, and are served outside the slots (their endpoints
+      refuse them, or serve a public page).
+    - The probes (/healthz, /readyz) skip all of it, so they answer under any load.
     """
 
-    def __init__(self, app: ASGIApp, *, slots: int,
-                 authenticate: Callable[[str], object]) -> None:
+    def __init__(self, app: ASGIApp, *, slots: int, authenticate: Callable[[str], object],
+                 state: State) -> None:
         self.app = app
         self.free = slots
         self.authenticate = authenticate
+        self.state = state
+        self.lookups = anyio.CapacityLimiter(TOKEN_LOOKUPS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PROBES:
+            await self.app(scope, receive, send)
+            return
+        try:
+            credentialed = await self.check_credentials(scope)
+        except Unauthorized as error:
+            refusal = error_response(401, error.code, error.message, UNREAD_BODY_CHALLENGE)
+            await refusal(scope, receive, send)
+            return
+        if not credentialed:
             await self.app(scope, receive, send)
             return
         if self.free == 0:  # one event loop: no await between this check and the claim
@@ -72,42 +124,76 @@ class Admission:
             return
         self.free -= 1
         try:
-            refusal = await self.check_credentials(scope)
-            await (refusal or self.app)(scope, receive, send)
+            await self.app(scope, receive, send)
         finally:
             self.free += 1
 
-    async def check_credentials(self, scope: Scope) -> ASGIApp | None:
-        """A 401 response for bad or missing credentials, or None (token stored in scope)."""
-        if scope["path"].startswith(COOKIE_SIGNED_PREFIX):
-            return None
-        headers = Headers(scope=scope)
+    async def check_credentials(self, scope: Scope) -> bool:
+        """Whether the request carries valid credentials (a token is stored in the scope);
+        Unauthorized for bad ones, or for a body sent without any."""
+        headers, path = Headers(scope=scope), scope["path"]
         scheme, _, presented = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and presented.strip():
-            try:
-                token = await anyio.to_thread.run_sync(self.authenticate, presented.strip())
-            except Unauthorized as error:
-                return error_response(401, error.code, error.message, UNREAD_BODY_CHALLENGE)
+            token = await anyio.to_thread.run_sync(self.authenticate, presented.strip(),
+                                                   limiter=self.lookups)
             scope.setdefault("state", {})["token"] = token
-            return None
-        if _may_be_large(headers) and SIGNATURE_HEADER.lower() not in headers:
-            return error_response(401, "missing_credentials", "send 'Authorization: Bearer "
-                                  f"<token>' (or, to the gate, a '{SIGNATURE_HEADER}' "
-                                  "signature); the body was not read", UNREAD_BODY_CHALLENGE)
-        return None
+            return True
+        signed = SIGNED_ROUTES.get(path)
+        if signed is not None and all(name in headers for name in signed.headers):
+            if SIGNATURE_HEADER in signed.headers:
+                self.check_signature_time(headers[SIGNATURE_HEADER])
+            return True
+        if path.startswith(COOKIE_SIGNED_PREFIX):
+            cookie = HTTPConnection(scope).cookies.get(COOKIE)
+            return is_signed_session(self.state.settings, cookie)
+        if _has_body(headers):
+            refusal = signed or UNSIGNED
+            raise Unauthorized(refusal.missing_code, f"{refusal.hint}; the body was not read")
+        return False
+
+    def check_signature_time(self, header: str) -> None:
+        """Unauthorized unless the signature header parses and is within the window."""
+        tolerance = self.state.settings.signature_tolerance_seconds
+        try:
+            fresh_header(header, tolerance_seconds=tolerance)
+        except SignatureError as error:
+            raise Unauthorized(error.code, f"{error.message}; the body was not read") from error
 
 
-def _may_be_large(headers: Headers) -> bool:
-    """Whether a body may exceed SMALL_BODY_BYTES (declared so, or of undeclared length)."""
-    declared = headers.get("content-length", "")
-    if not declared.isdigit():
+def _has_body(headers: Headers) -> bool:
+    """Whether a request declares a body (a non-zero or unparsable length, or chunks)."""
+    declared = headers.get("content-length")
+    if declared is None:
         return "transfer-encoding" in headers
-    return int(declared) > SMALL_BODY_BYTES
+    return not declared.strip().isdigit() or int(declared) > 0
 
 
-SMALL_BODY_BYTES = 64 * 1024  # bodies up to this size get the endpoint's own checks
 PROBES = frozenset({"/healthz", "/readyz"})
+
+
+@dataclass(frozen=True)
+class SignedRoute:
+    """A route that takes a signature of its body instead of a token: the headers that must
+    all be sent (the endpoint checks the digest), and the refusal when one is missing."""
+
+    headers: tuple[str, ...]
+    missing_code: str
+    hint: str
+
+
+TOKEN_HINT = "send 'Authorization: Bearer <token>'"
+UNSIGNED = SignedRoute((), "missing_credentials", TOKEN_HINT)
+SIGNED_ROUTES = {
+    "/gate": SignedRoute((SIGNATURE_HEADER,), "missing_credentials",
+                         f"{TOKEN_HINT} or a '{SIGNATURE_HEADER}' signature"),
+    # the MLflow connector's webhook (service.integrations.mlflow)
+    "/integrations/mlflow/webhook": SignedRoute(
+        MLFLOW_HEADERS := ("X-MLflow-Delivery-Id", "X-MLflow-Timestamp", "X-MLflow-Signature"),
+        "missing_signature", f"send {', '.join(MLFLOW_HEADERS)}"),
+}
 COOKIE_SIGNED_PREFIX = "/ui"
+DASHBOARD_FORM_BYTES = 4096  # the sign-in form's token (and sign-out's empty form) fit
+TOKEN_LOOKUPS = 2  # bearer tokens looked up in the database at once, outside the slots
 BEARER_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 # answered before the body was read: the connection closes, so no client reuses it while the
 # unread body is still arriving (a reused one would end in a transport error)

@@ -54,12 +54,13 @@ TAGS = [
     {"name": "integrations", "description": "the MLflow connector: its webhook and its log"},
     {"name": "health", "description": "liveness and readiness probes"},
 ]
-HTTP_ERROR_CODES = {413: "payload_too_large"}
+HTTP_ERROR_CODES = {408: "body_too_slow", 413: "payload_too_large"}
 REFUSALS = {
     400: "a body that cannot be parsed (malformed multipart)",
     401: "no valid token or signature (unauthorized)",
     403: "the token lacks the scope (forbidden)",
     404: "the named thing does not exist",
+    408: "the body arrived too slowly (body_too_slow)",
     409: "clashes with what is stored",
     413: "the upload is over the size limit (payload_too_large)",
     422: "the request is refused: its code says why",
@@ -105,11 +106,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   lifespan=lifespan, description="A regression gate for classifier updates.",
                   dependencies=[Depends(check_request_scalars)],
                   docs_url=None, redoc_url=None)  # offline copies: service.ui.docs
-    app.add_middleware(RequestBodyLimit,
+    app.add_middleware(RequestBodyLimit, settings=settings,
                        max_bytes=settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.state.settings, app.state.engine = settings, create_db_engine(settings)
     app.state.sessions = create_session_factory(app.state.engine)
-    app.add_middleware(Admission, slots=ADMITTED_REQUESTS,
+    app.add_middleware(Admission, slots=ADMITTED_REQUESTS, state=app.state,
                        authenticate=token_checker(app.state))
     app.state.store = ArtifactStore.from_settings(settings)
     app.state.celery = create_celery_app(settings)

@@ -64,6 +64,12 @@ def viewer(session: Session, settings: Settings, cookie: str | None) -> Viewer:
     return Viewer(row.name)
 
 
+def is_signed_session(settings: Settings, cookie: str | None) -> bool:
+    """Whether a session cookie is well signed and unexpired (no database read: whether its
+    token still holds is checked on the page)."""
+    return _verified_subject(settings, cookie) is not None
+
+
 def max_age(settings: Settings) -> int:
     """How long a session cookie lives, in seconds."""
     return int(settings.session_hours * 3600)

@@ -38,13 +38,13 @@ class Server:
 
 
 @contextmanager
-def serving(tmp_path: Path, *args: str) -> Iterator[Server]:
-    """`flipgate serve ARGS` on a free port with TOKEN as its admin token, once ready;
-    terminated at the end if it still runs."""
+def serving(tmp_path: Path, *args: str, **variables: str) -> Iterator[Server]:
+    """`flipgate serve ARGS` on a free port with TOKEN as its admin token (and the extra
+    environment `variables`), once ready; terminated at the end if it still runs."""
     port, data_dir, tmp_dir = free_port(), tmp_path / "data", tmp_path / "tmp"
     tmp_dir.mkdir()
     env = flipgate_env(FLIPGATE_DATA_DIR=str(data_dir), FLIPGATE_ADMIN_TOKEN=TOKEN,
-                       TMPDIR=str(tmp_dir))
+                       TMPDIR=str(tmp_dir), **variables)
     url = f"http://127.0.0.1:{port}"
     with flipgate_process(["serve", "--port", str(port), *args], env, tmp_path) as process:
         wait_for(lambda: _ready(url), "/readyz", 60)
