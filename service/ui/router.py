@@ -22,12 +22,15 @@ from service.config import Settings
 from service.db import read_only
 from service.errors import Forbidden, NotFound, Unauthorized
 from service.ui import docs, queries, samples
+from service.ui.ci import ci_links
 from service.ui.heatmap import heatmap_svg
+from service.ui.history import history_svg
 from service.ui.session import COOKIE, SignInRequired, Viewer, max_age, sign_in, viewer
 
 HERE = Path(__file__).parent
 FLIPS_PER_PAGE = 48
 templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.globals["ci_links"] = ci_links
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
@@ -95,15 +98,20 @@ def lines(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse
 
 @router.get("/lines/{name}", response_class=HTMLResponse)
 def line(request: Request, who: SignedIn, session: ReadSession, name: str,
-         evalset: str | None = None, page: int = 1) -> HTMLResponse:
-    """A line's versions, matrix heatmaps, policies and decision log."""
+         evalset: str | None = None, page: int = 1, versions: str = "") -> HTMLResponse:
+    """A line's history, matrix heatmaps (the last versions, or all with versions=all),
+    policies, promotions and decision log."""
     try:
-        view = queries.line_page(session, name, evalset, page)
+        view = queries.line_page(session, name, evalset, page, whole_matrix=versions == "all")
     except NotFound as error:
         return not_found(request, who, error)
-    heatmaps = [(label, Markup(heatmap_svg(view.matrix, metric, label)))
+    pair_url = f"/ui/lines/{quote(name, safe='')}/pairs/{{old}}/{{new}}?evalset=" + quote(
+        view.evalset or "", safe="")
+    heatmaps = [(label, Markup(heatmap_svg(view.matrix, metric, label, view.limits.get(metric),
+                                           pair_url)))
                 for metric, label in (("nfr", "NFR"), ("churn", "churn"))]
-    return render(request, "line.html", who, view=view, heatmaps=heatmaps)
+    return render(request, "line.html", who, view=view, heatmaps=heatmaps,
+                  history=Markup(history_svg(view.history, view.limits)))
 
 
 @router.get("/lines/{name}/pairs/{old}/{new}", response_class=HTMLResponse)
@@ -114,7 +122,7 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
     try:
         rows = queries.pair_rows(session, name, old, new, evalset)
     except NotFound as error:
-        return not_found(request, who, error)
+        return counted_pair(request, who, session, (name, old, new, evalset), error)
     paths = {"old_logits": store.path(rows.old_logits), "new_logits": store.path(rows.new_logits),
              "evalset": store.path(rows.dataset.sha256)}
     ranked = samples.ranked_negative_flips(
@@ -128,6 +136,19 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
                   images=is_image(rows.dataset.sample_shape), flips=len(ranked), page=page,
                   pages=pages, per_page=FLIPS_PER_PAGE,
                   gallery_css=Markup(GALLERY_CSS))
+
+
+def counted_pair(request: Request, who: Viewer, session: Session,
+                 pair: tuple[str, str, str, str], error: NotFound) -> HTMLResponse:
+    """A pair without a full report: its counts from the matrix, and how to measure it."""
+    if error.code != "pair_not_measured":
+        return not_found(request, who, error)
+    try:
+        counted = queries.counted_pair(session, *pair)
+    except NotFound as missing:
+        return not_found(request, who, missing)
+    name, _old, _new, evalset = pair
+    return render(request, "counted.html", who, pair=counted, name=name, evalset=evalset)
 
 
 def _report(rows: queries.PairRows, store: ArtifactStore) -> str:

@@ -128,22 +128,31 @@ def test_line_page_lists_lineage_matrix_policy_and_decisions(seeded, signed_in):
     expected = compare_logits(seeded.logits["1"], seeded.logits["2"], seeded.labels)
     cell = re.search(r'data-old="1" data-new="2" data-value="([^"]+)"', text)
     assert cell and float(cell.group(1)) == pytest.approx(expected["nfr"])
-    assert f"NFR {expected['nfr']:.4f}</title>" in text
+    assert expected["nfr"] > 0.05  # the policy's max_nfr: the cell is marked
+    assert f"NFR {expected['nfr']:.4f} (above the limit)</title>" in text
     assert re.search(r'data-nfr="[^"]+" data-churn="' + re.escape(str(expected["churn"])), text)
     assert "max_nfr" in text and "(current)" in text
     assert f'href="/ui/decisions/{seeded.blocked_id}"' in text
     assert 'class="tag alias">production<' in text
 
 
-def test_a_cell_without_a_full_report_shows_its_counts_without_a_link(seeded, signed_in, db):
+def test_a_cell_without_a_full_report_links_to_its_counts_and_how_to_measure_it(
+        seeded, signed_in, db):
     with db() as session:
         ids = dict(session.execute(select(ModelVersion.version, ModelVersion.id)).all())
         session.execute(delete(PairMetrics).where(PairMetrics.old_version_id == ids["1"],
                                                   PairMetrics.new_version_id == ids["3"]))
     text = signed_in.get(f"/ui/lines/{LINE}").text
     expected = compare_logits(seeded.logits["1"], seeded.logits["3"], seeded.labels)
-    assert f"1 → 3: NFR {expected['nfr']:.4f}</title>" in text
-    assert "/pairs/1/3?" not in text and "/pairs/3/1?" in text
+    assert f"1 → 3: NFR {expected['nfr']:.4f}" in text
+    link = f'href="/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}"'
+    assert link in text
+    counted = signed_in.get(f"/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}")
+    assert counted.status_code == 200 and "has not been measured" not in counted.text
+    for metric in ("nfr", "pfr", "churn"):
+        shown = re.search(rf'data-metric="{metric}">([0-9.]+)<', counted.text)
+        assert shown and float(shown.group(1)) == pytest.approx(expected[metric], abs=5e-5)
+    assert f"POST /compare/{LINE}:1/{LINE}:3?evalset={EVALSET}" in counted.text
 
 
 def test_pair_page_tables_every_negative_flip_of_a_non_image_eval_set(seeded, signed_in):
