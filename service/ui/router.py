@@ -3,24 +3,29 @@
 Every page needs a session (else 303 to the sign-in page); nothing here writes to the store.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flipgate.reporting.gallery import GALLERY_CSS, gallery_html, is_image
 from flipgate.reporting.html import stored_body
 from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.db import read_only
-from service.errors import Forbidden, NotFound, Unauthorized
+from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.ui import docs, queries, samples
 from service.ui.ci import ci_links
 from service.ui.heatmap import heatmap_svg
@@ -194,9 +199,48 @@ def home() -> RedirectResponse:
     return RedirectResponse("/ui", status_code=303)
 
 
+class DashboardGZip:
+    """Compresses the dashboard's responses (its pages and static files); the API's are left
+    as they are."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.gzip = GZipMiddleware(app, minimum_size=1000)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        under_ui = scope["type"] == "http" and scope["path"].startswith("/ui")
+        await (self.gzip if under_ui else self.app)(scope, receive, send)
+
+
+def html_errors_under_ui(app: FastAPI) -> None:
+    """Refusals of requests under /ui (unknown pages, ids that do not parse, missing
+    parameters) answer an HTML page with the way back; the API keeps its JSON errors."""
+    for kind in (RequestValidationError, HTTPException):
+        app.add_exception_handler(kind, _ui_or(app.exception_handlers[kind]))
+
+
+def _ui_or(api_handler: Callable[[Request, Exception], Response]
+           ) -> Callable[[Request, Exception], Response]:
+    def handle(request: Request, error: Exception) -> Response:
+        if not request.url.path.startswith("/ui"):
+            return api_handler(request, error)
+        if isinstance(error, RequestValidationError):
+            return render(request, "error.html", None, status=422, heading="Not a valid address",
+                          message=describe_problems(error.errors()))
+        status = getattr(error, "status_code", 500)
+        return render(request, "error.html", None, status=status,
+                      heading="Not found" if status == 404 else HTTPStatus(status).phrase,
+                      message=f"There is no dashboard page at {request.url.path}."
+                      if status == 404 else str(getattr(error, "detail", "")))
+    return handle
+
+
 def mount_dashboard(app: FastAPI) -> None:
-    """Add the dashboard's pages, its static files and the offline /docs and /redoc."""
+    """Add the dashboard's pages, its static files and the offline /docs and /redoc; its
+    responses compressed and its errors as HTML pages."""
     app.include_router(router)
+    app.add_middleware(DashboardGZip)
+    html_errors_under_ui(app)
     app.add_api_route("/", home, include_in_schema=False)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.add_exception_handler(SignInRequired, to_signin)

@@ -18,9 +18,10 @@ from service.compare.models import PairMetrics
 from service.jobs.models import Job, JobKind, JobState
 from service.registry.models import ModelVersion
 from service.ui import session as session_module
+from service.ui.heatmap import ink, luminance
 from service.ui.session import COOKIE
-from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code
-from tests.ui.conftest import EVALSET, LINE
+from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, run_task
+from tests.ui.conftest import CLASSES, EVALSET, LINE, SAMPLES
 
 EXTERNAL = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*"""
                       r"""(?:https?:)?//|@import\s+["']?(?:https?:)?//""", re.IGNORECASE)
@@ -224,3 +225,73 @@ def test_decision_log_pages_twenty_at_a_time(seeded, signed_in, client):
     assert len(newest) == 20 and len(older) == 2 and min(newest) > max(older)
     assert "page 1 of 2" in first and 'rel="next"' in first and 'rel="prev"' in second
     assert signed_in.get(f"/ui/lines/{LINE}?page=9").text.count("page 2 of 2") == 1
+
+
+def test_line_history_plots_and_tables_the_gates_numbers(seeded, signed_in, client):
+    decision = client.get(f"/gate/decisions/{seeded.blocked_id}",
+                          headers=bearer(ADMIN_TOKEN)).json()
+    text = signed_in.get(f"/ui/lines/{LINE}").text
+    for series in ("er_new", "nfr"):
+        point = re.search(rf'class="point blocked" data-series="{series}" data-version="2" '
+                          r'data-value="([^"]+)" cx="[^"]+" cy="([^"]+)"', text)
+        assert point and float(point.group(1)) == decision["metrics"][EVALSET][series]
+    assert '<rect class="blocked" data-version="2"' in text
+    assert '<rect class="blocked" data-version="1"' not in text
+    assert '<g class="production" data-version="1">' in text
+    assert "policy max NFR 0.05" in text  # the limit's line
+    row = re.search(r'<tr id="history-2" class="blocked">(.*?)</tr>', text, re.DOTALL)
+    assert row and f"{decision['metrics'][EVALSET]['nfr']:.4f}" in row.group(1)
+    assert decision["reasons"][0]["message"] in row.group(1)
+    promotions = re.search(r'<table class="data" id="promotions">(.*?)</table>', text, re.DOTALL)
+    assert promotions and promotions.group(1).count("<tr>") == 1 + 1  # header and one move
+
+
+def test_matrix_opens_on_the_policys_eval_set_with_its_limit_in_the_legend(
+        seeded, signed_in, upload_evalset, upload_logits, npz_file):
+    path = npz_file(n=SAMPLES, num_classes=CLASSES)
+    signed_in.headers.update(bearer(ADMIN_TOKEN))
+    assert upload_evalset("aaa-calibration", path).status_code == 201  # sorts first
+    for version in ("1", "2"):
+        assert upload_logits(f"{LINE}:{version}", "aaa-calibration",
+                             seeded.logits[version]).status_code == 201
+    queued = signed_in.post(f"/models/{LINE}/matrix", params={"evalset": "aaa-calibration"})
+    run_task(signed_in, queued.json()["missing"][0]["job_id"])
+    signed_in.headers.pop("Authorization")
+    assert "aaa-calibration" in signed_in.get(f"/ui/lines/{LINE}").text  # measured there
+    text = signed_in.get(f"/ui/lines/{LINE}").text
+    assert re.search(rf'class="active" aria-current="page">{EVALSET}<', text)
+    assert "NFR limit 0.05" in text and 'data-anchor="0.05"' in text
+
+
+@pytest.mark.parametrize("fill", ["#fff7ec", "#f4a03c", "#a50f15", "#f9cf95"])
+def test_heatmap_text_contrast_is_aa(fill):
+    def contrast(one: str, two: str) -> float:
+        light, dark = sorted((luminance(one), luminance(two)), reverse=True)
+        return (light + 0.05) / (dark + 0.05)
+    assert contrast(fill, ink(fill)) >= 4.5
+
+
+@pytest.mark.parametrize(("page", "status"), [
+    ("/ui/decisions/not-a-number", 422), ("/ui/no-such-page", 404),
+    (f"/ui/lines/{LINE}/pairs/1/2", 422), ("/ui/lines/no-such-line", 404)])
+def test_errors_under_ui_are_html_pages_with_the_way_back(seeded, signed_in, page, status):
+    response = signed_in.get(page)
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith("text/html")
+    assert '<section class="card" id="error">' in response.text and 'href="/ui"' in response.text
+    api = signed_in.get("/models/no-such-line", headers=bearer(ADMIN_TOKEN))
+    assert error_code(api, 404) == "line_not_found"
+
+
+def test_dashboard_pages_are_compressed_and_the_api_is_not(seeded, signed_in):
+    page = signed_in.get(f"/ui/lines/{LINE}", headers={"Accept-Encoding": "gzip"})
+    assert page.headers["content-encoding"] == "gzip" and "<svg" in page.text
+    api = signed_in.get(f"/models/{LINE}", headers={**bearer(ADMIN_TOKEN),
+                                                    "Accept-Encoding": "gzip"})
+    assert api.is_success and "content-encoding" not in api.headers
+
+
+def test_skip_link_and_sign_in_hint(browser_client):
+    text = browser_client.get("/ui/signin").text
+    assert '<a class="skip" href="#main">' in text and '<main id="main"' in text
+    assert "flipgate token create --name NAME --scopes read" in text
