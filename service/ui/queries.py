@@ -302,7 +302,14 @@ class DecisionPage:
     line: ModelLine
     repair_job: Job | None
     repaired: ModelVersion | None
-    repaired_decision: int | None
+    repaired_decision: Decision | None
+
+    @property
+    def repair_details(self) -> dict[str, Any]:
+        """What the repair chose and on what (weight, calibration set, curve, options)."""
+        made = (self.repaired.produced_by or {}) if self.repaired else {}
+        return {key: value for key, value in made.items()
+                if key not in ("job_id", "method", "repair_of", "decision_id", "record")}
 
 
 def decision_page(session: Session, decision_id: int) -> DecisionPage:
@@ -317,7 +324,7 @@ def decision_page(session: Session, decision_id: int) -> DecisionPage:
     repaired = next((version for version in session.scalars(
         select(ModelVersion).where(ModelVersion.line_id == row.line_id))
         if (version.produced_by or {}).get("decision_id") == row.id), None)
-    follow_up = session.scalar(select(Decision.id).where(Decision.repair_of_id == row.id)
+    follow_up = session.scalar(select(Decision).where(Decision.repair_of_id == row.id)
                                .order_by(Decision.id.desc()).limit(1))
     return DecisionPage(_decision_views(session, [row])[0], line,
                         repair_jobs[0] if repair_jobs else None, repaired, follow_up)

@@ -15,6 +15,7 @@ from flipgate.metrics import compare_logits
 from flipgate.reporting.html import stored_body
 from service.auth.service import revoke_token
 from service.compare.models import PairMetrics
+from service.gate.models import Decision
 from service.jobs.models import Job, JobKind, JobState
 from service.registry.models import ModelVersion
 from service.ui import session as session_module
@@ -295,3 +296,29 @@ def test_skip_link_and_sign_in_hint(browser_client):
     text = browser_client.get("/ui/signin").text
     assert '<a class="skip" href="#main">' in text and '<main id="main"' in text
     assert "flipgate token create --name NAME --scopes read" in text
+
+
+def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
+        seeded, signed_in, client, db):
+    repaired = client.post("/gate", json={"model": LINE, "candidate": "3"},
+                           headers=bearer(ADMIN_TOKEN)).json()
+    assert repaired["verdict"] == "block", repaired
+    with db() as session:  # version 3 stands for the ensemble the repair job registered
+        session.add(Job(kind=JobKind.TRAIN, state=JobState.SUCCEEDED, progress=1.0,
+                        params={"method": "ensemble", "decision_id": seeded.blocked_id}))
+        version = session.scalars(select(ModelVersion).where(ModelVersion.version == "3")).one()
+        version.produced_by = {"method": "ensemble", "decision_id": seeded.blocked_id,
+                               "weight": 0.206, "calibration": EVALSET}
+        row = session.get(Decision, repaired["decision_id"])
+        row.repair_of_id = seeded.blocked_id
+    before = client.get(f"/gate/decisions/{seeded.blocked_id}",
+                        headers=bearer(ADMIN_TOKEN)).json()["metrics"][EVALSET]
+    text = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    repair = text.split('<section id="repair">')[1].split("</section>")[0]
+    assert 'class="badge verdict-block" id="repair-state"' in repair
+    assert "state-succeeded" not in repair and "verdict-approve" not in repair
+    assert "<dt>weight</dt><dd>0.206</dd>" in repair and f"<dd>{EVALSET}</dd>" in repair
+    cells = re.findall(r'<td class="num" data-key="nfr">([0-9.]+)</td>', repair)
+    after = repaired["metrics"][EVALSET]["nfr"]
+    assert [float(cell) for cell in cells] == [pytest.approx(before["nfr"], abs=5e-5),
+                                               pytest.approx(after, abs=5e-5)]
