@@ -11,6 +11,7 @@ from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.errors import NotFound
+from service.gate.decisions import waited_jobs
 from service.gate.models import Decision, GatePolicy, Promotion, Verdict
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
@@ -303,6 +304,7 @@ class DecisionPage:
     repair_job: Job | None
     repaired: ModelVersion | None
     repaired_decision: Decision | None
+    waiting_for: list[Job]
 
     @property
     def repair_details(self) -> dict[str, Any]:
@@ -326,8 +328,10 @@ def decision_page(session: Session, decision_id: int) -> DecisionPage:
         if (version.produced_by or {}).get("decision_id") == row.id), None)
     follow_up = session.scalar(select(Decision).where(Decision.repair_of_id == row.id)
                                .order_by(Decision.id.desc()).limit(1))
+    waiting = (waited_jobs(session=session, decision=row) if row.verdict == Verdict.PENDING
+               else [])
     return DecisionPage(_decision_views(session, [row])[0], line,
-                        repair_jobs[0] if repair_jobs else None, repaired, follow_up)
+                        repair_jobs[0] if repair_jobs else None, repaired, follow_up, waiting)
 
 
 @dataclass(frozen=True)

@@ -322,3 +322,20 @@ def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
     after = repaired["metrics"][EVALSET]["nfr"]
     assert [float(cell) for cell in cells] == [pytest.approx(before["nfr"], abs=5e-5),
                                                pytest.approx(after, abs=5e-5)]
+
+
+def test_a_pending_decision_lists_the_jobs_it_waits_for_and_reloads(
+        seeded, signed_in, upload_model, upload_logits):
+    signed_in.headers.update(bearer(ADMIN_TOKEN))
+    assert upload_model(LINE, "4", seed=4).status_code == 201
+    assert upload_logits(f"{LINE}:4", EVALSET, seeded.logits["3"]).status_code == 201
+    pending = signed_in.post("/gate", json={"model": LINE, "candidate": "4"}).json()
+    signed_in.headers.pop("Authorization")
+    assert pending["verdict"] == "pending" and pending["waiting_for"], pending
+    text = signed_in.get(f"/ui/decisions/{pending['decision_id']}").text
+    listed = re.search(r'<ul id="waiting-for">(.*?)</ul>', text, re.DOTALL)
+    assert listed and [int(job) for job in re.findall(r"job #(\d+)", listed.group(1))] \
+        == pending["waiting_for"]
+    assert '<meta http-equiv="refresh" content="5">' in text
+    final = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    assert 'http-equiv="refresh"' not in final
