@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime
 from http.cookies import SimpleCookie
 from types import SimpleNamespace
+from urllib.parse import quote, urlsplit
 
 import numpy as np
 import pytest
@@ -339,3 +340,14 @@ def test_a_pending_decision_lists_the_jobs_it_waits_for_and_reloads(
     assert '<meta http-equiv="refresh" content="5">' in text
     final = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
     assert 'http-equiv="refresh"' not in final
+
+
+def test_the_decisions_report_url_opens_its_dashboard_page_after_sign_in(
+        seeded, client, mint):
+    decision = client.get(f"/gate/decisions/{seeded.blocked_id}").json()
+    path = urlsplit(decision["report_url"]).path
+    client.headers.pop("Authorization")
+    to_signin = client.get(path, follow_redirects=False)
+    assert to_signin.status_code == 303 and quote(path, safe="") in to_signin.headers["location"]
+    landed = client.post("/ui/signin", data={"token": mint("read"), "next": path})
+    assert landed.url.path == path and f"Decision #{seeded.blocked_id}" in landed.text
