@@ -29,7 +29,7 @@ def callback_body(*, session: Session, decision: Decision) -> dict[str, Any]:
                + (f": {blocking[0]}" if blocking else ""))
     return {"state": "error" if failed else STATES[view.verdict],
             "description": summary[:DESCRIPTION_LENGTH],
-            "target_url": view.report_url or f"{decision.base_url}gate/decisions/{decision.id}",
+            "target_url": view.report_url,
             "context": f"flipgate/{view.model}"}
 
 

@@ -12,7 +12,8 @@ from service.registry.service import get_version
 
 
 def decision_view(*, session: Session, decision: Decision) -> DecisionRead:
-    """The wire form of a decision, with links to its HTML pair reports."""
+    """The wire form of a decision, with links to its HTML pair reports and (report_url)
+    to its dashboard page, which opens for a signed-in person (sign-in leads back to it)."""
     line = session.get_one(ModelLine, decision.line_id)
     candidate = get_version(session=session, version_id=decision.candidate_id).version
     baseline = (None if decision.baseline_id is None
@@ -23,7 +24,8 @@ def decision_view(*, session: Session, decision: Decision) -> DecisionRead:
         decision_id=decision.id, verdict=decision.verdict, reasons=decision.reasons,
         metrics={name: {**numbers, "report_url": reports[name]}
                  for name, numbers in decision.metrics.items()},
-        report_url=next(iter(reports.values()), None), model=line.name, candidate=candidate,
+        report_url=f"{decision.base_url}ui/decisions/{decision.id}", model=line.name,
+        candidate=candidate,
         baseline=baseline, evalsets=decision.evalsets, policy_version=decision.policy_version,
         policy=decision.policy, requested_by=decision.requested_by, ci=decision.ci,
         callback_url=decision.callback_url, callback=_callback(session, decision),

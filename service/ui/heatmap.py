@@ -1,21 +1,30 @@
 """A line's pairwise matrix as an SVG heatmap: old versions on rows, new on columns, each
-cell's value in its <title> (shown on hover) and printed inside it."""
+cell a link to its pair, its value in its <title> (shown on hover) and printed inside it.
+
+The colour scale is fixed: white at 0 to amber at the policy's limit (without a limit, the
+matrix's largest value); a cell above the limit is red and marked "!". Updates to the next
+version (the diagonal above the main one) have a dark outline."""
 
 from html import escape
+from urllib.parse import quote
 
 from service.ui.queries import Matrix
 
-CELL, LABEL_WIDTH, HEADER_HEIGHT = 64, 84, 40
-EMPTY, DIAGONAL = "#f6f8fa", "#eaecef"
+CELL, LABEL_WIDTH, HEADER_HEIGHT = 52, 84, 40
+EMPTY, DIAGONAL, ABOVE = "#f6f8fa", "#eaecef", "#a50f15"
+LOW, HIGH = (255, 247, 236), (244, 160, 60)
+LABEL_CHARS = 9
 
 
-def heatmap_svg(matrix: Matrix, metric: str, label: str) -> str:
-    """The heatmap of `metric` ("nfr" or "churn"); colour is the value against the largest."""
+def heatmap_svg(matrix: Matrix, metric: str, label: str, limit: float | None,
+                pair_url: str) -> str:
+    """The heatmap of `metric` ("nfr" or "churn") scaled to `limit`; `pair_url` has {old}
+    and {new} placeholders."""
     names = matrix.versions
     values = [matrix.value(old, new, metric) for old in names for new in names if old != new]
-    top = max((value for value in values if value is not None), default=0.0) or 1.0
+    anchor = limit or max((value for value in values if value is not None), default=0.0) or 1.0
     size = len(names) * CELL
-    parts = [f'<svg class="heatmap" data-metric="{metric}" role="img" '
+    parts = [f'<svg class="heatmap" data-metric="{metric}" data-anchor="{anchor!r}" role="img" '
              f'aria-label="{escape(label)} matrix" '
              f'width="{LABEL_WIDTH + size}" height="{HEADER_HEIGHT + size}" '
              f'viewBox="0 0 {LABEL_WIDTH + size} {HEADER_HEIGHT + size}">',
@@ -23,32 +32,44 @@ def heatmap_svg(matrix: Matrix, metric: str, label: str) -> str:
              "</text>"]
     for j, name in enumerate(names):
         parts.append(f'<text class="axis" x="{LABEL_WIDTH + j * CELL + CELL / 2}" '
-                     f'y="{HEADER_HEIGHT - 10}" text-anchor="middle">{escape(name)}</text>')
+                     f'y="{HEADER_HEIGHT - 10}" text-anchor="middle">{_label(name)}</text>')
     for i, old in enumerate(names):
         y = HEADER_HEIGHT + i * CELL
         parts.append(f'<text class="axis" x="{LABEL_WIDTH - 8}" y="{y + CELL / 2 + 4}" '
-                     f'text-anchor="end">{escape(old)}</text>')
-        parts += [_cell(matrix, metric, label, old, new, LABEL_WIDTH + j * CELL, y, top)
+                     f'text-anchor="end">{_label(old)}</text>')
+        parts += [_cell(matrix, metric, label, (old, new), LABEL_WIDTH + j * CELL, y, anchor,
+                        j == i + 1, pair_url)
                   for j, new in enumerate(names)]
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _cell(matrix: Matrix, metric: str, label: str, old: str, new: str, x: float, y: float,
-          top: float) -> str:
-    """One cell: a coloured rect with its title, and the value as text."""
+def _label(name: str) -> str:
+    """A version's name cut to fit a cell, the whole name in its <title>."""
+    if len(name) <= LABEL_CHARS:
+        return escape(name)
+    return f"{escape(name[:LABEL_CHARS - 1])}…<title>{escape(name)}</title>"
+
+
+def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: float, y: float,
+          anchor: float, next_version: bool, pair_url: str) -> str:
+    """One cell: a link around a coloured rect with its title and the value as text."""
+    old, new = pair
     if old == new:
         return _rect(x, y, DIAGONAL, "")
     value = matrix.value(old, new, metric)
     if value is None:
         return _rect(x, y, EMPTY, f"<title>{escape(old)} → {escape(new)}: not measured</title>")
-    title = f"<title>{escape(old)} → {escape(new)}: {label} {value:.4f}</title>"
-    share = value / top
-    ink = "#fff" if share > 0.55 else "#24292e"
-    return (f'<g class="cell" data-old="{escape(old)}" data-new="{escape(new)}" '
-            f'data-value="{value!r}">{_rect(x, y, _shade(share), title)}'
+    above = value > anchor
+    fill = ABOVE if above else _shade(value / anchor)
+    title = (f"<title>{escape(old)} → {escape(new)}: {label} {value:.4f}"
+             f"{' (above the limit)' if above else ''}</title>")
+    classes = "cell" + (" above" if above else "") + (" next" if next_version else "")
+    href = escape(pair_url.format(old=quote(old, safe=""), new=quote(new, safe="")))
+    return (f'<a href="{href}"><g class="{classes}" data-old="{escape(old)}" '
+            f'data-new="{escape(new)}" data-value="{value!r}">{_rect(x, y, fill, title)}'
             f'<text x="{x + CELL / 2}" y="{y + CELL / 2 + 4}" text-anchor="middle" '
-            f'fill="{ink}">{value:.3f}</text></g>')
+            f'fill="{ink(fill)}">{"!" if above else ""}{value:.3f}</text></g></a>')
 
 
 def _rect(x: float, y: float, fill: str, title: str) -> str:
@@ -57,7 +78,19 @@ def _rect(x: float, y: float, fill: str, title: str) -> str:
 
 
 def _shade(share: float) -> str:
-    """White (0) to deep red (the largest value of the matrix)."""
-    low, high = (255, 245, 240), (165, 15, 21)
-    rgb = (round(a + (b - a) * min(max(share, 0.0), 1.0)) for a, b in zip(low, high, strict=True))
+    """LOW (0) to HIGH (the limit)."""
+    rgb = (round(a + (b - a) * min(max(share, 0.0), 1.0)) for a, b in zip(LOW, HIGH, strict=True))
     return "#{:02x}{:02x}{:02x}".format(*rgb)
+
+
+def luminance(colour: str) -> float:
+    """WCAG 2 relative luminance of "#rrggbb"."""
+    channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def ink(fill: str) -> str:
+    """Black or white, whichever contrasts more with `fill` (always at least 4.5:1)."""
+    light = luminance(fill) + 0.05
+    return "#000000" if light / 0.05 > 1.05 / light else "#ffffff"

@@ -11,7 +11,8 @@ from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.errors import NotFound
-from service.gate.models import Decision, GatePolicy
+from service.gate.decisions import waited_jobs
+from service.gate.models import Decision, GatePolicy, Promotion, Verdict
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
 from service.predictions.service import versions_with_predictions
@@ -19,6 +20,7 @@ from service.registry.models import Alias, ModelLine, ModelVersion
 
 PRODUCTION = "production"
 DECISIONS_PER_PAGE = 20
+MATRIX_WINDOW = 12
 FAILED_JOBS_SHOWN = 50
 
 
@@ -75,10 +77,20 @@ class LinePage:
     evalsets: list[str]
     evalset: str | None
     matrix: Matrix
+    whole_matrix: bool
     policies: list[GatePolicy]
+    history: list["HistoryRow"]
+    promotions: list["PromotionView"]
     decisions: list[DecisionView]
     page: int
     pages: int
+
+    @property
+    def limits(self) -> dict[str, float]:
+        """The current policy's fixed limits on NFR and churn ({} without a policy)."""
+        rules = self.policies[0].rules if self.policies else {}
+        return {metric: rules[f"max_{metric}"] for metric in ("nfr", "churn")
+                if rules.get(f"max_{metric}") is not None}
 
 
 def line_summaries(session: Session) -> list[LineSummary]:
@@ -117,18 +129,39 @@ def get_line(session: Session, name: str) -> ModelLine:
     return line
 
 
-def line_page(session: Session, name: str, evalset: str | None, page: int) -> LinePage:
-    """The line's versions, matrix on `evalset` (default: the first measured), policies and
-    one page of its decision log."""
+def line_page(session: Session, name: str, evalset: str | None, page: int,
+              whole_matrix: bool = False) -> LinePage:
+    """The line's versions and history, matrix on `evalset` (default: the current policy's
+    first eval set, else the first measured) over the last MATRIX_WINDOW versions (or all),
+    policies, promotions and one page of its decision log."""
     line = get_line(session, name)
     versions = versions_of(session, line)
     evalsets = measured_evalsets(session, line)
-    chosen = evalset if evalset in evalsets else (evalsets[0] if evalsets else None)
+    line_policies = policies(session, line)
+    chosen = evalset if evalset in evalsets else _default_evalset(line_policies, evalsets)
     total = session.scalar(select(func.count()).where(Decision.line_id == line.id)) or 0
     page, pages = paged(page, total, DECISIONS_PER_PAGE)
+    shown = versions if whole_matrix else versions[-MATRIX_WINDOW:]
+    history_evalset = _policy_evalset(line_policies) or chosen
     return LinePage(line, versions, evalsets, chosen,
-                    matrix(session, [view.row for view in versions], chosen),
-                    policies(session, line), decisions(session, line, page), page, pages)
+                    matrix(session, [view.row for view in shown], chosen),
+                    whole_matrix or len(shown) == len(versions), line_policies,
+                    history(session, versions, history_evalset), promotions(session, line),
+                    decisions(session, line, page), page, pages)
+
+
+def _policy_evalset(line_policies: list[GatePolicy]) -> str | None:
+    """The first eval set of the current policy, if it names one."""
+    named = line_policies[0].rules.get("evalsets") if line_policies else None
+    return named[0] if named else None
+
+
+def _default_evalset(line_policies: list[GatePolicy], measured: list[str]) -> str | None:
+    """The policy's eval set if the line is measured there, else the first measured."""
+    preferred = _policy_evalset(line_policies)
+    if preferred in measured:
+        return preferred
+    return measured[0] if measured else None
 
 
 def paged(page: int, total: int, per_page: int) -> tuple[int, int]:
@@ -179,6 +212,65 @@ def matrix(session: Session, versions: list[ModelVersion], evalset: str | None) 
                   {(names[old], names[new]) for old, new in reported})
 
 
+@dataclass(frozen=True)
+class HistoryRow:
+    """One version's history: its last final decision's numbers on the history's eval set
+    (error rate, NFR and churn against that decision's baseline) and its last promotion."""
+
+    version: str
+    evalset: str | None
+    decision: DecisionView | None
+    promotion: Promotion | None
+    production: bool
+
+    def metric(self, key: str) -> float | None:
+        """`key` ("er_new", "nfr", "churn") of the decision on the eval set, if measured."""
+        if self.decision is None or self.evalset is None:
+            return None
+        value = self.decision.row.metrics.get(self.evalset, {}).get(key)
+        return value if isinstance(value, int | float) else None
+
+    @property
+    def blocked(self) -> bool:
+        return self.decision is not None and self.decision.row.verdict == Verdict.BLOCK
+
+
+def history(session: Session, versions: list[VersionView], evalset: str | None
+            ) -> list[HistoryRow]:
+    """One row per version, in registration order."""
+    ids = [view.row.id for view in versions]
+    final = session.scalars(select(Decision).where(Decision.candidate_id.in_(ids),
+                                                   Decision.verdict != Verdict.PENDING)
+                            .order_by(Decision.id))
+    last_decision = {view.row.candidate_id: view
+                     for view in _decision_views(session, list(final))}
+    last_promotion = {row.to_version_id: row for row in session.scalars(
+        select(Promotion).where(Promotion.to_version_id.in_(ids)).order_by(Promotion.id))}
+    return [HistoryRow(view.row.version, evalset, last_decision.get(view.row.id),
+                       last_promotion.get(view.row.id), PRODUCTION in view.aliases)
+            for view in versions]
+
+
+@dataclass(frozen=True)
+class PromotionView:
+    """A move of the production alias with its versions' names."""
+
+    row: Promotion
+    source: str | None
+    target: str
+
+
+def promotions(session: Session, line: ModelLine) -> list[PromotionView]:
+    """Every move of the line's production alias, the newest first."""
+    rows = list(session.scalars(select(Promotion).where(Promotion.line_id == line.id)
+                                .order_by(Promotion.id.desc())))
+    ids = {row.to_version_id for row in rows} | {row.from_version_id for row in rows}
+    names = dict(session.execute(select(ModelVersion.id, ModelVersion.version)
+                                 .where(ModelVersion.id.in_(ids - {None}))).all())
+    return [PromotionView(row, names.get(row.from_version_id), names[row.to_version_id])
+            for row in rows]
+
+
 def policies(session: Session, line: ModelLine) -> list[GatePolicy]:
     """The line's policy versions, the current one first."""
     return list(session.scalars(select(GatePolicy).where(GatePolicy.line_id == line.id)
@@ -211,7 +303,15 @@ class DecisionPage:
     line: ModelLine
     repair_job: Job | None
     repaired: ModelVersion | None
-    repaired_decision: int | None
+    repaired_decision: Decision | None
+    waiting_for: list[Job]
+
+    @property
+    def repair_details(self) -> dict[str, Any]:
+        """What the repair chose and on what (weight, calibration set, curve, options)."""
+        made = (self.repaired.produced_by or {}) if self.repaired else {}
+        return {key: value for key, value in made.items()
+                if key not in ("job_id", "method", "repair_of", "decision_id", "record")}
 
 
 def decision_page(session: Session, decision_id: int) -> DecisionPage:
@@ -226,10 +326,12 @@ def decision_page(session: Session, decision_id: int) -> DecisionPage:
     repaired = next((version for version in session.scalars(
         select(ModelVersion).where(ModelVersion.line_id == row.line_id))
         if (version.produced_by or {}).get("decision_id") == row.id), None)
-    follow_up = session.scalar(select(Decision.id).where(Decision.repair_of_id == row.id)
+    follow_up = session.scalar(select(Decision).where(Decision.repair_of_id == row.id)
                                .order_by(Decision.id.desc()).limit(1))
+    waiting = (waited_jobs(session=session, decision=row) if row.verdict == Verdict.PENDING
+               else [])
     return DecisionPage(_decision_views(session, [row])[0], line,
-                        repair_jobs[0] if repair_jobs else None, repaired, follow_up)
+                        repair_jobs[0] if repair_jobs else None, repaired, follow_up, waiting)
 
 
 @dataclass(frozen=True)
@@ -264,14 +366,7 @@ class PairRows:
 
 def pair_rows(session: Session, line_name: str, old: str, new: str, evalset: str) -> PairRows:
     """The stored metrics of old -> new on `evalset` and the logits artifacts behind them."""
-    line = get_line(session, line_name)
-    versions = {row.version: row for row in session.scalars(
-        select(ModelVersion).where(ModelVersion.line_id == line.id,
-                                   ModelVersion.version.in_([old, new])))}
-    dataset = session.scalars(select(Dataset).where(Dataset.name == evalset)).one_or_none()
-    if old not in versions or new not in versions or dataset is None:
-        raise NotFound("pair_not_found", f"no versions {old!r} and {new!r} of {line_name!r} "
-                       f"and eval set {evalset!r}")
+    line, versions, dataset = _pair_of(session, line_name, old, new, evalset)
     metrics = session.scalars(select(PairMetrics).where(
         PairMetrics.old_version_id == versions[old].id,
         PairMetrics.new_version_id == versions[new].id,
@@ -284,3 +379,40 @@ def pair_rows(session: Session, line_name: str, old: str, new: str, evalset: str
                        f"on {evalset!r} yet")
     return PairRows(metrics, versions[old], versions[new], dataset, logits[versions[old].id],
                     logits[versions[new].id], line.class_names)
+
+
+def _pair_of(session: Session, line_name: str, old: str, new: str, evalset: str
+             ) -> tuple[ModelLine, dict[str, ModelVersion], Dataset]:
+    """The line, its versions `old` and `new` by name, and the eval set, or NotFound."""
+    line = get_line(session, line_name)
+    versions = {row.version: row for row in session.scalars(
+        select(ModelVersion).where(ModelVersion.line_id == line.id,
+                                   ModelVersion.version.in_([old, new])))}
+    dataset = session.scalars(select(Dataset).where(Dataset.name == evalset)).one_or_none()
+    if old not in versions or new not in versions or dataset is None:
+        raise NotFound("pair_not_found", f"no versions {old!r} and {new!r} of {line_name!r} "
+                       f"and eval set {evalset!r}")
+    return line, versions, dataset
+
+
+@dataclass(frozen=True)
+class CountedPair:
+    """A pair the matrix counted (NFR, PFR, churn over n samples) without a full report."""
+
+    old: str
+    new: str
+    n: int
+    rates: dict[str, float]
+
+
+def counted_pair(session: Session, line_name: str, old: str, new: str,
+                 evalset: str) -> CountedPair:
+    """The stored counts of old -> new on `evalset`, or NotFound."""
+    _line, versions, dataset = _pair_of(session, line_name, old, new, evalset)
+    row = pair_counts_among(session=session, versions=[versions[old], versions[new]],
+                            dataset=dataset)
+    if not row:
+        raise NotFound("pair_not_measured", f"{line_name}:{old} -> {new} has not been measured "
+                       f"on {evalset!r} yet")
+    (counts,) = row.values()
+    return CountedPair(old, new, counts.n, counts.rates(versions[old].id))

@@ -3,31 +3,39 @@
 Every page needs a session (else 303 to the sign-in page); nothing here writes to the store.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
 from flipgate.reporting.html import stored_body
 from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.db import read_only
-from service.errors import Forbidden, NotFound, Unauthorized
+from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.ui import docs, queries, samples
+from service.ui.ci import ci_links
 from service.ui.heatmap import heatmap_svg
+from service.ui.history import history_svg
 from service.ui.session import COOKIE, SignInRequired, Viewer, max_age, sign_in, viewer
 
 HERE = Path(__file__).parent
 FLIPS_PER_PAGE = 48
 templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.globals["ci_links"] = ci_links
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
@@ -95,15 +103,20 @@ def lines(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse
 
 @router.get("/lines/{name}", response_class=HTMLResponse)
 def line(request: Request, who: SignedIn, session: ReadSession, name: str,
-         evalset: str | None = None, page: int = 1) -> HTMLResponse:
-    """A line's versions, matrix heatmaps, policies and decision log."""
+         evalset: str | None = None, page: int = 1, versions: str = "") -> HTMLResponse:
+    """A line's history, matrix heatmaps (the last versions, or all with versions=all),
+    policies, promotions and decision log."""
     try:
-        view = queries.line_page(session, name, evalset, page)
+        view = queries.line_page(session, name, evalset, page, whole_matrix=versions == "all")
     except NotFound as error:
         return not_found(request, who, error)
-    heatmaps = [(label, Markup(heatmap_svg(view.matrix, metric, label)))
+    pair_url = f"/ui/lines/{quote(name, safe='')}/pairs/{{old}}/{{new}}?evalset=" + quote(
+        view.evalset or "", safe="")
+    heatmaps = [(label, Markup(heatmap_svg(view.matrix, metric, label, view.limits.get(metric),
+                                           pair_url)))
                 for metric, label in (("nfr", "NFR"), ("churn", "churn"))]
-    return render(request, "line.html", who, view=view, heatmaps=heatmaps)
+    return render(request, "line.html", who, view=view, heatmaps=heatmaps,
+                  history=Markup(history_svg(view.history, view.limits)))
 
 
 @router.get("/lines/{name}/pairs/{old}/{new}", response_class=HTMLResponse)
@@ -114,7 +127,7 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
     try:
         rows = queries.pair_rows(session, name, old, new, evalset)
     except NotFound as error:
-        return not_found(request, who, error)
+        return counted_pair(request, who, session, (name, old, new, evalset), error)
     gallery, flips, page, pages, images = _gallery(rows, store, page)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
                   report=Markup(_report(rows, store)), gallery=Markup(gallery),
@@ -143,6 +156,19 @@ def _gallery(rows: queries.PairRows, store: ArtifactStore,
     flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view)
     return (gallery_html(flips, view, rows.class_names), len(ranked), page, pages,
             view.kind == IMAGE)
+
+
+def counted_pair(request: Request, who: Viewer, session: Session,
+                 pair: tuple[str, str, str, str], error: NotFound) -> HTMLResponse:
+    """A pair without a full report: its counts from the matrix, and how to measure it."""
+    if error.code != "pair_not_measured":
+        return not_found(request, who, error)
+    try:
+        counted = queries.counted_pair(session, *pair)
+    except NotFound as missing:
+        return not_found(request, who, missing)
+    name, _old, _new, evalset = pair
+    return render(request, "counted.html", who, pair=counted, name=name, evalset=evalset)
 
 
 def _report(rows: queries.PairRows, store: ArtifactStore) -> str:
@@ -188,9 +214,48 @@ def home() -> RedirectResponse:
     return RedirectResponse("/ui", status_code=303)
 
 
+class DashboardGZip:
+    """Compresses the dashboard's responses (its pages and static files); the API's are left
+    as they are."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.gzip = GZipMiddleware(app, minimum_size=1000)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        under_ui = scope["type"] == "http" and scope["path"].startswith("/ui")
+        await (self.gzip if under_ui else self.app)(scope, receive, send)
+
+
+def html_errors_under_ui(app: FastAPI) -> None:
+    """Refusals of requests under /ui (unknown pages, ids that do not parse, missing
+    parameters) answer an HTML page with the way back; the API keeps its JSON errors."""
+    for kind in (RequestValidationError, HTTPException):
+        app.add_exception_handler(kind, _ui_or(app.exception_handlers[kind]))
+
+
+def _ui_or(api_handler: Callable[[Request, Exception], Response]
+           ) -> Callable[[Request, Exception], Response]:
+    def handle(request: Request, error: Exception) -> Response:
+        if not request.url.path.startswith("/ui"):
+            return api_handler(request, error)
+        if isinstance(error, RequestValidationError):
+            return render(request, "error.html", None, status=422, heading="Not a valid address",
+                          message=describe_problems(error.errors()))
+        status = getattr(error, "status_code", 500)
+        return render(request, "error.html", None, status=status,
+                      heading="Not found" if status == 404 else HTTPStatus(status).phrase,
+                      message=f"There is no dashboard page at {request.url.path}."
+                      if status == 404 else str(getattr(error, "detail", "")))
+    return handle
+
+
 def mount_dashboard(app: FastAPI) -> None:
-    """Add the dashboard's pages, its static files and the offline /docs and /redoc."""
+    """Add the dashboard's pages, its static files and the offline /docs and /redoc; its
+    responses compressed and its errors as HTML pages."""
     app.include_router(router)
+    app.add_middleware(DashboardGZip)
+    html_errors_under_ui(app)
     app.add_api_route("/", home, include_in_schema=False)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.add_exception_handler(SignInRequired, to_signin)

@@ -163,7 +163,8 @@ def test_dashboard_in_a_browser(server, page, digits, tmp_path):
             assert value == pytest.approx(expected[old, new][metric], abs=5e-5), (metric, old, new)
     save_screenshot(page, tmp_path, "dashboard-line.png")
 
-    page.locator('#matrix-table a[href*="/pairs/1/3"]').click()
+    assert not overflowing(page, base + "/ui/lines/digits")
+    page.locator('svg.heatmap[data-metric="nfr"] a[href*="/pairs/1/3"]').click()
     page.wait_for_url(re.compile(r"/pairs/1/3"))
     save_screenshot(page, tmp_path, "dashboard-pair.png")
     images = count_gallery_images(page)
@@ -178,6 +179,23 @@ def test_dashboard_in_a_browser(server, page, digits, tmp_path):
     assert reason.locator("code").inner_text() == "max_nfr"
     measured = float(reason.locator("td.num").first.inner_text())
     assert measured == pytest.approx(expected["1", "3"]["nfr"], abs=5e-5) and measured > MAX_NFR
+    for path in ("/ui", "/ui/lines/digits?versions=all", page.url.removeprefix(base),
+                 "/ui/lines/digits/pairs/1/3?evalset=eval", "/ui/jobs", "/ui/no-such-page"):
+        assert not overflowing(page, base + path), path
+
+
+def overflowing(page, url: str) -> dict[int, int]:
+    """{window width: the page's scrollWidth} at 390 and 1440 px where the page is wider
+    than the window (nothing: no horizontal scrolling)."""
+    wider = {}
+    for width in (390, 1440):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(url)
+        scroll = page.evaluate("document.documentElement.scrollWidth")
+        if scroll > width:
+            wider[width] = scroll
+    page.set_viewport_size({"width": 1280, "height": 900})
+    return wider
 
 
 def sign_in(page, base: str, token: str) -> None:
@@ -195,7 +213,8 @@ def sign_in(page, base: str, token: str) -> None:
 def heatmap_titles(page, metric: str) -> dict[tuple[str, str], float]:
     """{(old, new): value} read from the hover titles of the heatmap's cells."""
     titles = page.locator(f'svg.heatmap[data-metric="{metric}"] g.cell title').all_text_contents()
-    parsed = [re.fullmatch(r"(\S+) → (\S+): \S+ ([0-9.]+)", title) for title in titles]
+    title_form = re.compile(r"(\S+) → (\S+): \S+ ([0-9.]+)(?: \(above the limit\))?")
+    parsed = [title_form.fullmatch(title) for title in titles]
     return {(m.group(1), m.group(2)): float(m.group(3)) for m in parsed}
 
 

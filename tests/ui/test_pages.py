@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime
 from http.cookies import SimpleCookie
 from types import SimpleNamespace
+from urllib.parse import quote, urlsplit
 
 import numpy as np
 import pytest
@@ -18,12 +19,21 @@ from flipgate.metrics import compare_logits
 from flipgate.reporting.html import stored_body
 from service.auth.service import revoke_token
 from service.compare.models import PairMetrics
+from service.gate.models import Decision
 from service.jobs.models import Job, JobKind, JobState
 from service.registry.models import ModelVersion
 from service.ui import session as session_module
+from service.ui.heatmap import ink, luminance
 from service.ui.session import COOKIE
-from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code
-from tests.ui.conftest import EVALSET, LINE, client_in_savepoint, seeded_once_per_module
+from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, run_task
+from tests.ui.conftest import (
+    CLASSES,
+    EVALSET,
+    LINE,
+    SAMPLES,
+    client_in_savepoint,
+    seeded_once_per_module,
+)
 
 
 @pytest.fixture(scope="module")
@@ -160,22 +170,31 @@ def test_line_page_lists_lineage_matrix_policy_and_decisions(seeded, signed_in):
     expected = compare_logits(seeded.logits["1"], seeded.logits["2"], seeded.labels)
     cell = re.search(r'data-old="1" data-new="2" data-value="([^"]+)"', text)
     assert cell and float(cell.group(1)) == pytest.approx(expected["nfr"])
-    assert f"NFR {expected['nfr']:.4f}</title>" in text
+    assert expected["nfr"] > 0.05  # the policy's max_nfr: the cell is marked
+    assert f"NFR {expected['nfr']:.4f} (above the limit)</title>" in text
     assert re.search(r'data-nfr="[^"]+" data-churn="' + re.escape(str(expected["churn"])), text)
     assert "max_nfr" in text and "(current)" in text
     assert f'href="/ui/decisions/{seeded.blocked_id}"' in text
     assert 'class="tag alias">production<' in text
 
 
-def test_a_cell_without_a_full_report_shows_its_counts_without_a_link(seeded, signed_in, db):
+def test_a_cell_without_a_full_report_links_to_its_counts_and_how_to_measure_it(
+        seeded, signed_in, db):
     with db() as session:
         ids = dict(session.execute(select(ModelVersion.version, ModelVersion.id)).all())
         session.execute(delete(PairMetrics).where(PairMetrics.old_version_id == ids["1"],
                                                   PairMetrics.new_version_id == ids["3"]))
     text = signed_in.get(f"/ui/lines/{LINE}").text
     expected = compare_logits(seeded.logits["1"], seeded.logits["3"], seeded.labels)
-    assert f"1 → 3: NFR {expected['nfr']:.4f}</title>" in text
-    assert "/pairs/1/3?" not in text and "/pairs/3/1?" in text
+    assert f"1 → 3: NFR {expected['nfr']:.4f}" in text
+    link = f'href="/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}"'
+    assert link in text
+    counted = signed_in.get(f"/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}")
+    assert counted.status_code == 200 and "has not been measured" not in counted.text
+    for metric in ("nfr", "pfr", "churn"):
+        shown = re.search(rf'data-metric="{metric}">([0-9.]+)<', counted.text)
+        assert shown and float(shown.group(1)) == pytest.approx(expected[metric], abs=5e-5)
+    assert f"POST /compare/{LINE}:1/{LINE}:3?evalset={EVALSET}" in counted.text
 
 
 def test_pair_page_tables_every_negative_flip_of_a_non_image_eval_set(seeded, signed_in):
@@ -252,3 +271,127 @@ def test_decision_log_pages_twenty_at_a_time(seeded, signed_in, client):
     assert len(newest) == 20 and len(older) == 2 and min(newest) > max(older)
     assert "page 1 of 2" in first and 'rel="next"' in first and 'rel="prev"' in second
     assert signed_in.get(f"/ui/lines/{LINE}?page=9").text.count("page 2 of 2") == 1
+
+
+def test_line_history_plots_and_tables_the_gates_numbers(seeded, signed_in, client):
+    decision = client.get(f"/gate/decisions/{seeded.blocked_id}",
+                          headers=bearer(ADMIN_TOKEN)).json()
+    text = signed_in.get(f"/ui/lines/{LINE}").text
+    for series in ("er_new", "nfr"):
+        point = re.search(rf'class="point blocked" data-series="{series}" data-version="2" '
+                          r'data-value="([^"]+)" cx="[^"]+" cy="([^"]+)"', text)
+        assert point and float(point.group(1)) == decision["metrics"][EVALSET][series]
+    assert '<rect class="blocked" data-version="2"' in text
+    assert '<rect class="blocked" data-version="1"' not in text
+    assert '<g class="production" data-version="1">' in text
+    assert "policy max NFR 0.05" in text  # the limit's line
+    row = re.search(r'<tr id="history-2" class="blocked">(.*?)</tr>', text, re.DOTALL)
+    assert row and f"{decision['metrics'][EVALSET]['nfr']:.4f}" in row.group(1)
+    assert decision["reasons"][0]["message"] in row.group(1)
+    promotions = re.search(r'<table class="data" id="promotions">(.*?)</table>', text, re.DOTALL)
+    assert promotions and promotions.group(1).count("<tr>") == 1 + 1  # header and one move
+
+
+def test_matrix_opens_on_the_policys_eval_set_with_its_limit_in_the_legend(
+        seeded, signed_in, upload_evalset, upload_logits, npz_file):
+    path = npz_file(n=SAMPLES, num_classes=CLASSES)
+    signed_in.headers.update(bearer(ADMIN_TOKEN))
+    assert upload_evalset("aaa-calibration", path).status_code == 201  # sorts first
+    for version in ("1", "2"):
+        assert upload_logits(f"{LINE}:{version}", "aaa-calibration",
+                             seeded.logits[version]).status_code == 201
+    queued = signed_in.post(f"/models/{LINE}/matrix", params={"evalset": "aaa-calibration"})
+    run_task(signed_in, queued.json()["missing"][0]["job_id"])
+    signed_in.headers.pop("Authorization")
+    assert "aaa-calibration" in signed_in.get(f"/ui/lines/{LINE}").text  # measured there
+    text = signed_in.get(f"/ui/lines/{LINE}").text
+    assert re.search(rf'class="active" aria-current="page">{EVALSET}<', text)
+    assert "NFR limit 0.05" in text and 'data-anchor="0.05"' in text
+
+
+@pytest.mark.parametrize("fill", ["#fff7ec", "#f4a03c", "#a50f15", "#f9cf95"])
+def test_heatmap_text_contrast_is_aa(fill):
+    def contrast(one: str, two: str) -> float:
+        light, dark = sorted((luminance(one), luminance(two)), reverse=True)
+        return (light + 0.05) / (dark + 0.05)
+    assert contrast(fill, ink(fill)) >= 4.5
+
+
+@pytest.mark.parametrize(("page", "status"), [
+    ("/ui/decisions/not-a-number", 422), ("/ui/no-such-page", 404),
+    (f"/ui/lines/{LINE}/pairs/1/2", 422), ("/ui/lines/no-such-line", 404)])
+def test_errors_under_ui_are_html_pages_with_the_way_back(seeded, signed_in, page, status):
+    response = signed_in.get(page)
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith("text/html")
+    assert '<section class="card" id="error">' in response.text and 'href="/ui"' in response.text
+    api = signed_in.get("/models/no-such-line", headers=bearer(ADMIN_TOKEN))
+    assert error_code(api, 404) == "line_not_found"
+
+
+def test_dashboard_pages_are_compressed_and_the_api_is_not(seeded, signed_in):
+    page = signed_in.get(f"/ui/lines/{LINE}", headers={"Accept-Encoding": "gzip"})
+    assert page.headers["content-encoding"] == "gzip" and "<svg" in page.text
+    api = signed_in.get(f"/models/{LINE}", headers={**bearer(ADMIN_TOKEN),
+                                                    "Accept-Encoding": "gzip"})
+    assert api.is_success and "content-encoding" not in api.headers
+
+
+def test_skip_link_and_sign_in_hint(browser_client):
+    text = browser_client.get("/ui/signin").text
+    assert '<a class="skip" href="#main">' in text and '<main id="main"' in text
+    assert "flipgate token create --name NAME --scopes read" in text
+
+
+def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
+        seeded, signed_in, client, db):
+    repaired = client.post("/gate", json={"model": LINE, "candidate": "3"},
+                           headers=bearer(ADMIN_TOKEN)).json()
+    assert repaired["verdict"] == "block", repaired
+    with db() as session:  # version 3 stands for the ensemble the repair job registered
+        session.add(Job(kind=JobKind.TRAIN, state=JobState.SUCCEEDED, progress=1.0,
+                        params={"method": "ensemble", "decision_id": seeded.blocked_id}))
+        version = session.scalars(select(ModelVersion).where(ModelVersion.version == "3")).one()
+        version.produced_by = {"method": "ensemble", "decision_id": seeded.blocked_id,
+                               "weight": 0.206, "calibration": EVALSET}
+        row = session.get(Decision, repaired["decision_id"])
+        row.repair_of_id = seeded.blocked_id
+    before = client.get(f"/gate/decisions/{seeded.blocked_id}",
+                        headers=bearer(ADMIN_TOKEN)).json()["metrics"][EVALSET]
+    text = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    repair = text.split('<section id="repair">')[1].split("</section>")[0]
+    assert 'class="badge verdict-block" id="repair-state"' in repair
+    assert "state-succeeded" not in repair and "verdict-approve" not in repair
+    assert "<dt>weight</dt><dd>0.206</dd>" in repair and f"<dd>{EVALSET}</dd>" in repair
+    cells = re.findall(r'<td class="num" data-key="nfr">([0-9.]+)</td>', repair)
+    after = repaired["metrics"][EVALSET]["nfr"]
+    assert [float(cell) for cell in cells] == [pytest.approx(before["nfr"], abs=5e-5),
+                                               pytest.approx(after, abs=5e-5)]
+
+
+def test_a_pending_decision_lists_the_jobs_it_waits_for_and_reloads(
+        seeded, signed_in, upload_model, upload_logits):
+    signed_in.headers.update(bearer(ADMIN_TOKEN))
+    assert upload_model(LINE, "4", seed=4).status_code == 201
+    assert upload_logits(f"{LINE}:4", EVALSET, seeded.logits["3"]).status_code == 201
+    pending = signed_in.post("/gate", json={"model": LINE, "candidate": "4"}).json()
+    signed_in.headers.pop("Authorization")
+    assert pending["verdict"] == "pending" and pending["waiting_for"], pending
+    text = signed_in.get(f"/ui/decisions/{pending['decision_id']}").text
+    listed = re.search(r'<ul id="waiting-for">(.*?)</ul>', text, re.DOTALL)
+    assert listed and [int(job) for job in re.findall(r"job #(\d+)", listed.group(1))] \
+        == pending["waiting_for"]
+    assert '<meta http-equiv="refresh" content="5">' in text
+    final = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    assert 'http-equiv="refresh"' not in final
+
+
+def test_the_decisions_report_url_opens_its_dashboard_page_after_sign_in(
+        seeded, client, mint):
+    decision = client.get(f"/gate/decisions/{seeded.blocked_id}").json()
+    path = urlsplit(decision["report_url"]).path
+    client.headers.pop("Authorization")
+    to_signin = client.get(path, follow_redirects=False)
+    assert to_signin.status_code == 303 and quote(path, safe="") in to_signin.headers["location"]
+    landed = client.post("/ui/signin", data={"token": mint("read"), "next": path})
+    assert landed.url.path == path and f"Decision #{seeded.blocked_id}" in landed.text

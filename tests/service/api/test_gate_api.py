@@ -83,8 +83,8 @@ def test_a_candidate_over_the_limits_is_blocked_with_the_measured_numbers(line):
     assert numbers["mcnemar_p"] == pytest.approx(P_VALUE)
     assert numbers["worst_class"] == 1  # 4 of samples 10..19 are among its 33
     assert numbers["worst_class_nfr"] == pytest.approx(4 / 33)
-    assert decision["report_url"].endswith(
-        "/compare/digits:1/digits:2?evalset=ev&format=html")
+    assert numbers["report_url"].endswith("/compare/digits:1/digits:2?evalset=ev&format=html")
+    assert decision["report_url"].endswith(f"/ui/decisions/{decision['decision_id']}")
 
 
 def test_significance_waives_flip_limits_the_test_does_not_support(line):
@@ -329,8 +329,11 @@ def test_cancelling_a_measurement_blocks_the_decision_waiting_for_it(line):
 
 def test_links_use_the_public_url_when_one_is_set(line):
     line.app.state.settings.public_url = "https://flipgate.example.com/api"
-    assert measured(line).json()["report_url"].startswith(
+    decision = measured(line).json()
+    assert decision["metrics"]["ev"]["report_url"].startswith(
         "https://flipgate.example.com/api/compare/digits:1/digits:2?")
+    assert decision["report_url"] == (
+        f"https://flipgate.example.com/api/ui/decisions/{decision['decision_id']}")
 
 
 def test_the_worst_class_is_named_by_the_lines_class_names(line):
