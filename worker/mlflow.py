@@ -12,6 +12,7 @@ decision, and a job that dies after its commit leaves a state the reconcile job 
 import hashlib
 import json
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -198,13 +199,24 @@ def reconcile(ctx: WorkerContext, job_id: int, settings: Settings) -> None:
     """Queue the jobs for alias moves MLflow did not deliver: a candidate without a final
     verdict tag, a promote alias on a version that is not production."""
     client = mlflow_client(settings.mlflow_tracking_uri)
-    moves = [move for model in client.search_registered_models()
+    moves = [move for model in registered_models(client)
              for move in unsettled_moves(client, model, settings)]
     with finishing(ctx, job_id) as (session, result):
         queued = [queue_alias_job(session=session, move=move) for move in moves
                   if move["alias"] == settings.mlflow_candidate_alias
                   or move["version"] != approved_version(session, move["model"])]
         result["queued"] = [job.id for job in queued]
+
+
+def registered_models(client, page_size: int = 100) -> Iterator:
+    """Every registered model, page by page (MLflow answers at most `page_size` at a time)."""
+    token = None
+    while True:
+        page = client.search_registered_models(max_results=page_size, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
 
 
 def unsettled_moves(client, model, settings: Settings) -> list[dict[str, str]]:

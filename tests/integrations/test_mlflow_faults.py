@@ -26,6 +26,7 @@ from tests.integrations.mlflow_world import (
     mlflow_server,
     signed,
 )
+from worker.mlflow import registered_models
 
 SECRET = "mlflow-webhook-secret-for-fault-tests"
 pytestmark = pytest.mark.slow
@@ -105,3 +106,11 @@ def test_a_worker_killed_mid_import_loses_nothing_and_repeats_nothing(tmp_path, 
 def job_state(running: System, job_id: int) -> JobState:
     with settings_session(running.settings) as session:
         return session.get(Job, job_id).state
+
+
+def test_the_reconcile_loop_reads_every_page_of_registered_models(mlflow_url):
+    client = MlflowClient(mlflow_url)
+    names = {f"paged-{index}" for index in range(5)}
+    for name in names:
+        client.create_registered_model(name)
+    assert names <= {model.name for model in registered_models(client, page_size=2)}
