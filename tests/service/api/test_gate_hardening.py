@@ -202,8 +202,9 @@ def test_reads_never_settle_a_decision_its_job_end_does(line, db):
 def test_gate_requests_with_bad_names_are_refused_before_anything_is_read(line, counts, body,
                                                                           code):
     before = counts()
+    refused(line.post("/gate", json=body), 422, code, counts, before)
     unsigned = line.post("/gate", json=body, headers={"Authorization": ""})
-    refused(unsigned, 422, code, counts, before)
+    refused(unsigned, 401, "missing_credentials", counts, before)
 
 
 @pytest.mark.parametrize(("path", "code"), [

@@ -2,6 +2,8 @@
 anywhere in a request, answer 422 with a machine-readable code, never 500, and store nothing
 (on SQLite and PostgreSQL)."""
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -50,12 +52,15 @@ def test_a_nul_byte_in_the_query_string_is_422(client, upload_model):
         assert error_code(client.get("/models/digits/matrix", params=params), 422) == "nul_byte"
 
 
-def test_a_nul_byte_in_json_answers_422_even_without_credentials(client, upload_model):
+def test_a_nul_byte_in_json_answers_422_before_the_signature_is_verified(client, upload_model):
     assert upload_model("digits", "1").status_code == 201
-    anonymous = TestClient(client.app)
-    webhook = anonymous.post("/gate", json={"model": "d\x00", "candidate": "1"},
-                             headers={"X-Flipgate-Signature-256": "sha256=" + "0" * 64})
+    anonymous, body = TestClient(client.app), {"model": "d\x00", "candidate": "1"}
+    fresh = f"t={int(time.time())},v1={'0' * 64}"  # parses, in the window, a wrong digest
+    webhook = anonymous.post("/gate", json=body, headers={"X-Flipgate-Signature-256": fresh})
     assert error_code(webhook, 422) == "nul_byte"
+    malformed = anonymous.post("/gate", json=body,
+                               headers={"X-Flipgate-Signature-256": "sha256=" + "0" * 64})
+    assert error_code(malformed, 401) == "malformed_signature"
     nested = {"rules": [{"metric": "nfr", "max": 0.1, "note": ["fine", {"k\x00": 1}]}]}
     assert error_code(client.put("/models/digits/policy", json=nested), 422) == "nul_byte"
     alias = client.post("/models/digits/aliases/production", json={"version": "1\x00"})
