@@ -39,9 +39,26 @@ class InputSpec:
     dtype: np.dtype
     shape: tuple[int | None, ...]
 
+    @property
+    def dtype_name(self) -> str:
+        return "string" if self.dtype == STRING else self.dtype.name
+
     def describe(self) -> str:
         dims = ", ".join("N" if dim is None else str(dim) for dim in self.shape)
-        return f"{self.name} {self.dtype.name if self.dtype != STRING else 'string'} ({dims})"
+        return f"{self.name} {self.dtype_name} ({dims})"
+
+    def as_json(self) -> dict[str, object]:
+        """The spec as JSON (read back by `from_json`)."""
+        return {"name": self.name, "dtype": self.dtype_name, "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, spec: dict) -> "InputSpec":
+        dtype = STRING if spec["dtype"] == "string" else np.dtype(spec["dtype"])
+        return cls(spec["name"], dtype, tuple(spec["shape"]))
+
+    def signature(self) -> tuple:
+        """What one eval set array can feed: strings or not, and the per-sample shape."""
+        return self.dtype == STRING, self.shape[1:]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.metrics import compare_labels, measure_pair
+from flipgate.onnx_io import InputSpec
 from flipgate.progress import Progress
 from flipgate.reporting.html import render_html
 from service.artifacts import ArtifactStore
@@ -119,7 +120,7 @@ class PairInputs:
     names: tuple[str, str]
     class_names: list[str] | None
     num_classes: int
-    read_as: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    read_as: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
 
     @property
     def labels_only(self) -> bool:
@@ -148,7 +149,7 @@ class PairInputs:
                            class_names=self.class_names)
         return report, store.put_stream(io.BytesIO(page.encode())).sha256
 
-    def sources(self) -> dict[str, dict[str, str]]:
+    def sources(self) -> dict[str, dict[str, Any]]:
         """The "old" and "new" entries of the report."""
         return {side: {"source": name, "provider": prediction.provider or prediction.source.value,
                        **(read_as if prediction.source == PredictionSource.COMPUTED else {})}
@@ -167,12 +168,13 @@ def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
                       pair.new.num_classes, (read_as(pair.old), read_as(pair.new)))
 
 
-def read_as(version: ModelVersion) -> dict[str, str]:
-    """Which output of the version's model its inference jobs read and as what (nothing for
-    versions registered before outputs were chosen)."""
+def read_as(version: ModelVersion) -> dict[str, Any]:
+    """Which inputs the version's model is fed, which output its inference jobs read and as
+    what (nothing for versions registered before outputs were chosen)."""
     if version.scores_output is None:
         return {}
-    return {"output": version.scores_output, "scores": version.scores_kind}
+    fed = [InputSpec.from_json(spec).describe() for spec in version.inputs or ()]
+    return {"inputs": fed, "output": version.scores_output, "scores": version.scores_kind}
 
 
 def metrics_params(pair: Pair) -> dict[str, Any]:

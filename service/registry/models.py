@@ -35,6 +35,7 @@ class ModelVersion(Record, Base):
     artifact_sha256: Mapped[str | None] = mapped_column(String(64))
     input_name: Mapped[str | None] = mapped_column(String(256))
     input_shape: Mapped[list[int | None] | None] = mapped_column(Json)
+    inputs: Mapped[list[dict[str, Any]] | None] = mapped_column(Json)  # InputSpec.as_json
     num_classes: Mapped[int]
     scores_output: Mapped[str | None] = mapped_column(String(256))  # None: the only output
     scores_kind: Mapped[str | None] = mapped_column(String(16))  # logits | probabilities

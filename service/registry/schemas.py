@@ -23,6 +23,7 @@ class ModelVersionRead(RecordRead):
     artifact_sha256: str | None  # None for an external version
     input_name: str | None
     input_shape: list[int | None] | None
+    inputs: list[dict[str, Any]] | None  # each input's name, dtype and shape (N: None)
     external: bool
     num_classes: int
     scores_output: str | None

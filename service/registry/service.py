@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from flipgate.formats import external_data_names, inspect_onnx
 from flipgate.model_zip import unpack_model_zip
-from flipgate.onnx_io import OutputSpec
+from flipgate.onnx_io import InputSpec, OutputSpec
 from service.artifacts import BUNDLE_MODEL, ArtifactStore, model_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
@@ -60,12 +60,13 @@ def register_version(
         spec = inspect_onnx(onnx_path, source=source, output=output, scores=scores)
         files = model_files(onnx_path, source=source)
     line = _line_with_classes(session=session, name=line_name, num_classes=spec.num_classes)
-    _check_input_signature(session=session, line=line, input_shape=spec.input_shape)
+    _check_input_signature(session=session, line=line, inputs=spec.inputs)
     _take_class_names(line, model_class_names(spec.output))
     row = ModelVersion(
         line=line,
         version=version, artifact_sha256=model_sha256(files),
         input_name=spec.input_name, input_shape=list(spec.input_shape),
+        inputs=[input_spec.as_json() for input_spec in spec.inputs],
         num_classes=spec.num_classes, scores_output=spec.output_name,
         scores_kind=spec.output.kind, produced_by=produced_by, meta=metadata or {},
         parent=None if parent is None else resolve_reference(session=session, reference=parent),
@@ -163,21 +164,22 @@ def _check_class_names(names: list[str], count: int, what: str) -> None:
 
 
 def _check_input_signature(*, session: Session, line: ModelLine,
-                           input_shape: tuple[int | None, ...]) -> None:
-    """Versions of a line take samples of one shape (their batch axes may differ)."""
+                           inputs: tuple[InputSpec, ...]) -> None:
+    """Versions of a line can be fed from one eval set holding the union of their inputs: an
+    input that two versions name has one per-sample shape (batch axes may differ) and is
+    strings in both or in neither. A version may add or drop inputs (a v2 that adds
+    token_type_ids); numeric dtypes may differ (each array is cast to its model's input)."""
     if line.id is None:
         return
-    onnx_versions = select(ModelVersion.input_shape).where(
-        ModelVersion.line_id == line.id, ModelVersion.artifact_sha256.is_not(None))
-    other = session.scalars(onnx_versions.limit(1)).first()
-    if other is not None and list(other[1:]) != list(input_shape[1:]):
-        raise InvalidInput("input_signature_mismatch", f"model line {line.name!r} takes "
-                           f"samples of shape {_shown(other[1:])}, this model "
-                           f"{_shown(input_shape[1:])}")
-
-
-def _shown(dims) -> tuple:
-    return tuple("?" if dim is None else dim for dim in dims)
+    ours = {spec.name: spec for spec in inputs}
+    stored = session.scalars(select(ModelVersion.inputs).where(
+        ModelVersion.line_id == line.id, ModelVersion.artifact_sha256.is_not(None)))
+    for theirs in map(InputSpec.from_json, (spec for specs in stored for spec in specs or ())):
+        mine = ours.get(theirs.name)
+        if mine is not None and mine.signature() != theirs.signature():
+            raise InvalidInput("input_signature_mismatch", f"model line {line.name!r}: input "
+                               f"{theirs.name!r} is {theirs.describe()} in an earlier version, "
+                               f"{mine.describe()} in this model")
 
 
 def model_class_names(output: OutputSpec) -> list[str] | None:

@@ -110,3 +110,32 @@ def test_0008_lets_jobs_be_matrix_jobs_and_keeps_the_jobs_stored_before(backend,
         assert "pair_counts" not in inspect(connection).get_table_names()
         with pytest.raises(IntegrityError), connection.begin_nested():
             insert_job(connection, 4, "matrix")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0012_backfills_each_versions_inputs_from_its_single_input(backend, tmp_path):
+    """Versions stored at 0011 (one float32 input, or none for an external version) get that
+    input in `inputs` at 0012; the downgrade drops the column and keeps the versions."""
+    lines = table("model_lines", column("id"), column("name"), column("num_classes"),
+                  column("created_at"))
+    versions = table("model_versions", column("id"), column("line_id"), column("version"),
+                     column("artifact_sha256"), column("input_name"),
+                     column("input_shape", Json), column("num_classes"),
+                     column("metadata", Json), column("created_at"), column("inputs", Json))
+    stored = [{"id": 1, "input_name": "pixels", "input_shape": [None, 28, 28],
+               "artifact_sha256": "a" * 64},
+              {"id": 2, "input_name": None, "input_shape": None, "artifact_sha256": None}]
+    with empty_database(backend, tmp_path) as engine, engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0011")
+        connection.execute(lines.insert(), [{"id": 1, "name": "digits", "num_classes": 10,
+                                             "created_at": utcnow()}])
+        connection.execute(versions.insert(), [
+            {**row, "line_id": 1, "version": str(row["id"]), "num_classes": 10, "metadata": {},
+             "created_at": utcnow()} for row in stored])
+        command.upgrade(alembic_config(connection), "0012")
+        assert connection.execute(select(versions.c.id, versions.c.inputs)
+                                  .order_by(versions.c.id)).all() == [
+            (1, [{"name": "pixels", "dtype": "float32", "shape": [None, 28, 28]}]), (2, None)]
+        command.downgrade(alembic_config(connection), "0011")
+        assert connection.execute(select(versions.c.id, versions.c.input_name)
+                                  .order_by(versions.c.id)).all() == [(1, "pixels"), (2, None)]

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+from flipgate.formats import inspect_onnx
 from tests import toolchains
+from tests.conftest import save_graph
 from tests.service.api.conftest import error_code, measure, npy_bytes
-from tests.toolchains import Built, ece, expected_counts
+from tests.toolchains import Built, ece, expected_counts, mean_gap
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,10 @@ def test_a_dataframe_pipeline_with_string_inputs(client, frame):
         ("output_probability", "probabilities")] * 2
     report = measure(client, "wine:1", "wine:2", "eval")
     assert_matches(report, frame)
+    columns = ["alcohol", "malic_acid", "ash", "alcalinity_of_ash", "magnesium"]
     assert report["new"] == {"source": "wine:2", "provider": "CPUExecutionProvider",
+                             "inputs": [f"{name} float32 (N, 1)" for name in columns]
+                             + ["hue_level string (N, 1)"],
                              "output": "output_probability", "scores": "probabilities"}
 
 
@@ -114,3 +120,79 @@ def test_uploaded_probabilities_are_the_models_own(client, frame):
                          data={"evalset": "eval", "scores": "probabilities"},
                          files={"logits": ("p.npy", npy_bytes(frame.new_probs * 3))})
     assert error_code(beyond, 422) == "scores_not_probabilities"
+
+
+TOOLCHAINS = {  # builder: the form fields of each version, and the (output, scores) read
+    "sklearn_models": ({}, [("output_probability", "probabilities"),
+                            ("probabilities", "probabilities")]),
+    "boosted_models": ({}, [("probabilities", "probabilities")] * 2),
+    "torch_models": ({"1": {"output": "logits"}}, [("logits", "logits"),
+                                                   ("probs", "probabilities")]),
+    "binary_models": ({}, [("p", "probabilities"), ("z", "logits")]),
+    "transformers_models": ({}, [("logits", "logits")] * 2),
+}
+SLOW = {"torch_models", "binary_models", "transformers_models"}
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param(name, marks=[pytest.mark.slow] if name in SLOW else [], id=name)
+    for name in TOOLCHAINS])
+def toolchain(request, toolchain_folder) -> tuple[str, Built]:
+    return request.param, getattr(toolchains, request.param)(toolchain_folder)
+
+
+def test_each_toolchains_export_is_measured_from_its_own_scores(client, toolchain):
+    name, built = toolchain
+    fields, read = TOOLCHAINS[name]
+    register(client, built, "line", built.evalset, **fields)
+    report = measure(client, "line:1", "line:2", "eval")
+    assert_matches(report, built)
+    for side, probs in (("old", built.old_probs), ("new", built.new_probs)):
+        assert report["confidence"][f"{side}_mean_gap"] == pytest.approx(mean_gap(probs),
+                                                                         abs=1e-4)
+    assert [(report[side]["output"], report[side]["scores"]) for side in ("old", "new")] == read
+    fed = [[spec.describe() for spec in inspect_onnx(path).inputs]
+           for path in (built.old, built.new)]
+    assert [report[side]["inputs"] for side in ("old", "new")] == fed
+
+
+def float_columns_onnx(path: Path, widths: dict[str, int]) -> bytes:
+    """A linear 3-class ONNX model over float inputs named and sized by `widths`."""
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["N", width])
+              for name, width in widths.items()]
+    weight = numpy_helper.from_array(np.ones((sum(widths.values()), 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Concat", list(widths), ["joined"], axis=1),
+                               helper.make_node("MatMul", ["joined", "w"], ["logits"])],
+                              "columns", inputs,
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                                             ["N", 3])], [weight])
+    return save_graph(graph, path).read_bytes()
+
+
+@pytest.mark.parametrize(("widths", "differs"), [
+    ({"alcohol": 1, "hue_level": 1}, "'hue_level' is hue_level string (N, 1) in an earlier "
+                                     "version, hue_level float32 (N, 1) in this model"),
+    ({"alcohol": 2}, "'alcohol' is alcohol float32 (N, 1) in an earlier version, "
+                     "alcohol float32 (N, 2) in this model"),
+])
+def test_every_input_a_version_shares_with_its_line_must_agree(client, frame, tmp_path, widths,
+                                                               differs):
+    register(client, frame, "wine", frame.evalset)
+    before = client.get("/models/wine").json()["versions"]
+    response = client.post("/models", data={"name": "wine", "version": "3"},
+                           files={"artifact": ("m.onnx", float_columns_onnx(tmp_path / "m.onnx",
+                                                                            widths))})
+    assert error_code(response, 422) == "input_signature_mismatch"
+    assert differs in response.json()["error"]["message"]
+    assert client.get("/models/wine").json()["versions"] == before
+
+
+def test_a_version_may_add_inputs_its_line_has_not_seen(client, frame, tmp_path):
+    register(client, frame, "wine", frame.evalset)
+    added = float_columns_onnx(tmp_path / "m.onnx", {"alcohol": 1, "color_intensity": 1})
+    response = client.post("/models", data={"name": "wine", "version": "3"},
+                           files={"artifact": ("m.onnx", added)})
+    assert response.status_code == 201, response.text
+    assert response.json()["inputs"] == [
+        {"name": "alcohol", "dtype": "float32", "shape": [None, 1]},
+        {"name": "color_intensity", "dtype": "float32", "shape": [None, 1]}]
