@@ -82,5 +82,5 @@ def test_a_stale_signature_is_refused_before_the_body_is_read(server: Server):
 
 def test_the_sign_in_form_is_capped_at_a_few_kilobytes(server: Server):
     response = httpx.post(f"{server.url}/ui/signin", data={"token": "x" * 10_000})
-    assert response.status_code == 413
-    assert response.json()["error"]["code"] == "payload_too_large"
+    assert response.status_code == 413  # a page for the person, as every error under /ui
+    assert response.headers["content-type"].startswith("text/html")
