@@ -35,7 +35,9 @@ def test_requests_beyond_the_admitted_ones_answer_503_at_once(api_server: Server
             for _ in range(ADMITTED_REQUESTS):
                 stalled.enter_context(partial_upload(api_server, declared=STALLED_BYTES,
                                                      headers=AUTHORIZED))
-            wait_for(lambda: client.get("/models").status_code == 503, "every slot taken", 10)
+            seen: list[int] = []
+            wait_for(lambda: seen.append(client.get("/models").status_code) or seen[-1] == 503,
+                     f"every slot taken (GET /models answered {seen})", 10)
             refusals = [timed_get(client, "/models") for _ in range(5)]
             probes = [client.get("/healthz"), client.get("/readyz")]
         gone_at = time.monotonic()
