@@ -36,8 +36,11 @@ def test_requests_beyond_the_admitted_ones_answer_503_at_once(api_server: Server
                 stalled.enter_context(partial_upload(api_server, declared=STALLED_BYTES,
                                                      headers=AUTHORIZED))
             seen: list[int] = []
-            wait_for(lambda: seen.append(client.get("/models").status_code) or seen[-1] == 503,
-                     f"every slot taken (GET /models answered {seen})", 10)
+            try:
+                wait_for(lambda: seen.append(client.get("/models").status_code)
+                         or seen[-1] == 503, "every slot taken", 10)
+            except AssertionError as error:
+                raise AssertionError(f"{error}: GET /models answered {seen}") from error
             refusals = [timed_get(client, "/models") for _ in range(5)]
             probes = [client.get("/healthz"), client.get("/readyz")]
         gone_at = time.monotonic()
