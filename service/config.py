@@ -44,7 +44,8 @@ class Settings(BaseSettings):
     # package.module:function factories a repair may train (zoo architectures always may)
     custom_architectures: Annotated[list[str], NoDecode] = Field(default_factory=list)
     signature_tolerance_seconds: int = Field(default=300, ge=1, le=86_400)
-    # encrypts webhook secrets at rest; development without one: a key file in data_dir
+    # encrypts webhook secrets at rest; comma-separated, newest first, to rotate it (MultiFernet);
+    # development without one: a key file in data_dir
     secret_key: SecretStr | None = None
     secret_grace_seconds: int = Field(default=3600, ge=0, le=30 * 86_400)  # old secret valid
     min_gate_samples: int = Field(default=100, ge=1)  # eval sets a default-policy gate uses
@@ -89,12 +90,17 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_placeholder_secret_key(self) -> Self:
-        key = self.secret_key and self.secret_key.get_secret_value()
-        if key is not None and (key.lower() in PLACEHOLDER_SECRETS
-                                or len(key) < MIN_SECRET_LENGTH):
-            raise ValueError(f"FLIPGATE_SECRET_KEY is a placeholder or shorter than "
-                             f"{MIN_SECRET_LENGTH} characters")
+        if any(key.lower() in PLACEHOLDER_SECRETS or len(key) < MIN_SECRET_LENGTH
+               for key in self.secret_keys):
+            raise ValueError(f"FLIPGATE_SECRET_KEY: each comma-separated key must be a real "
+                             f"secret of at least {MIN_SECRET_LENGTH} characters")
         return self
+
+    @property
+    def secret_keys(self) -> list[str]:
+        """FLIPGATE_SECRET_KEY's comma-separated keys, newest first (none without it)."""
+        value = self.secret_key and self.secret_key.get_secret_value()
+        return [] if value is None else [key.strip() for key in value.split(",")]
 
     @property
     def max_upload_bytes(self) -> int:

@@ -1,14 +1,19 @@
 """Webhook secrets: one per line, encrypted at rest with the server key (Fernet); a rotated
-secret stays valid for FLIPGATE_SECRET_GRACE_SECONDS so CI systems can be updated."""
+secret stays valid for FLIPGATE_SECRET_GRACE_SECONDS so CI systems can be updated.
+
+FLIPGATE_SECRET_KEY may list several keys, comma-separated, the newest first (MultiFernet):
+secrets are sealed with the first and opened with any, so the server key rotates without
+downtime. A secret that no listed key opens is skipped with a warning, never an error."""
 
 import base64
 import hashlib
+import logging
 import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
 
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -19,6 +24,7 @@ from service.registry.models import ModelLine
 from service.registry.service import get_line
 
 DEVELOPMENT_KEY_FILE = "secret.key"
+logger = logging.getLogger(__name__)
 
 
 class MissingSecretKey(RuntimeError):
@@ -32,13 +38,13 @@ def require_secret_key(settings: Settings) -> None:
                                f"outside development (environment={settings.environment!r})")
 
 
-def cipher(settings: Settings) -> Fernet:
-    """The Fernet cipher of FLIPGATE_SECRET_KEY; in development without one, of a random key
-    kept in the data folder (made on first use)."""
+def cipher(settings: Settings) -> MultiFernet:
+    """The cipher of FLIPGATE_SECRET_KEY's keys (sealing with the first); in development
+    without one, of a random key kept in the data folder (made on first use)."""
     require_secret_key(settings)
-    key = (settings.secret_key.get_secret_value() if settings.secret_key is not None
-           else _development_key(settings.data_dir / DEVELOPMENT_KEY_FILE))
-    return Fernet(base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest()))
+    keys = settings.secret_keys or [_development_key(settings.data_dir / DEVELOPMENT_KEY_FILE)]
+    return MultiFernet([Fernet(base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest()))
+                        for key in keys])
 
 
 def _development_key(path: Path) -> str:
@@ -73,19 +79,22 @@ def rotate_secret(*, session: Session, settings: Settings, line_name: str) -> st
 
 def valid_secrets(*, session: Session, settings: Settings, line_name: str) -> list[str]:
     """The secrets a delivery to the named line may be signed with: the current one, and
-    the previous one during its grace period."""
+    the previous one during its grace period (those that a server key opens)."""
     row = _line_row(session, line_name)
     if row is None:
         return []
     box = cipher(settings)
     in_grace = row.previous_secret is not None and utcnow() < row.previous_until
-    return [_open(box, row.secret), *([_open(box, row.previous_secret)] if in_grace else [])]
+    sealed = [row.secret, *([row.previous_secret] if in_grace else [])]
+    return [secret for secret in (_open(box, item, line_name) for item in sealed)
+            if secret is not None]
 
 
 def signing_secret(*, session: Session, settings: Settings, line_name: str) -> str | None:
-    """The current secret of the named line (callbacks are signed with it), if any."""
+    """The current secret of the named line (callbacks are signed with it), if any that a
+    server key opens."""
     row = _line_row(session, line_name)
-    return None if row is None else _open(cipher(settings), row.secret)
+    return None if row is None else _open(cipher(settings), row.secret, line_name)
 
 
 def _line_row(session: Session, line_name: str) -> WebhookSecret | None:
@@ -94,9 +103,16 @@ def _line_row(session: Session, line_name: str) -> WebhookSecret | None:
     return session.scalars(statement).one_or_none()
 
 
-def _seal(box: Fernet, secret: str) -> str:
+def _seal(box: MultiFernet, secret: str) -> str:
     return box.encrypt(secret.encode()).decode()
 
 
-def _open(box: Fernet, sealed: str) -> str:
-    return box.decrypt(sealed.encode()).decode()
+def _open(box: MultiFernet, sealed: str, line_name: str) -> str | None:
+    """The secret, or None (with a warning) when no server key opens it."""
+    try:
+        return box.decrypt(sealed.encode()).decode()
+    except InvalidToken:
+        logger.warning("a webhook secret of %r opens with none of FLIPGATE_SECRET_KEY's keys; "
+                       "it is skipped (rotate the line's secret, or list its old key)",
+                       line_name)
+        return None
