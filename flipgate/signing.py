@@ -63,14 +63,15 @@ def fresh_header(header: str, *, tolerance_seconds: float,
 
 
 def verify(secrets: list[str], body: bytes, header: str, *, tolerance_seconds: float,
-           now: float | None = None) -> None:
-    """Raise SignatureError unless `header` signs `body` under one of `secrets` at a time
-    within `tolerance_seconds` of `now` (constant-time comparison)."""
+           now: float | None = None) -> str:
+    """The digest that matched; SignatureError unless `header` signs `body` under one of
+    `secrets` at a time within `tolerance_seconds` of `now` (constant-time comparison)."""
     parsed = fresh_header(header, tolerance_seconds=tolerance_seconds, now=now)
-    expected = [digest(secret, body, parsed.timestamp).encode() for secret in secrets]
-    if not any(hmac.compare_digest(want, given.encode())
-               for want in expected for given in parsed.digests):
-        raise SignatureError("invalid_signature", "the signature does not match the body")
+    expected = [digest(secret, body, parsed.timestamp) for secret in secrets]
+    for want in expected:
+        if any(hmac.compare_digest(want.encode(), given.encode()) for given in parsed.digests):
+            return want
+    raise SignatureError("invalid_signature", "the signature does not match the body")
 
 
 def signature_matches(secret: str, body: bytes, header: str, *,

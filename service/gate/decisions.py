@@ -13,7 +13,7 @@ from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.db import insert_or_conflict, one_or_not_found
-from service.errors import Conflict, InvalidInput
+from service.errors import Conflict, InvalidInput, Unauthorized
 from service.gate.evidence import pair_evidence
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.outbound import check_callback_url
@@ -29,12 +29,16 @@ from service.registry.service import PRODUCTION, find_version, get_line, get_ver
 
 def gate(*, session: Session, settings: Settings, request: GateRequest, requested_by: str,
          base_url: str, request_sha256: str, delivery_id: str | None = None,
-         repair_of: Decision | None = None) -> Decision:
+         signature_digest: str | None = None, repair_of: Decision | None = None) -> Decision:
     """The decision on `request`: final when every pair metric is stored, else pending on
-    the jobs it queued. A delivery id seen before answers with that delivery's decision."""
+    the jobs it queued. A delivery id seen before answers with that delivery's decision; a
+    signed request (`signature_digest`: the digest that matched) seen before under another
+    delivery id, or none, is refused."""
     line = get_line(session=session, name=request.model)
     if delivery_id is not None and (earlier := _delivered(session, line, delivery_id)):
         return _replayed(earlier, request_sha256)
+    if signature_digest is not None and _signed_before(session, line, signature_digest):
+        raise replayed_signature()
     if request.callback_url is not None:
         check_callback_url(str(request.callback_url), settings.callback_allowlist)
     candidate = find_version(session=session, line_name=line.name, version=request.candidate)
@@ -48,13 +52,17 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
             exclude_none=True), requested_by=requested_by, base_url=base_url,
         ci=request.ci and request.ci.model_dump(exclude_none=True), delivery_id=delivery_id,
         callback_url=request.callback_url and str(request.callback_url),
-        request_sha256=request_sha256, repair_of_id=repair_of and repair_of.id)
+        request_sha256=request_sha256, signature_digest=signature_digest,
+        repair_of_id=repair_of and repair_of.id)
     datasets = _gate_datasets(session, line, policy, request.evalsets,
                               settings.min_gate_samples) if _compares(candidate, baseline) else []
     try:
         insert_or_conflict(session, decision, code="delivery_exists", message="")
-    except Conflict:  # the same delivery arrived twice at once
-        return _replayed(_delivered(session, line, delivery_id), request_sha256)
+    except Conflict:  # the same delivery, or signed request, arrived twice at once
+        earlier = delivery_id and _delivered(session, line, delivery_id)
+        if not earlier:
+            raise replayed_signature() from None
+        return _replayed(earlier, request_sha256)
     _measure_or_decide(session, settings, decision, line, candidate, baseline, policy,
                        datasets)
     return decision
@@ -64,6 +72,18 @@ def _delivered(session: Session, line: ModelLine, delivery_id: str) -> Decision 
     statement = select(Decision).where(Decision.line_id == line.id,
                                        Decision.delivery_id == delivery_id)
     return session.scalars(statement).one_or_none()
+
+
+def _signed_before(session: Session, line: ModelLine, signature_digest: str) -> bool:
+    statement = select(Decision.id).where(Decision.line_id == line.id,
+                                          Decision.signature_digest == signature_digest)
+    return session.scalars(statement).first() is not None
+
+
+def replayed_signature() -> Unauthorized:
+    return Unauthorized("replayed_signature", "this signed request was already accepted; sign "
+                        "each request anew (a retry that sends its first X-Flipgate-Delivery "
+                        "again gets the first decision)")
 
 
 def _replayed(decision: Decision, request_sha256: str) -> Decision:

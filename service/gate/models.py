@@ -52,10 +52,12 @@ class WebhookSecret(Record, Base):
 
 class Decision(Record, Base):
     """One answer of the gate: append-only, and never changed once its verdict is final.
-    A delivery id names one decision of its line, so a retried webhook finds it again."""
+    A delivery id names one decision of its line, so a retried webhook finds it again; a
+    signed request (the digest of its body and signing time) makes one decision at most."""
 
     __tablename__ = "gate_decisions"
-    __table_args__ = (UniqueConstraint("line_id", "delivery_id"),)
+    __table_args__ = (UniqueConstraint("line_id", "delivery_id"),
+                      UniqueConstraint("line_id", "signature_digest"))
 
     line_id: Mapped[int] = mapped_column(ForeignKey("model_lines.id"))
     candidate_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
@@ -71,6 +73,7 @@ class Decision(Record, Base):
     callback_url: Mapped[str | None] = mapped_column(Text)
     delivery_id: Mapped[str | None] = mapped_column(String(DELIVERY_LENGTH))
     request_sha256: Mapped[str] = mapped_column(String(64))
+    signature_digest: Mapped[str | None] = mapped_column(String(64))  # a webhook's, its v1=
     base_url: Mapped[str] = mapped_column(Text)
     repair_of_id: Mapped[int | None] = mapped_column(ForeignKey("gate_decisions.id"))
     decided_at: Mapped[datetime | None]

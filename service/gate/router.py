@@ -44,7 +44,7 @@ from service.gate.webhook_auth import (
     RawBody,
     SignatureHeader,
     gate_caller,
-    webhook_caller,
+    webhook_signature,
 )
 from service.jobs.schemas import JobRead
 from service.names import NAME_LENGTH
@@ -124,12 +124,15 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
     this request holds until its session commits after the endpoint returns."""
     started = time.perf_counter()
     gate_request = parse_gate_request(body)
-    caller = (gate_caller(request, credentials) if credentials is not None
-              else webhook_caller(session=session, settings=settings,
-                                  line_name=gate_request.model, body=body, signature=signature))
+    if credentials is not None:
+        caller, signed = gate_caller(request, credentials), None
+    else:
+        caller, signed = "webhook", webhook_signature(
+            session=session, settings=settings, line_name=gate_request.model, body=body,
+            signature=signature)
     decision = decisions.gate(session=session, settings=settings, request=gate_request,
                               requested_by=caller, base_url=public_url(request, settings),
-                              delivery_id=delivery,
+                              delivery_id=delivery, signature_digest=signed,
                               request_sha256=hashlib.sha256(body).hexdigest())
     answer = decision_view(session=session, decision=decision).model_dump(mode="json")
     return JSONResponse(answer, status_code=202 if decision.verdict == Verdict.PENDING else 200,

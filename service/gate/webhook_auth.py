@@ -35,18 +35,17 @@ def gate_caller(request: Request, credentials: Credentials) -> str:
     return token.name
 
 
-def webhook_caller(*, session: Session, settings: Settings, line_name: str, body: bytes,
-                   signature: str | None) -> str:
-    """"webhook" when the body carries a fresh, valid signature under one of the line's
-    secrets; 401 `missing_credentials`, `malformed_signature`, `stale_signature` or
+def webhook_signature(*, session: Session, settings: Settings, line_name: str, body: bytes,
+                      signature: str | None) -> str:
+    """The digest of the fresh, valid signature of the body under one of the line's secrets; 401 `missing_credentials`, `malformed_signature`, `stale_signature` or
     `invalid_signature` otherwise."""
     if signature is None:
         raise Unauthorized("missing_credentials", "send 'Authorization: Bearer <token>' or "
                            f"'{HEADER}: t=<unix seconds>,v1=<hex HMAC of \"<t>.<body>\">'")
     secrets = valid_secrets(session=session, settings=settings, line_name=line_name)
     try:
-        verify(secrets, body, signature, tolerance_seconds=settings.signature_tolerance_seconds)
+        return verify(secrets, body, signature,
+                      tolerance_seconds=settings.signature_tolerance_seconds)
     except SignatureError as error:
         raise Unauthorized(error.code, f"{error.message} (the webhook secret of "
                            f"{line_name!r})") from error
-    return "webhook"

@@ -10,7 +10,7 @@ from pydantic import SecretStr
 from flipgate.signing import signature
 from service.config import Settings
 from service.errors import Unauthorized
-from service.gate.webhook_auth import webhook_caller
+from service.gate.webhook_auth import webhook_signature
 from service.gate.webhook_secrets import rotate_secret, signing_secret, valid_secrets
 from service.registry.service import create_line
 
@@ -42,6 +42,6 @@ def test_a_secret_no_key_opens_is_skipped_with_a_warning(session, tmp_path, capl
     assert "opens with none of FLIPGATE_SECRET_KEY's keys" in caplog.text
     body = b'{"model": "digits", "candidate": "1"}'
     with pytest.raises(Unauthorized) as refused:  # the API answers it 401, not 500
-        webhook_caller(session=session, settings=other, line_name="digits", body=body,
-                       signature=signature(secret, body))
+        webhook_signature(session=session, settings=other, line_name="digits", body=body,
+                          signature=signature(secret, body))
     assert refused.value.code == "invalid_signature"

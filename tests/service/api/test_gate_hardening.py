@@ -132,7 +132,26 @@ def test_a_rotated_secret_stays_valid_for_the_grace_period(line, db):
         session.execute(update(WebhookSecret).values(
             previous_until=utcnow() - timedelta(seconds=1)))
     assert error_code(signed(line, first, BODY), 401) == "invalid_signature"
-    assert signed(line, second, BODY).status_code == 200
+    signed_anew = signature(second, BODY, int(time.time()) - 1)  # the same one: a replay
+    assert signed(line, second, BODY, signed_anew).status_code == 200
+
+
+def test_a_signed_request_is_accepted_once(line, counts):
+    secret, now = line.post("/models/digits/webhook-secret").json()["secret"], int(time.time())
+    captured = signature(secret, BODY, now)
+    first = signed(line, secret, BODY, captured, delivery="ci-1")
+    assert first.status_code == 200, first.text
+    before = counts()
+    for replay in (captured, captured + ",v1=00"):  # under a new delivery id, or none
+        refused(signed(line, secret, BODY, replay, delivery="ci-2"), 401,
+                "replayed_signature", counts, before)
+        refused(signed(line, secret, BODY, replay), 401, "replayed_signature", counts, before)
+    retried = signed(line, secret, BODY, captured, delivery="ci-1")
+    assert retried.json()["decision_id"] == first.json()["decision_id"]
+    signed_again = signature(secret, BODY, now - 10)  # a new signature: a new request
+    again = signed(line, secret, BODY, signed_again)
+    assert again.status_code == 200, again.text
+    assert again.json()["decision_id"] != first.json()["decision_id"]
 
 
 def test_webhook_secrets_are_encrypted_at_rest(line, db):
