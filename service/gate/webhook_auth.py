@@ -37,7 +37,8 @@ def gate_caller(request: Request, credentials: Credentials) -> str:
 
 def webhook_signature(*, session: Session, settings: Settings, line_name: str, body: bytes,
                       signature: str | None) -> str:
-    """The digest of the fresh, valid signature of the body under one of the line's secrets; 401 `missing_credentials`, `malformed_signature`, `stale_signature` or
+    """The digest of the body's fresh, valid signature under one of the line's secrets;
+    401 `missing_credentials`, `malformed_signature`, `stale_signature` or
     `invalid_signature` otherwise."""
     if signature is None:
         raise Unauthorized("missing_credentials", "send 'Authorization: Bearer <token>' or "
