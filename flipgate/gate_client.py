@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
+from urllib.parse import urljoin
 
 import httpx
 
@@ -177,7 +178,18 @@ def decide(client: GateClient, request: dict, delivery: str, *, timeout: float, 
         time.sleep(min(poll, timeout - elapsed))
         decision = (client.get_decision(decision["decision_id"]) if client.credentials.token
                     else client.post_gate(body, delivery))
-    return decision
+    return with_absolute_links(decision, str(client.http.base_url))
+
+
+def with_absolute_links(decision: dict, server: str) -> dict:
+    """The decision with its report links joined to the server's address (a server without
+    FLIPGATE_PUBLIC_URL writes them relative to itself)."""
+    def absolute(link: str | None) -> str | None:
+        return link and urljoin(server.rstrip("/") + "/", link)
+
+    metrics = {evalset: numbers and {**numbers, "report_url": absolute(numbers.get("report_url"))}
+               for evalset, numbers in decision.get("metrics", {}).items()}
+    return {**decision, "report_url": absolute(decision.get("report_url")), "metrics": metrics}
 
 
 def ask(server: str, request: dict, credentials: Credentials, *, delivery: str | None,

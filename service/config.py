@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     job_attempts: int = Field(default=3, ge=1)  # runs of a job before a lost one fails
     job_resend_seconds: float = Field(default=60.0, gt=0)  # a queued job's message resent
     sweep_seconds: float = Field(default=2.0, gt=0)  # the worker's reaper and dispatcher
-    public_url: str | None = None  # the API's address in links; default: the request's
+    public_url: str | None = None  # the API's address in links; default: links are relative
     callback_attempts: int = Field(default=6, ge=1)  # deliveries of a decision's status
     callback_backoff_seconds: float = Field(default=5.0, ge=0)  # doubled after each failure
     callback_timeout_seconds: float = Field(default=10.0, gt=0)
@@ -109,6 +109,12 @@ class Settings(BaseSettings):
     @property
     def max_decompressed_bytes(self) -> int:
         return self.max_decompressed_mb * 2**20
+
+    @property
+    def link_base(self) -> str:
+        """What every link the server writes starts with: FLIPGATE_PUBLIC_URL, else "/" (links
+        relative to the server; a request's Host header never makes a link)."""
+        return self.public_url.rstrip("/") + "/" if self.public_url else "/"
 
     @property
     def safe_database_url(self) -> str:

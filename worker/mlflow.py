@@ -122,7 +122,7 @@ def gate_version(session: Session, settings: Settings, candidate: ModelVersion) 
     body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
     baseline = production.version if production else "none"
     return gate(session=session, settings=settings, request=request, requested_by=CONNECTOR,
-                base_url=settings.public_url or "", request_sha256=hashlib.sha256(body)
+                base_url=settings.link_base, request_sha256=hashlib.sha256(body)
                 .hexdigest(), delivery_id=f"mlflow:{candidate.version}:vs:{baseline}")
 
 

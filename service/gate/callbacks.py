@@ -11,6 +11,7 @@ from service.config import Settings
 from service.db import utcnow
 from service.gate.decisions import get_decision
 from service.gate.models import Callback, CallbackState, Decision, Verdict
+from service.gate.outbound import full_callback_url
 from service.gate.views import decision_view
 from service.gate.webhook_secrets import signing_secret
 from service.registry.models import ModelLine
@@ -20,17 +21,19 @@ DESCRIPTION_LENGTH = 140  # GitHub's limit
 
 
 def callback_body(*, session: Session, decision: Decision) -> dict[str, Any]:
-    """{state, description, target_url, context} of a final decision (GitHub's status API)."""
+    """{state, description, target_url, context} of a final decision (GitHub's status API);
+    without FLIPGATE_PUBLIC_URL the report's link is relative, and is left out."""
     view = decision_view(session=session, decision=decision)
     failed = any(reason["code"] == "measurement_failed" for reason in view.reasons)
     blocking = [reason["message"] for reason in view.reasons if reason["blocking"]]
     summary = (f"flipgate {view.verdict}s {view.model}:{view.candidate}"
                + ("" if view.baseline is None else f" over {view.baseline}")
                + (f": {blocking[0]}" if blocking else ""))
-    return {"state": "error" if failed else STATES[view.verdict],
-            "description": summary[:DESCRIPTION_LENGTH],
-            "target_url": view.report_url,
-            "context": f"flipgate/{view.model}"}
+    body = {"state": "error" if failed else STATES[view.verdict],
+            "description": summary[:DESCRIPTION_LENGTH], "context": f"flipgate/{view.model}"}
+    if view.report_url and view.report_url.startswith(("https://", "http://")):
+        body["target_url"] = view.report_url
+    return body
 
 
 def queued_callback(*, session: Session, decision_id: int) -> Callback | None:
@@ -41,11 +44,13 @@ def queued_callback(*, session: Session, decision_id: int) -> Callback | None:
 
 
 def delivery(*, session: Session, settings: Settings,
-             decision_id: int) -> tuple[str, dict[str, Any], str | None]:
-    """The URL, body and signing secret (the line's webhook secret, if any) of a callback."""
+             decision_id: int) -> tuple[str | None, dict[str, Any], str | None]:
+    """The URL (None when no server key opens it), body and signing secret (the line's
+    webhook secret, if any) of a callback."""
     decision = get_decision(session=session, decision_id=decision_id)
     line = session.get_one(ModelLine, decision.line_id)
-    return (decision.callback_url, callback_body(session=session, decision=decision),
+    return (full_callback_url(settings, decision),
+            callback_body(session=session, decision=decision),
             signing_secret(session=session, settings=settings, line_name=line.name))
 
 

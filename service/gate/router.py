@@ -9,7 +9,6 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from service.config import Settings
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.deps import (
@@ -131,18 +130,13 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
             session=session, settings=settings, line_name=gate_request.model, body=body,
             signature=signature)
     decision = decisions.gate(session=session, settings=settings, request=gate_request,
-                              requested_by=caller, base_url=public_url(request, settings),
+                              requested_by=caller, base_url=settings.link_base,
                               delivery_id=delivery, signature_digest=signed,
                               request_sha256=hashlib.sha256(body).hexdigest())
     answer = decision_view(session=session, decision=decision).model_dump(mode="json")
     return JSONResponse(answer, status_code=202 if decision.verdict == Verdict.PENDING else 200,
                         headers={"Server-Timing": f"gate;dur="
                                  f"{1000 * (time.perf_counter() - started):.2f}"})
-
-
-def public_url(request: Request, settings: Settings) -> str:
-    """The address links in decisions start with: FLIPGATE_PUBLIC_URL, else the request's."""
-    return settings.public_url.rstrip("/") + "/" if settings.public_url else str(request.base_url)
 
 
 def parse_gate_request(body: bytes) -> GateRequest:

@@ -106,7 +106,8 @@ def test_gate_blocks_calls_back_and_a_repair_is_approved(tmp_path, digits, recei
     port = free_port()
     env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=TOKEN,
                        FLIPGATE_CALLBACK_BACKOFF_SECONDS="0.2",
-                       FLIPGATE_CALLBACK_ALLOWLIST="127.0.0.1")  # the receiver is on loopback
+                       FLIPGATE_CALLBACK_ALLOWLIST="127.0.0.1",  # the receiver is on loopback
+                       FLIPGATE_PUBLIC_URL=f"http://127.0.0.1:{port}")  # links in callbacks
     with (flipgate_process(["serve", "--port", str(port)], env, tmp_path),
           httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
                        headers={"Authorization": f"Bearer {TOKEN}"}) as client):

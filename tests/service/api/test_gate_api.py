@@ -16,7 +16,13 @@ import pytest
 from flipgate.signing import signature
 from service.config import Settings
 from service.db import utcnow
-from service.gate.callbacks import due_callbacks, queued_callback, record_attempt
+from service.gate.callbacks import (
+    callback_body,
+    due_callbacks,
+    queued_callback,
+    record_attempt,
+)
+from service.gate.models import Decision
 from service.gate.settling import settle_pending
 from service.jobs.models import JobState
 from service.jobs.service import finish_job, get_job, start_job
@@ -327,13 +333,29 @@ def test_cancelling_a_measurement_blocks_the_decision_waiting_for_it(line):
     assert final["reasons"][0]["code"] == "measurement_failed"
 
 
-def test_links_use_the_public_url_when_one_is_set(line):
+def test_links_use_the_public_url_when_one_is_set(line, db):
     line.app.state.settings.public_url = "https://flipgate.example.com/api"
     decision = measured(line).json()
     assert decision["metrics"]["ev"]["report_url"].startswith(
         "https://flipgate.example.com/api/compare/digits:1/digits:2?")
     assert decision["report_url"] == (
         f"https://flipgate.example.com/api/ui/decisions/{decision['decision_id']}")
+    assert status_sent(db, decision)["target_url"] == decision["report_url"]
+
+
+def test_without_a_public_url_links_are_relative_whatever_the_host_header(line, db):
+    assert measure(line, "digits:1", "digits:2", "ev")["n"] == N
+    decision = gate(line, headers={"Host": "evil.example"}, candidate="2").json()
+    assert decision["report_url"] == f"/ui/decisions/{decision['decision_id']}"
+    assert decision["metrics"]["ev"]["report_url"].startswith("/compare/digits:1/digits:2?")
+    assert "target_url" not in status_sent(db, decision)  # a relative link means nothing there
+
+
+def status_sent(db, decision: dict) -> dict:
+    """The status a callback would send for the decision."""
+    with db() as session:
+        stored = session.get(Decision, decision["decision_id"])
+        return callback_body(session=session, decision=stored)
 
 
 def test_the_worst_class_is_named_by_the_lines_class_names(line):
