@@ -30,7 +30,8 @@ def deliver_callback(decision_id: int) -> None:
             return
         url, body, secret = delivery(session=session, settings=settings,
                                      decision_id=decision_id)
-    status, error = post_status(settings, url, json.dumps(body).encode(), secret, decision_id)
+    status, error = (post_status(settings, url, json.dumps(body).encode(), secret, decision_id)
+                     if url is not None else (None, "callback_url_unreadable"))
     with session_scope(sessions) as session:
         callback = queued_callback(session=session, decision_id=decision_id)
         if callback is None:

@@ -23,6 +23,7 @@ from service.datasets.service import get_dataset
 from service.db import session_scope
 from service.gate.decisions import gate, get_decision
 from service.gate.models import Decision
+from service.gate.outbound import full_callback_url
 from service.gate.repair import (
     ONNX_REPAIRS,
     allowed_architecture,
@@ -143,7 +144,8 @@ def gate_again(session: Session, job_id: int, version: ModelVersion,
     request = GateRequest(
         model=session.get_one(ModelLine, original.line_id).name, candidate=version.version,
         baseline=get_version(session=session, version_id=original.baseline_id).version,
-        evalsets=original.evalsets, ci=original.ci, callback_url=original.callback_url)
+        evalsets=original.evalsets, ci=original.ci,
+        callback_url=full_callback_url(get_settings(), original))
     body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
     return gate(session=session, settings=get_settings(), request=request,
                 requested_by=f"repair job {job_id}",

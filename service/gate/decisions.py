@@ -16,7 +16,7 @@ from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, Unauthorized
 from service.gate.evidence import pair_evidence
 from service.gate.models import Decision, DecisionJob, Verdict
-from service.gate.outbound import check_callback_url
+from service.gate.outbound import check_callback_url, stored_callback_url
 from service.gate.policies import current_policy
 from service.gate.rules import DEFAULT_POLICY, Policy, check
 from service.gate.schemas import GateRequest
@@ -39,8 +39,10 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
         return _replayed(earlier, request_sha256)
     if signature_digest is not None and _signed_before(session, line, signature_digest):
         raise replayed_signature()
-    if request.callback_url is not None:
-        check_callback_url(str(request.callback_url), settings.callback_allowlist)
+    callback_url = request.callback_url and str(request.callback_url)
+    if callback_url is not None:
+        check_callback_url(callback_url, settings.callback_allowlist)
+    shown_callback_url, sealed_callback_url = stored_callback_url(settings, callback_url)
     candidate = find_version(session=session, line_name=line.name, version=request.candidate)
     baseline = _baseline(session, line, request.baseline)
     stored_policy = current_policy(session=session, line=line)
@@ -51,7 +53,7 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
         policy_version=stored_policy and stored_policy.version, policy=policy.model_dump(
             exclude_none=True), requested_by=requested_by, base_url=base_url,
         ci=request.ci and request.ci.model_dump(exclude_none=True), delivery_id=delivery_id,
-        callback_url=request.callback_url and str(request.callback_url),
+        callback_url=shown_callback_url, callback_url_sealed=sealed_callback_url,
         request_sha256=request_sha256, signature_digest=signature_digest,
         repair_of_id=repair_of and repair_of.id)
     datasets = _gate_datasets(session, line, policy, request.evalsets,

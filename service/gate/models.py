@@ -70,7 +70,8 @@ class Decision(Record, Base):
     policy: Mapped[dict[str, Any]]
     requested_by: Mapped[str] = mapped_column(String(NAME_LENGTH))
     ci: Mapped[dict[str, Any] | None]
-    callback_url: Mapped[str | None] = mapped_column(Text)
+    callback_url: Mapped[str | None] = mapped_column(Text)  # as shown: no password or query
+    callback_url_sealed: Mapped[str | None] = mapped_column(Text)  # the whole URL, encrypted
     delivery_id: Mapped[str | None] = mapped_column(String(DELIVERY_LENGTH))
     request_sha256: Mapped[str] = mapped_column(String(64))
     signature_digest: Mapped[str | None] = mapped_column(String(64))  # a webhook's, its v1=

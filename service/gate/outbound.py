@@ -2,14 +2,19 @@
 addresses, unless FLIPGATE_CALLBACK_ALLOWLIST names the host or a network holding it.
 
 Checked when the gate is asked and again at delivery, where the POST goes to the address
-that was just checked (so a DNS answer that changes in between cannot redirect it)."""
+that was just checked (so a DNS answer that changes in between cannot redirect it). A URL's
+credentials (a password, query values) are kept sealed with the server's key and shown
+redacted."""
 
 import ipaddress
 import socket
 from dataclasses import dataclass
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 
+from service.config import Settings
 from service.errors import InvalidInput
+from service.gate.models import Decision
+from service.gate.webhook_secrets import cipher, seal, unseal
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -74,6 +79,32 @@ def _unmapped(address: Address) -> Address:
     """An IPv4-mapped IPv6 address as the IPv4 address it stands for."""
     mapped = getattr(address, "ipv4_mapped", None)
     return mapped or address
+
+
+def stored_callback_url(settings: Settings, url: str | None) -> tuple[str | None, str | None]:
+    """What a decision keeps of its callback URL: the form readers see (no password, no
+    query values) and, when that differs, the whole URL sealed with the server's key."""
+    if url is None:
+        return None, None
+    shown = redacted_url(url)
+    return shown, None if shown == url else seal(cipher(settings), url)
+
+
+def full_callback_url(settings: Settings, decision: Decision) -> str | None:
+    """The callback URL as it was given (None when no server key opens its sealed form)."""
+    if decision.callback_url_sealed is None:
+        return decision.callback_url
+    return unseal(cipher(settings), decision.callback_url_sealed)
+
+
+def redacted_url(url: str) -> str:
+    """The URL as readers see it: the password and every query value replaced by ***."""
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    netloc = f"{user}{':***' if colon else ''}{at}{host}"
+    query = "&".join(f"{name}=***" for name, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _public(address: Address) -> bool:

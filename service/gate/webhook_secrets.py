@@ -67,10 +67,10 @@ def rotate_secret(*, session: Session, settings: Settings, line_name: str) -> st
     row = session.scalars(select(WebhookSecret).where(WebhookSecret.line_id == line.id)
                           .with_for_update()).one_or_none()
     if row is None:
-        insert_or_conflict(session, WebhookSecret(line_id=line.id, secret=_seal(box, secret)),
+        insert_or_conflict(session, WebhookSecret(line_id=line.id, secret=seal(box, secret)),
                            code="secret_changed", message="the secret changed meanwhile")
         return secret
-    row.previous_secret, row.secret = row.secret, _seal(box, secret)
+    row.previous_secret, row.secret = row.secret, seal(box, secret)
     row.rotated_at = utcnow()
     row.previous_until = row.rotated_at + timedelta(seconds=settings.secret_grace_seconds)
     session.flush()
@@ -103,16 +103,24 @@ def _line_row(session: Session, line_name: str) -> WebhookSecret | None:
     return session.scalars(statement).one_or_none()
 
 
-def _seal(box: MultiFernet, secret: str) -> str:
+def seal(box: MultiFernet, secret: str) -> str:
+    """`secret` encrypted with the server's newest key, as text to store."""
     return box.encrypt(secret.encode()).decode()
+
+
+def unseal(box: MultiFernet, sealed: str) -> str | None:
+    """What `seal` stored, or None when none of the server's keys opens it."""
+    try:
+        return box.decrypt(sealed.encode()).decode()
+    except InvalidToken:
+        return None
 
 
 def _open(box: MultiFernet, sealed: str, line_name: str) -> str | None:
     """The secret, or None (with a warning) when no server key opens it."""
-    try:
-        return box.decrypt(sealed.encode()).decode()
-    except InvalidToken:
+    secret = unseal(box, sealed)
+    if secret is None:
         logger.warning("a webhook secret of %r opens with none of FLIPGATE_SECRET_KEY's keys; "
                        "it is skipped (rotate the line's secret, or list its old key)",
                        line_name)
-        return None
+    return secret

@@ -17,6 +17,7 @@ from sqlalchemy import func, select, update
 from flipgate.signing import HEADER, signature
 from service.config import Settings
 from service.db import utcnow
+from service.gate.callbacks import delivery
 from service.gate.models import Decision, DecisionJob, GatePolicy, WebhookSecret
 from service.gate.settling import settle_pending
 from service.gate.webhook_secrets import MissingSecretKey, cipher
@@ -85,6 +86,23 @@ def test_the_allowlist_admits_named_hosts_and_networks(line):
         assert decision.json()["callback"]["state"] == "queued"
     assert error_code(gate(line, candidate="1", callback_url="http://192.168.1.1/"),
                       422) == "callback_url_refused"
+
+
+def test_callback_credentials_are_stored_sealed_and_shown_redacted(line, db):
+    line.app.state.settings.callback_allowlist = ["10.0.0.0/8"]
+    url = "http://ci:pa55word@10.1.2.3:8080/status?token=s3cr3t&repo=acme"
+    decision = gate(line, candidate="1", callback_url=url).json()
+    shown = "http://ci:***@10.1.2.3:8080/status?token=***&repo=***"
+    assert decision["callback_url"] == shown
+    assert line.get(f"/gate/decisions/{decision['decision_id']}").json()["callback_url"] == shown
+    with db() as session:
+        stored = session.get(Decision, decision["decision_id"])
+        assert "pa55word" not in stored.callback_url_sealed + stored.callback_url
+        sent_to, _, _ = delivery(session=session, settings=line.app.state.settings,
+                                 decision_id=decision["decision_id"])
+    assert sent_to == url
+    plain = gate(line, candidate="1", callback_url="http://10.1.2.3/status").json()
+    assert plain["callback_url"] == "http://10.1.2.3/status"
 
 
 def signed(client: TestClient, secret: str, body: bytes, header: str | None = None,
