@@ -13,6 +13,7 @@ task is retried, after it the job's lease runs out and it is queued again.
 """
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -161,14 +162,21 @@ def succeed(session: Session, job: Job, result: dict[str, Any]) -> None:
 
 
 def fail(ctx: WorkerContext, job_id: int, error: BaseException) -> None:
-    """Mark the job failed with a one-line description of `error`, if it is still running."""
+    """Mark the job failed with a one-line description of `error` that names no file of the
+    server, if it is still running (the worker's log keeps the whole error)."""
     message = (f"{error.code}: {error.message}" if isinstance(error, ServiceError)
                else f"{type(error).__name__}: {error}")
+    logger.warning("job %s failed: %s", job_id, message)
+    message = SERVER_PATH.sub("<server path>", message)
     try:
         with running_job(ctx, job_id) as (session, job):
             flows.finish_job(session=session, job=job, state=JobState.FAILED, error=message)
     except JobStopped:
         logger.info("job %s ended elsewhere before its failure was recorded", job_id)
+
+
+# an absolute path (two or more segments) that no scheme, word or slash runs into
+SERVER_PATH = re.compile(r"(?<![\w:/.~-])(?:/[^\s/'\"`:,;()\[\]]+){2,}/?")
 
 
 class JobProgress:
