@@ -1,6 +1,6 @@
 """Imports every domain's ORM models, so that Base.metadata knows all tables (Alembic)."""
 
-from service.auth.models import ApiToken
+from service.auth.models import ApiToken, EndedSession
 from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
 from service.db import Base
@@ -19,6 +19,7 @@ from service.registry.models import Alias, ModelLine, ModelVersion
 
 metadata = Base.metadata
 
-__all__ = ["Alias", "ApiToken", "Callback", "Dataset", "Decision", "DecisionJob", "GatePolicy",
+__all__ = ["Alias", "ApiToken", "Callback", "Dataset", "Decision", "DecisionJob",
+           "EndedSession", "GatePolicy",
            "Job", "JobDependency", "MlflowEvent", "ModelLine", "ModelVersion", "PairCounts",
            "PairMetrics", "Prediction", "Promotion", "WebhookSecret", "metadata"]

@@ -20,3 +20,13 @@ class ApiToken(Record, Base):
     scopes: Mapped[list[str]] = mapped_column(Json)
     revoked_at: Mapped[datetime | None]
     expires_at: Mapped[datetime | None]
+
+
+class EndedSession(Base):
+    """A dashboard session that was signed out: its cookie, still well signed, no longer
+    signs anyone in. Kept until the cookie would have expired anyway."""
+
+    __tablename__ = "ended_sessions"
+
+    session_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    expires_at: Mapped[datetime]

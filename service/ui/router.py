@@ -1,13 +1,14 @@
 """The read-only dashboard: server-rendered pages under /ui, signed in with a session cookie.
 
-Every page needs a session (else 303 to the sign-in page); nothing here writes to the store.
+Every page needs a session (else 303 to the sign-in page); nothing here writes to the store
+but the record of a sign-out. Sign-in and sign-out refuse cross-site posts (Origin).
 """
 
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Request
 from fastapi.exceptions import RequestValidationError
@@ -30,7 +31,17 @@ from service.ui import docs, queries, samples
 from service.ui.ci import ci_links
 from service.ui.heatmap import heatmap_svg
 from service.ui.history import history_svg
-from service.ui.session import COOKIE, SignInRequired, Viewer, max_age, sign_in, viewer
+from service.ui.session import (
+    COOKIE,
+    ENDED,
+    SignInRequired,
+    SignInThrottle,
+    Viewer,
+    max_age,
+    sign_in,
+    sign_out,
+    viewer,
+)
 
 HERE = Path(__file__).parent
 FLIPS_PER_PAGE = 48
@@ -69,18 +80,29 @@ def not_found(request: Request, who: Viewer, error: NotFound) -> HTMLResponse:
 
 
 @router.get("/signin", response_class=HTMLResponse)
-def signin_page(request: Request, next: str = "/ui") -> HTMLResponse:
-    return render(request, "signin.html", None, next=_local(next))
+def signin_page(request: Request, next: str = "/ui", ended: str = "") -> HTMLResponse:
+    return render(request, "signin.html", None, next=_local(next), notice=ENDED.get(ended))
 
 
 @router.post("/signin", response_model=None)
 def signin(request: Request, session: ReadSession, token: Annotated[str, Form()] = "",
            next: Annotated[str, Form()] = "/ui") -> Response:
-    """Exchange an API token (read scope) for a session cookie."""
+    """Exchange an API token (read scope) for a session cookie; failures are throttled per
+    client address (429 with Retry-After)."""
     settings: Settings = request.app.state.settings
+    if not same_origin(request, settings):
+        return cross_site(request)
+    throttle: SignInThrottle = request.app.state.signin_throttle
+    client = request.client.host if request.client else ""
+    if wait := throttle.retry_after(client):
+        response = render(request, "signin.html", None, status=429, next=_local(next),
+                          error=f"Too many failed sign-ins; try again in {wait} s.")
+        response.headers["Retry-After"] = str(wait)
+        return response
     try:
         _viewer, cookie = sign_in(session, settings, token.strip())
     except (Unauthorized, Forbidden) as error:
+        throttle.failed(client)
         return render(request, "signin.html", None, status=error.status_code,
                       next=_local(next), error=error.message)
     response = RedirectResponse(_local(next), status_code=303)
@@ -89,11 +111,33 @@ def signin(request: Request, session: ReadSession, token: Annotated[str, Form()]
     return response
 
 
-@router.post("/signout")
-def signout() -> RedirectResponse:
-    response = RedirectResponse("/ui/signin", status_code=303)
+@router.post("/signout", response_model=None)
+def signout(request: Request) -> Response:
+    """End the session for good (its cookie no longer signs in, wherever it was copied)."""
+    settings: Settings = request.app.state.settings
+    if not same_origin(request, settings):
+        return cross_site(request)
+    with request.app.state.sessions.begin() as session:
+        sign_out(session, settings, request.cookies.get(COOKIE))
+    response = RedirectResponse("/ui/signin?ended=signed_out", status_code=303)
     response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
     return response
+
+
+def same_origin(request: Request, settings: Settings) -> bool:
+    """Whether a post comes from the dashboard's own pages: its Origin (or Referer) names
+    this server's host, or FLIPGATE_PUBLIC_URL's; a client that sends neither is no browser
+    on another site (browsers send Origin with every cross-site post)."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if source is None:
+        return True
+    own = {request.headers.get("host", ""), urlsplit(settings.public_url or "").netloc} - {""}
+    return urlsplit(source).netloc in own
+
+
+def cross_site(request: Request) -> HTMLResponse:
+    return render(request, "error.html", None, status=403, heading="Cross-site request refused",
+                  message="The dashboard accepts sign-ins and sign-outs from its own pages only.")
 
 
 @router.get("", response_class=HTMLResponse)
@@ -204,10 +248,12 @@ def _local(target: str) -> str:
     return target if target.startswith("/ui") and "//" not in target else "/ui"
 
 
-def to_signin(request: Request, _error: SignInRequired) -> RedirectResponse:
-    """Pages asked for without a session answer 303 to the sign-in page."""
+def to_signin(request: Request, error: SignInRequired) -> RedirectResponse:
+    """Pages asked for without a session answer 303 to the sign-in page (which says why a
+    session ended)."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    return RedirectResponse(f"/ui/signin?next={quote(target, safe='')}", status_code=303)
+    ended = f"&ended={error.reason}" if error.reason else ""
+    return RedirectResponse(f"/ui/signin?next={quote(target, safe='')}{ended}", status_code=303)
 
 
 def home() -> RedirectResponse:
@@ -254,6 +300,7 @@ def mount_dashboard(app: FastAPI) -> None:
     """Add the dashboard's pages, its static files and the offline /docs and /redoc; its
     responses compressed and its errors as HTML pages."""
     app.include_router(router)
+    app.state.signin_throttle = SignInThrottle()
     app.add_middleware(DashboardGZip)
     html_errors_under_ui(app)
     app.add_api_route("/", home, include_in_schema=False)

@@ -1,6 +1,8 @@
 """The dashboard's sign-in: an API token with the read scope buys a signed, expiring session
 cookie (HttpOnly, SameSite=Strict). The cookie names the token, never holds it, and is
-checked against the token on every page, so revoking the token ends the session.
+checked on every page against the token (revoked or expired: the session ends) and against
+the sessions signed out (a copied cookie does not outlive its sign-out). Failed sign-ins are
+throttled per client.
 
 Only the dashboard's pages read this cookie: the JSON API takes bearer tokens alone, so a
 cookie never authorizes a write.
@@ -10,15 +12,20 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 import secrets
 import time
+from collections import defaultdict, deque
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from service.auth.models import ApiToken
+from service.auth.models import ApiToken, EndedSession
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
+from service.db import utcnow
 from service.errors import Forbidden
 
 COOKIE = "flipgate_session"
@@ -26,7 +33,17 @@ ADMIN = "admin"
 
 
 class SignInRequired(Exception):
-    """A page was asked for without a valid session; the answer is 303 to the sign-in page."""
+    """A page was asked for without a valid session; the answer is 303 to the sign-in page,
+    which says why a session that existed ended (`reason`: one of ENDED)."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+ENDED = {"expired": "Your session expired.",
+         "signed_out": "You signed out.",
+         "revoked": "Your session ended: its token was revoked or lost the read scope."}
 
 
 @dataclass(frozen=True)
@@ -37,37 +54,60 @@ class Viewer:
 
 
 def sign_in(session: Session, settings: Settings, token: str) -> tuple[Viewer, str]:
-    """The viewer a presented API token signs in, and the cookie value for it; a token that
-    is unknown, revoked or lacks the read scope is refused (Unauthorized / Forbidden)."""
+    """The viewer a presented API token signs in, and the cookie value for it (expiring with
+    the token at the latest); a token that is unknown, revoked or lacks the read scope is
+    refused (Unauthorized / Forbidden)."""
     if _is_admin_token(settings, token):
-        return Viewer(ADMIN), _cookie(settings, ADMIN)
+        return Viewer(ADMIN), _cookie(settings, ADMIN, None)
     row = authenticate(session=session, token=token)
     require_scope(row, "read")
-    return Viewer(row.name), _cookie(settings, str(row.id))
+    return Viewer(row.name), _cookie(settings, str(row.id), row.expires_at)
 
 
 def viewer(session: Session, settings: Settings, cookie: str | None) -> Viewer:
-    """The viewer of a session cookie; SignInRequired when it is missing, forged, expired,
-    or its token has since been revoked or lost the read scope."""
-    subject = _verified_subject(settings, cookie)
-    if subject is None:
-        raise SignInRequired
+    """The viewer of a session cookie; SignInRequired when it is missing or forged, or (with
+    the reason) expired, signed out, or its token since revoked, expired or without the read
+    scope."""
+    payload = _verified_payload(settings, cookie)
+    if payload["exp"] <= time.time():
+        raise SignInRequired("expired")
+    if session.get(EndedSession, payload["sid"]) is not None:
+        raise SignInRequired("signed_out")
+    subject = payload["sub"]
     if subject == _admin_subject(settings):
         return Viewer(ADMIN)
     row = session.get(ApiToken, int(subject)) if subject.isdigit() else None
+    if row is not None and row.expires_at is not None and row.expires_at <= utcnow():
+        raise SignInRequired("expired")
     if row is None or row.revoked_at is not None:
-        raise SignInRequired
+        raise SignInRequired("revoked")
     try:
         require_scope(row, "read")
     except Forbidden as error:
-        raise SignInRequired from error
+        raise SignInRequired("revoked") from error
     return Viewer(row.name)
 
 
+def sign_out(session: Session, settings: Settings, cookie: str | None) -> None:
+    """End the cookie's session for good (if it is a live one): kept until it would expire,
+    when a later sign-out forgets it."""
+    session.execute(delete(EndedSession).where(EndedSession.expires_at <= utcnow()))
+    try:
+        payload = _verified_payload(settings, cookie)
+    except SignInRequired:
+        return
+    if payload["exp"] > time.time() and session.get(EndedSession, payload["sid"]) is None:
+        session.add(EndedSession(session_id=payload["sid"],
+                                 expires_at=datetime.fromtimestamp(payload["exp"], UTC)))
+
+
 def is_signed_session(settings: Settings, cookie: str | None) -> bool:
-    """Whether a session cookie is well signed and unexpired (no database read: whether its
-    token still holds is checked on the page)."""
-    return _verified_subject(settings, cookie) is not None
+    """Whether a session cookie is well signed and unexpired (no database read: whether it
+    was signed out and whether its token still holds is checked on the page)."""
+    try:
+        return _verified_payload(settings, cookie)["exp"] > time.time()
+    except SignInRequired:
+        return False
 
 
 def max_age(settings: Settings) -> int:
@@ -89,28 +129,65 @@ def _admin_subject(settings: Settings) -> str | None:
     return f"{ADMIN}:{hashlib.sha256(admin.get_secret_value().encode()).hexdigest()[:16]}"
 
 
-def _cookie(settings: Settings, subject: str) -> str:
-    """`subject` and an expiry, signed with the session key (HMAC-SHA256)."""
+def _cookie(settings: Settings, subject: str, token_expires: datetime | None) -> str:
+    """`subject`, a new session id and an expiry (the session's length, or the token's end
+    if sooner), signed with the session key (HMAC-SHA256)."""
     subject = _admin_subject(settings) if subject == ADMIN else subject
-    payload = json.dumps({"sub": subject, "exp": int(time.time()) + max_age(settings)})
+    expires = time.time() + max_age(settings)
+    if token_expires is not None:
+        expires = min(expires, token_expires.replace(tzinfo=token_expires.tzinfo or UTC)
+                      .timestamp())
+    payload = json.dumps({"sub": subject, "exp": int(expires), "sid": secrets.token_hex(16)})
     encoded = base64.urlsafe_b64encode(payload.encode()).decode()
     return f"{encoded}.{_signature(settings, encoded)}"
 
 
-def _verified_subject(settings: Settings, cookie: str | None) -> str | None:
-    """The subject of a well-signed, unexpired cookie, else None."""
+def _verified_payload(settings: Settings, cookie: str | None) -> dict:
+    """The {sub, exp, sid} of a well-signed cookie (expired or not); SignInRequired (no
+    reason) for a missing, forged or malformed one."""
     encoded, _, signature = (cookie or "").partition(".")
     if not encoded or not hmac.compare_digest(signature, _signature(settings, encoded)):
-        return None
+        raise SignInRequired
     try:
         payload = json.loads(base64.urlsafe_b64decode(encoded))
-        subject, expires = str(payload["sub"]), int(payload["exp"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    return subject if expires > time.time() else None
+        return {"sub": str(payload["sub"]), "exp": int(payload["exp"]),
+                "sid": str(payload["sid"])[:32]}
+    except (ValueError, KeyError, TypeError) as error:
+        raise SignInRequired from error
 
 
 def _signature(settings: Settings, encoded: str) -> str:
     key = settings.session_key.get_secret_value().encode()
     return hmac.new(key, encoded.encode(), hashlib.sha256).hexdigest()
 
+
+class SignInThrottle:
+    """At most `attempts` failed sign-ins per client address in `window_seconds`; more
+    answer 429 until the oldest leaves the window (kept in this process's memory)."""
+
+    def __init__(self, attempts: int = 5, window_seconds: float = 60.0,
+                 max_clients: int = 10_000) -> None:
+        self.attempts, self.window, self.max_clients = attempts, window_seconds, max_clients
+        self.failures: dict[str, deque[float]] = defaultdict(deque)
+
+    def retry_after(self, client: str) -> int:
+        """Seconds the client must wait before its next attempt (0: it may try now)."""
+        recent = self._recent(client)
+        if len(recent) < self.attempts:
+            return 0
+        return max(1, math.ceil(recent[0] + self.window - time.monotonic()))
+
+    def failed(self, client: str) -> None:
+        if len(self.failures) >= self.max_clients:
+            self.failures.clear()  # a flood of addresses forgets the rest, never grows
+        self.failures[client].append(time.monotonic())
+
+    def _recent(self, client: str) -> deque[float]:
+        if client not in self.failures:
+            return deque()
+        recent = self.failures[client]
+        while recent and recent[0] <= time.monotonic() - self.window:
+            recent.popleft()
+        if not recent:
+            del self.failures[client]
+        return recent

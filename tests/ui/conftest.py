@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from service.config import Settings
+from service.ui.session import SignInThrottle
 from tests.service.api.conftest import (  # noqa: F401 (fixtures)
     ADMIN_TOKEN,
     bearer,
@@ -72,8 +73,8 @@ def seeded_once_per_module(on: Engine, folder: Path) -> Iterator[tuple[TestClien
 
 @contextmanager
 def client_in_savepoint(shared: TestClient) -> Iterator[TestClient]:
-    """The shared client inside a savepoint rolled back at the end, with its headers and
-    cookies as they were."""
+    """The shared client inside a savepoint rolled back at the end, with its headers,
+    cookies and sign-in throttle as they were."""
     savepoint = shared.app.state.connection.begin_nested()
     try:
         yield shared
@@ -81,6 +82,7 @@ def client_in_savepoint(shared: TestClient) -> Iterator[TestClient]:
         savepoint.rollback()
         shared.headers.update(bearer(ADMIN_TOKEN))
         shared.cookies.clear()
+        shared.app.state.signin_throttle = SignInThrottle()
 
 
 def seed(client: TestClient, folder: Path) -> "Seeded":  # noqa: F811

@@ -6,17 +6,18 @@ runs in a savepoint that its end rolls back."""
 
 import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.cookies import SimpleCookie
 from types import SimpleNamespace
 from urllib.parse import quote, urlsplit
 
 import numpy as np
 import pytest
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 
 from flipgate.metrics import compare_logits
 from flipgate.reporting.html import stored_body
+from service.auth.models import ApiToken
 from service.auth.service import revoke_token
 from service.compare.models import PairMetrics
 from service.gate.models import Decision
@@ -104,6 +105,61 @@ def test_sign_in_refuses_unknown_tokens_and_tokens_without_read(browser_client, 
     response = browser_client.post("/ui/signin", data={"token": token})
     assert response.status_code == status and message in response.text
     assert COOKIE not in response.cookies
+
+
+def test_sign_out_ends_the_session_wherever_its_cookie_was_copied(browser_client, mint):
+    browser_client.post("/ui/signin", data={"token": mint("read")})
+    copied = browser_client.cookies[COOKIE]
+    signed_out = browser_client.post("/ui/signout", follow_redirects=False)
+    assert signed_out.headers["location"] == "/ui/signin?ended=signed_out"
+    replace_cookie(browser_client, copied)  # still well signed and unexpired
+    refused = browser_client.get("/ui/jobs", follow_redirects=False)
+    assert refused.status_code == 303 and refused.headers["location"].endswith(
+        "&ended=signed_out")
+    assert "You signed out." in browser_client.get(refused.headers["location"]).text
+
+
+def test_a_session_ends_when_its_token_expires(browser_client, mint, db, settings,
+                                              monkeypatch):
+    token = mint("read")
+    with db() as session:
+        session.execute(update(ApiToken).where(ApiToken.name == "read").values(
+            expires_at=datetime.now(UTC) + timedelta(minutes=30)))
+    browser_client.post("/ui/signin", data={"token": token})
+    assert browser_client.get("/ui").status_code == 200
+    after_token = time.time() + 31 * 60  # the session alone would last session_hours
+    assert after_token < time.time() + settings.session_hours * 3600
+    monkeypatch.setattr(session_module, "time", SimpleNamespace(time=lambda: after_token))
+    ended = browser_client.get("/ui", follow_redirects=False)
+    assert ended.headers["location"].endswith("&ended=expired")
+    monkeypatch.undo()
+    with db() as session:  # the token's own expiry, checked on every page
+        session.execute(update(ApiToken).where(ApiToken.name == "read").values(
+            expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+    ended = browser_client.get("/ui", follow_redirects=False)
+    assert ended.headers["location"].endswith("&ended=expired")
+    assert "Your session expired." in browser_client.get(ended.headers["location"]).text
+
+
+@pytest.mark.parametrize("header", ["origin", "referer"])
+def test_cross_site_sign_ins_and_sign_outs_are_refused(browser_client, mint, header):
+    evil = {header: "https://evil.example/page"}
+    refused = browser_client.post("/ui/signin", data={"token": mint("read")}, headers=evil)
+    assert refused.status_code == 403 and COOKIE not in refused.cookies
+    own = {header: "http://testserver/ui/signin"}
+    assert browser_client.post("/ui/signin", data={"token": mint("read", "gate")},
+                               headers=own).status_code == 200
+    assert browser_client.post("/ui/signout", headers=evil).status_code == 403
+    assert browser_client.get("/ui/jobs").status_code == 200  # still signed in
+
+
+def test_failed_sign_ins_are_throttled_per_client(browser_client, mint):
+    for _ in range(5):
+        assert browser_client.post("/ui/signin", data={"token": "fg_wrong"}).status_code == 401
+    throttled = browser_client.post("/ui/signin", data={"token": mint("read")})
+    assert throttled.status_code == 429 and COOKIE not in throttled.cookies
+    assert 1 <= int(throttled.headers["retry-after"]) <= 60
+    assert "Too many failed sign-ins" in throttled.text
 
 
 def test_open_redirects_are_refused(browser_client, mint):
