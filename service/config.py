@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     max_upload_mb: int = Field(default=512, ge=1)  # request bodies (uploads) at most
     max_decompressed_mb: int = Field(default=2048, ge=1)  # .npz arrays, model .zips, expanded
+    max_repair_mb: int = Field(default=8192, ge=1)  # a retraining repair's estimated memory
     staging_idle_minutes: float = Field(default=15, gt=0)  # then an upload's files are junk
     shard_size: int = Field(default=50_000, ge=1)  # eval sets with more samples are sharded
     # samples read at a time by the metrics job and by the predicted classes (None: ~2 MB)

@@ -154,6 +154,7 @@ class Method:
     old: str = "unused"  # "required", "optional" or "unused"
     phases: int = 1
     resolve: Callable[[Any, bool], Any] = lambda options, has_old: options
+    models: Callable[[Any], int] = lambda options: 1  # trained or held at once (old excluded)
 
 
 METHODS: dict[str, Method] = {
@@ -161,11 +162,12 @@ METHODS: dict[str, Method] = {
     "kd": Method(KD, old="required"),
     "fd": Method(FD, old="required"),
     "elodi": Method(Elodi, old="optional", phases=2,
-                    resolve=lambda options, has_old: options.for_old_model(has_old)),
-    "codistill": Method(Codistill),
+                    resolve=lambda options, has_old: options.for_old_model(has_old),
+                    models=lambda options: options.members + 1),  # the teacher and student
+    "codistill": Method(Codistill, models=lambda options: 2),
     "entropy": Method(Entropy),
-    "anti_distill": Method(AntiDistill),
-    "paragon": Method(Paragon),
+    "anti_distill": Method(AntiDistill, models=lambda options: options.members),
+    "paragon": Method(Paragon, models=lambda options: options.members),
 }
 
 

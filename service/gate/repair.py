@@ -7,6 +7,7 @@ Everything the job needs is checked and resolved here, when it is requested, so 
 request is refused at once instead of failing in the worker.
 """
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -84,10 +85,34 @@ def _training_params(session: Session, decision: Decision,
     candidate = get_version(session=session, version_id=decision.candidate_id)
     baseline = get_version(session=session, version_id=decision.baseline_id)
     old = baseline if _targets_old_model(repair.method, baseline) else None
-    return {"options": _options(repair, has_old=old is not None),
-            "config": asdict(_config(repair, candidate)), "arch": _arch(repair, candidate),
-            "dataset": _training_dataset(session, repair, decision).name,
-            "old_version_id": old and old.id}
+    options, arch = _options(repair, has_old=old is not None), _arch(repair, candidate)
+    dataset = _training_dataset(session, repair, decision)
+    if not is_custom_architecture(arch):  # the operator's own factories are not sized
+        _check_repair_size(repair.method, options, arch, candidate, dataset, has_old=bool(old))
+    return {"options": asdict(options), "config": asdict(_config(repair, candidate)),
+            "arch": arch, "dataset": dataset.name, "old_version_id": old and old.id}
+
+
+TRAINING_BYTES_PER_PARAMETER = 16  # float32 weights, gradients and Adam's two moments
+
+
+def _check_repair_size(method: str, options: Any, arch: str, candidate: ModelVersion,
+                       dataset: Dataset, *, has_old: bool) -> None:
+    """422 `repair_too_large` when the models training holds at once (each replica, the old
+    model) and the training set, as float32, would take more than FLIPGATE_MAX_REPAIR_MB."""
+    with torch.device("meta"):
+        model = build_model(arch, tuple(candidate.input_shape[1:]), candidate.num_classes)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    models = METHODS[method].models(options) + has_old
+    samples = dataset.n * math.prod(dataset.sample_shape) * 4
+    needed = models * parameters * TRAINING_BYTES_PER_PARAMETER + samples
+    limit = get_settings().max_repair_mb * 2**20
+    if needed > limit:
+        raise InvalidInput("repair_too_large", f"the repair would need about "
+                           f"{needed / 2**30:.1f} GiB ({models} models of {parameters:,} "
+                           f"parameters and {samples / 2**30:.2f} GiB of training data), over "
+                           f"FLIPGATE_MAX_REPAIR_MB ({limit / 2**30:.1f} GiB); use fewer "
+                           "members or a smaller architecture")
 
 
 def _onnx_repair_params(session: Session, store: ArtifactStore, decision: Decision,
@@ -204,11 +229,11 @@ def _targets_old_model(method: str, baseline: ModelVersion) -> bool:
         "method") != method)
 
 
-def _options(repair: RepairRequest, *, has_old: bool) -> dict[str, Any]:
+def _options(repair: RepairRequest, *, has_old: bool) -> Any:
     """The method's options as training will use them."""
     try:
         options = METHODS[repair.method].options(**repair.options)
-        return asdict(resolve_options(repair.method, options, has_old=has_old))
+        return resolve_options(repair.method, options, has_old=has_old)
     except (TypeError, ValueError) as error:
         raise InvalidInput("invalid_options", f"options of {repair.method!r}: {error}") from error
 

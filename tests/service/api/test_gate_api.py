@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+from sqlalchemy import func, select
 
 from flipgate.signing import signature
 from service.config import Settings
@@ -24,9 +25,10 @@ from service.gate.callbacks import (
 )
 from service.gate.models import Decision
 from service.gate.settling import settle_pending
-from service.jobs.models import JobState
+from service.jobs.models import Job, JobState
 from service.jobs.service import finish_job, get_job, start_job
 from tests.service.api.conftest import bearer, error_code, measure
+from tests.service.conftest import FEATURES
 
 N, CLASSES = 100, 3
 P_VALUE = 4944 / 32768
@@ -316,6 +318,26 @@ def test_bad_repair_requests_are_refused(line, blocked, npz_file, body, status, 
     with_training_set(line, npz_file)
     assert error_code(line.post(f"/gate/decisions/{blocked}/repair", json=body),
                       status) == code
+
+
+def test_a_repair_too_large_to_train_is_refused_with_its_size(line, blocked, npz_file, db):
+    with_training_set(line, npz_file)
+    jobs_before = count_jobs(db)
+    widths = [4096] * 8  # the zoo's largest MLP, 64 ELODI members: each bound alone holds
+    response = line.post(f"/gate/decisions/{blocked}/repair", json={
+        "arch": "mlp:hidden=" + ",".join(map(str, widths)), "options": {"members": 64}})
+    layers = zip([FEATURES, *widths], [*widths, CLASSES], strict=True)
+    parameters = sum(width_in * width_out + width_out for width_in, width_out in layers)
+    models = 64 + 1 + 1  # the members, the student, the production model it distils towards
+    needed = (models * parameters * 16 + 60 * FEATURES * 4) / 2**30
+    assert error_code(response, 422) == "repair_too_large"
+    assert f"about {needed:.1f} GiB" in response.json()["error"]["message"]
+    assert count_jobs(db) == jobs_before
+
+
+def count_jobs(db) -> int:
+    with db() as session:
+        return session.scalar(select(func.count()).select_from(Job))
 
 
 def test_only_blocked_candidates_are_repaired(line):
