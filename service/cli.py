@@ -20,6 +20,8 @@ from flipgate.commands import Parser, comma_list, positive_int
 from flipgate.errors import InputError
 from flipgate.processes import stop_process
 
+ALL_QUEUES = "gpu,default,callbacks"  # every queue service.queue routes to (its import is slow)
+
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
@@ -53,7 +55,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not os.environ.get("FLIPGATE_DATABASE_URL"):  # embedded mode: its own SQLite file
         upgrade(settings)
     worker = None if args.api_only else subprocess.Popen(
-        [sys.executable, "-m", "flipgate.cli", "worker", "--queues", "gpu,default"])
+        [sys.executable, "-m", "flipgate.cli", "worker", "--queues", ALL_QUEUES])
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=args.port,
                                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS))
     if worker is not None:

@@ -20,7 +20,7 @@ JOB_TASKS = {JobKind.INFERENCE: INFERENCE_TASK, JobKind.METRICS: METRICS_TASK,
              JobKind.MLFLOW: MLFLOW_TASK}
 ROUTES = {INFERENCE_TASK: {"queue": "gpu"}, TRAIN_TASK: {"queue": "gpu"},
           METRICS_TASK: {"queue": "default"}, MATRIX_TASK: {"queue": "default"},
-          MLFLOW_TASK: {"queue": "default"}}
+          MLFLOW_TASK: {"queue": "default"}, CALLBACK_TASK: {"queue": "callbacks"}}
 FILESYSTEM_POLL_SECONDS = 0.1
 
 

@@ -3,6 +3,10 @@ retried from its row (Callback.due_at), which the worker's sweeper sends when it
 
 import json
 import logging
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
 import httpx
 
@@ -54,12 +58,58 @@ def post_status(settings: Settings, url: str, body: bytes, secret: str | None,
                "Host": target.host_header}
     if secret is not None:
         headers[HEADER] = signature(secret, body)
+    deadline = settings.callback_timeout_seconds
+    with cut_after(deadline) as cut:
+        try:
+            with (httpx.Client(timeout=deadline, follow_redirects=False) as client,
+                  client.stream("POST", target.url, content=body, headers=headers, extensions={
+                      "sni_hostname": target.host, "trace": cut.watch}) as response):
+                status = response.status_code  # the body is never read
+        except httpx.HTTPError as error:
+            return None, (f"no answer within {deadline:g} s" if cut.fired.is_set()
+                          else f"transport error ({type(error).__name__})")
+    return status, None if 200 <= status < 300 else (
+        f"HTTP {status}: the receiver did not accept the status")
+
+
+class Deadline:
+    """Shuts down the sockets a request opens once its time is up (httpx's timeouts bound
+    each read, not the whole request: a receiver that trickles a byte at a time would hold
+    the worker for as long as it liked)."""
+
+    def __init__(self) -> None:
+        self.sockets: list[socket.socket] = []
+        self.fired = threading.Event()
+        self.lock = threading.Lock()
+
+    def watch(self, event: str, info: dict) -> None:
+        """httpcore's trace hook: keep each connection's socket."""
+        if event == "connection.connect_tcp.complete" and info.get("return_value"):
+            with self.lock:
+                self.sockets.append(info["return_value"].get_extra_info("socket"))
+                if self.fired.is_set():
+                    self._shut(self.sockets[-1])
+
+    def fire(self) -> None:
+        with self.lock:
+            self.fired.set()
+            for connection in self.sockets:
+                self._shut(connection)
+
+    @staticmethod
+    def _shut(connection: socket.socket) -> None:
+        with suppress(OSError):
+            connection.shutdown(socket.SHUT_RDWR)
+
+
+@contextmanager
+def cut_after(seconds: float) -> Iterator[Deadline]:
+    """A Deadline that fires `seconds` from now unless the block has ended."""
+    deadline = Deadline()
+    timer = threading.Timer(seconds, deadline.fire)
+    timer.daemon = True
+    timer.start()
     try:
-        with httpx.Client(timeout=settings.callback_timeout_seconds,
-                          follow_redirects=False) as client:
-            response = client.post(target.url, content=body, headers=headers,
-                                   extensions={"sni_hostname": target.host})
-    except httpx.HTTPError as error:
-        return None, f"transport error ({type(error).__name__})"
-    return response.status_code, None if response.is_success else (
-        f"HTTP {response.status_code}: the receiver did not accept the status")
+        yield deadline
+    finally:
+        timer.cancel()

@@ -4,6 +4,7 @@
 import argparse
 
 from flipgate.commands import positive_int
+from service.cli import ALL_QUEUES
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -31,8 +32,9 @@ def add_worker_command(commands: argparse._SubParsersAction) -> None:
         "worker", help="run a worker for inference, metrics, training and callback jobs",
         description="Takes jobs from $FLIPGATE_REDIS_URL, or from the folder broker in "
                     "$FLIPGATE_DATA_DIR when it is unset.")
-    worker.add_argument("--queues", default="gpu,default",
+    worker.add_argument("--queues", default=ALL_QUEUES,
                         help="comma-separated queues: gpu (inference, training), default "
-                             "(metrics, callbacks)")
+                             "(metrics, matrices, MLflow), callbacks (a decision's status: "
+                             "give them a worker of their own in production)")
     worker.add_argument("--concurrency", type=positive_int, default=1)
     worker.set_defaults(run=run_worker)

@@ -1,9 +1,12 @@
 """The callback task's POST (worker.callbacks.post_status) against a real HTTP server on
 loopback: it goes only where the settings allow at delivery time, to the address it has
-just checked, follows no redirect, is signed, and never keeps the receiver's answer."""
+just checked, follows no redirect, is signed, never keeps the receiver's answer, and gives
+up on a receiver that trickles its answer once the whole request's deadline has passed."""
 
+import itertools
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
@@ -11,7 +14,9 @@ from typing import ClassVar
 import pytest
 
 from flipgate.signing import HEADER, signature_matches
+from service.cli import ALL_QUEUES
 from service.config import Settings
+from service.queue import CALLBACK_TASK, ROUTES
 from worker.callbacks import post_status
 
 BODY = b'{"state":"failure"}'
@@ -101,3 +106,47 @@ def test_the_post_goes_to_the_address_just_checked_even_if_dns_then_answers_othe
     assert post_status(settings, f"http://rebind.test:{port}/ok", BODY, None, 7) == (200, None)
     path, headers, _body = Receiver.seen[0]
     assert (path, headers["Host"]) == ("/ok", f"rebind.test:{port}")
+
+
+@pytest.fixture
+def trickler() -> Iterator[tuple[str, threading.Event]]:
+    """A receiver that answers its status line one byte every 0.2 s, for as long as the
+    connection stays open (each read well within a per-read timeout); and an event set when
+    the sender hung up."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    hung_up = threading.Event()
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        try:
+            for byte in itertools.cycle(b"HTTP/1.1 200 OK\r\nX-Slow: "):
+                connection.sendall(bytes([byte]))
+                time.sleep(0.2)
+        except OSError:
+            hung_up.set()
+        finally:
+            connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"127.0.0.1:{listener.getsockname()[1]}", hung_up
+    listener.close()
+
+
+def test_a_trickling_receiver_is_cut_off_at_the_deadline(trickler):
+    address, hung_up = trickler
+    settings = Settings(callback_allowlist=["127.0.0.1"], callback_timeout_seconds=1.5)
+    started = time.monotonic()
+    status, error = post_status(settings, f"http://{address}/ok", BODY, None, 7)
+    took = time.monotonic() - started
+    assert (status, error) == (None, "no answer within 1.5 s")
+    assert 1.5 <= took < 3, took
+    assert hung_up.wait(5)  # the connection is gone, not left to trickle on
+
+
+def test_callbacks_have_a_queue_of_their_own_that_every_default_worker_takes():
+    assert ROUTES[CALLBACK_TASK] == {"queue": "callbacks"}
+    queues_routed = {route["queue"] for route in ROUTES.values()}
+    assert set(ALL_QUEUES.split(",")) == queues_routed
+    assert not any(route["queue"] == "callbacks" for task, route in ROUTES.items()
+                   if task != CALLBACK_TASK)  # no measurement waits behind a receiver
