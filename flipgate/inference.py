@@ -2,8 +2,10 @@
 
 The CUDA execution provider is used when it really works: ORT silently falls back to the
 CPU when CUDA libraries are missing, so the providers of the created session are checked.
+Another thread can stop a thread's runs, the one under way included (`terminate_runs`).
 """
 
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -27,6 +29,22 @@ CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 DEVICES = ("auto", "cuda", "cpu")
 DEFAULT_BATCH_SIZE = 512
+_RUN_OPTIONS: dict[int, ort.RunOptions] = {}  # by thread: what terminate_runs reaches
+
+
+def terminate_runs(thread_id: int) -> None:
+    """Stop the ONNX Runtime runs of a thread: the one under way (within moments) and every
+    later one (each raises) until that thread calls `allow_runs`."""
+    _RUN_OPTIONS.setdefault(thread_id, ort.RunOptions()).terminate = True
+
+
+def allow_runs() -> None:
+    """Let this thread's runs go on again after `terminate_runs`."""
+    _RUN_OPTIONS[threading.get_ident()] = ort.RunOptions()
+
+
+def _run_options() -> ort.RunOptions:
+    return _RUN_OPTIONS.setdefault(threading.get_ident(), ort.RunOptions())
 
 
 def create_session(path: Path, device: str = "auto") -> ort.InferenceSession:
@@ -164,7 +182,7 @@ class OnnxClassifier:
         if self.spec.fixed_batch and rows < self.spec.fixed_batch:
             return self._run_padded(feeds, rows)
         feeds = {spec.name: _as_input(feeds[spec.name], spec) for spec in self.spec.inputs}
-        (out,) = self.session.run([self.spec.output_name], feeds)
+        (out,) = self.session.run([self.spec.output_name], feeds, _run_options())
         scores = self._zipmap_columns(out) if self.spec.output.zipmap else np.asarray(out)
         if scores.shape[0] != rows or scores.ndim > 2:
             raise InputError("onnx_output_shape", f"{self.path}: the model returned shape "

@@ -34,6 +34,7 @@ class Settings(BaseSettings):
     job_heartbeat_seconds: float = Field(default=5.0, gt=0)  # a running job's lease renewal
     job_lease_seconds: float = Field(default=30.0, gt=0)  # no heartbeat for this long: lost
     job_attempts: int = Field(default=3, ge=1)  # runs of a job before a lost one fails
+    job_time_limit_seconds: float = Field(default=3600.0, gt=0)  # one run of a job at most
     job_resend_seconds: float = Field(default=60.0, gt=0)  # a queued job's message resent
     sweep_seconds: float = Field(default=2.0, gt=0)  # the worker's reaper and dispatcher
     public_url: str | None = None  # the API's address in links; default: links are relative

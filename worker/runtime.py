@@ -9,12 +9,15 @@ long transaction; what follows the job's end is service.flows.
 While the work runs, a thread renews the job's lease every job_heartbeat_seconds
 (service.jobs.leases); a worker that dies stops renewing it and the sweeper (worker.sweeper)
 queues the job again. A database error means "later", never "lost": before the claim the
-task is retried, after it the job's lease runs out and it is queued again.
+task is retried, after it the job's lease runs out and it is queued again. A cancelled job,
+or one past job_time_limit_seconds (it fails with `time_limit`), stops renewing its lease
+and its ONNX Runtime runs are terminated (RunOptions.terminate).
 """
 
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from celery import Celery, Task
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
+from flipgate.inference import allow_runs, terminate_runs
 from service import flows
 from service.artifacts import ArtifactStore
 from service.config import Settings, get_settings
@@ -59,6 +63,14 @@ class WorkerContext:
 
 class JobStopped(Exception):
     """The job was cancelled or finished elsewhere while this task ran."""
+
+
+class TimeLimit(ServiceError, status_code=500):
+    """A run of a job took longer than FLIPGATE_JOB_TIME_LIMIT_SECONDS."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__("time_limit", f"the job ran longer than its limit of {seconds:g} s "
+                         "(FLIPGATE_JOB_TIME_LIMIT_SECONDS) and was stopped")
 
 
 Work = Callable[[WorkerContext, int, dict[str, Any]], None]
@@ -99,9 +111,10 @@ def claim(ctx: WorkerContext, job_id: int) -> dict[str, Any] | None:
 def run_job(job_id: int, params: dict[str, Any], work: Work) -> None:
     """Run `work` on a claimed job while its lease is renewed; a failure (SystemExit
     included) is written to the job row, a database error leaves the job to its lease."""
-    ctx = context()
+    ctx, settings = context(), get_settings()
     try:
-        with heartbeat(ctx, job_id, get_settings().job_heartbeat_seconds):
+        with heartbeat(ctx, job_id, settings.job_heartbeat_seconds,
+                       settings.job_time_limit_seconds):
             work(ctx, job_id, params)
     except JobStopped:
         logger.info("job %s stopped running while it was worked on", job_id)
@@ -110,20 +123,35 @@ def run_job(job_id: int, params: dict[str, Any], work: Work) -> None:
     except (Exception, SystemExit) as error:
         logger.exception("job %s failed", job_id)
         fail(ctx, job_id, error)
+    finally:
+        allow_runs()
 
 
 @contextmanager
-def heartbeat(ctx: WorkerContext, job_id: int, every_seconds: float) -> Iterator[None]:
-    """Renew the job's lease every `every_seconds` while the block runs."""
-    stop = threading.Event()
+def heartbeat(ctx: WorkerContext, job_id: int, every_seconds: float,
+              limit_seconds: float) -> Iterator[None]:
+    """Renew the job's lease every `every_seconds` while the block runs. Once the job no
+    longer runs (cancelled) or has run `limit_seconds` (it fails with `time_limit`), the
+    beat stops and so do the block's ONNX Runtime runs; its next progress report stops it
+    (JobStopped) wherever else it is."""
+    stop, worker_thread = threading.Event(), threading.get_ident()
+    ends_at = time.monotonic() + limit_seconds
 
     def beat() -> None:
-        while not stop.wait(every_seconds):
+        while not stop.wait(min(every_seconds, max(0.0, ends_at - time.monotonic()))):
+            if time.monotonic() >= ends_at:
+                fail(ctx, job_id, TimeLimit(limit_seconds))
+                terminate_runs(worker_thread)
+                return
             try:
                 with session_scope(ctx.sessions) as session:
-                    renew(session=session, job_id=job_id)
+                    running = renew(session=session, job_id=job_id)
             except DBAPIError as error:
                 logger.warning("job %s: lease not renewed (%s)", job_id, type(error).__name__)
+                continue
+            if not running:
+                terminate_runs(worker_thread)
+                return
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{job_id}", daemon=True)
     thread.start()

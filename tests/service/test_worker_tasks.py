@@ -1,11 +1,15 @@
 """The worker's tasks called directly (no broker) on the migrated SQLite and PostgreSQL
 databases; their data is committed, so every name is unique to its test."""
 
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
@@ -19,6 +23,8 @@ from service.jobs.models import JobKind, JobState
 from service.jobs.service import cancel_job, get_job, list_shards
 from service.predictions.service import get_predictions, read_logits
 from service.registry.service import get_version, register_version
+from tests.conftest import save_graph
+from tests.service.conftest import FEATURES
 from worker import runtime, tasks
 from worker.app import app as worker_app
 
@@ -125,6 +131,73 @@ def test_a_job_cancelled_while_it_runs_keeps_nothing(ctx, arrange, monkeypatch):
     assert job_row(ctx, job_id).state == JobState.CANCELLED
     with pytest.raises(Exception, match="has no logits"):
         stored_logits(ctx, data["version_ids"][0], data["evalset"])
+
+
+def wedging_onnx(path: Path) -> Path:
+    """A 4-class "classifier" whose Loop adds 1 to its input 10^15 times: it never ends."""
+    scalar = [helper.make_tensor_value_info(name, kind, []) for name, kind in (
+        ("i", TensorProto.INT64), ("cond_in", TensorProto.BOOL))]
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["acc_in", "one"], ["acc_out"])], "body",
+        [*scalar, helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(1.0, np.float32), "one")])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "cond", "x"], ["logits"], body=body)], "wedge",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", FEATURES])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", FEATURES])],
+        [numpy_helper.from_array(np.array(10**15, np.int64), "trips"),
+         numpy_helper.from_array(np.array(True), "cond")])
+    return save_graph(graph, path)
+
+
+@pytest.fixture
+def wedged(ctx, npz_file, tmp_path, monkeypatch) -> Callable[[], int]:
+    """Queues inference of a wedging model, with a lease renewed every 0.2 s and jobs
+    limited to 1.5 s; returns the job's id."""
+    monkeypatch.setenv("FLIPGATE_JOB_HEARTBEAT_SECONDS", "0.2")
+    monkeypatch.setenv("FLIPGATE_JOB_TIME_LIMIT_SECONDS", "1.5")
+    get_settings.cache_clear()
+    line, evalset = f"wedge-{uuid.uuid4().hex[:8]}", f"set-{uuid.uuid4().hex[:8]}"
+    with session_scope(ctx.sessions) as session:
+        version = register_version(session=session, store=ctx.store, line_name=line,
+                                   version="1", onnx_path=wedging_onnx(tmp_path / "w.onnx"))
+        register_dataset(session=session, store=ctx.store, name=evalset,
+                         role=DatasetRole.EVAL, npz_path=npz_file(20))
+    return lambda: queue(ctx, JobKind.INFERENCE, version_id=version.id, evalset=evalset)
+
+
+def test_a_wedging_model_is_stopped_by_the_time_limit(ctx, wedged):
+    job_id = wedged()
+    took = seconds_to_run(tasks.inference, job_id)
+    job = job_row(ctx, job_id)
+    assert job.state == JobState.FAILED and job.error.startswith("time_limit:"), job.error
+    assert 1.5 <= took < 5, took
+
+
+def test_a_cancel_stops_a_running_model_within_seconds(ctx, wedged):
+    job_id = wedged()
+
+    def cancel() -> None:
+        with session_scope(ctx.sessions) as session:
+            cancel_job(session=session, job_id=job_id)
+
+    threading.Timer(0.5, cancel).start()
+    assert seconds_to_run(tasks.inference, job_id) < 1.4  # before the limit would stop it
+    assert job_row(ctx, job_id).state == JobState.CANCELLED
+
+
+def seconds_to_run(task: Callable[[int], None], job_id: int, give_up: float = 10) -> float:
+    """How long the task took on the job, run in a thread; a failure after `give_up`
+    seconds (the run is left to the daemon thread) instead of a hung test."""
+    started = time.monotonic()
+    runner = threading.Thread(target=task, args=(job_id,), daemon=True)
+    runner.start()
+    runner.join(give_up)
+    assert not runner.is_alive(), f"the job still runs after {give_up} s"
+    return time.monotonic() - started
 
 
 def test_progress_is_written_in_steps(ctx, arrange, monkeypatch):
