@@ -113,21 +113,10 @@ def main() -> int:
     return run_tests(args)
 
 
-# The load tests time fresh servers against raw sockets. Run after the rest of the suite in
-# the same process, one of them (tests/load/test_refusals.py: stalled uploads holding every
-# admission slot) sees its uploads hold no slot, though it passes in a process of its own
-# every time; until that is understood, the whole run gives them a pytest process of theirs.
-LOAD_TESTS = "tests/load"
-
 
 def run_tests(args: list[str]) -> int:
-    """pytest with `args`; without any, the whole suite, the load tests in a second process."""
-    pytest = [str(BIN / "python"), "-m", "pytest"]
-    if args:
-        return subprocess.call([*pytest, *args])
-    rest = subprocess.call([*pytest, f"--ignore={LOAD_TESTS}"])
-    load = subprocess.call([*pytest, LOAD_TESTS])
-    return rest or load
+    """pytest with `args` (none: the whole suite)."""
+    return subprocess.call([str(BIN / "python"), "-m", "pytest", *args])
 
 
 if __name__ == "__main__":

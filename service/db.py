@@ -32,6 +32,8 @@ Row = TypeVar("Row")
 WRITE_LOCK_AT_BEGIN = "flipgate_write_lock_at_begin"
 SQLITE_BUSY_SECONDS = 30  # how long a SQLite transaction waits for another's write lock
 POOL_SIZE, POOL_OVERFLOW = 10, 5  # pooled connections kept, and opened beyond them at peaks
+CONNECT_SECONDS = 3  # a server that does not complete a connection by then is unavailable
+POOL_WAIT_SECONDS = 5  # a request waits this long for a pooled connection, then 503
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -90,7 +92,8 @@ def create_db_engine(settings: Settings) -> Engine:
     url = make_url(settings.database_url)
     if url.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE,
-                             max_overflow=POOL_OVERFLOW)
+                             max_overflow=POOL_OVERFLOW, pool_timeout=POOL_WAIT_SECONDS,
+                             connect_args={"connect_timeout": CONNECT_SECONDS})
     pool: dict[str, int] = {}
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import ClassVar
 
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.responses import JSONResponse
 
 import flipgate.errors
@@ -68,3 +70,14 @@ def error_response(status: int, code: str, message: str,
     """The body of every refusal: {"error": {"code": ..., "message": ...}}."""
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status,
                         headers=headers)
+
+
+def database_refusal(error: OperationalError | PoolTimeout) -> JSONResponse:
+    """503 with Retry-After: the database is locked by other writers for too long
+    (`database_busy`), every pooled connection is taken (the same), or it cannot be reached
+    (`database_unavailable`)."""
+    busy = isinstance(error, PoolTimeout) or "database is locked" in str(error.orig)
+    return error_response(503, "database_busy" if busy else "database_unavailable",
+                          "the database is busy; retry shortly" if busy else
+                          f"the database cannot be reached: {type(error.orig).__name__}",
+                          headers={"Retry-After": "1"})

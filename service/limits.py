@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.datastructures import Headers, State
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
@@ -15,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from flipgate.signing import HEADER as SIGNATURE_HEADER
 from flipgate.signing import SignatureError, fresh_header
 from service.config import Settings
-from service.errors import Unauthorized, error_response
+from service.errors import Unauthorized, database_refusal, error_response
 from service.ui.session import COOKIE, is_signed_session
 
 
@@ -114,6 +116,11 @@ class Admission:
             credentialed = await self.check_credentials(scope)
         except Unauthorized as error:
             refusal = error_response(401, error.code, error.message, UNREAD_BODY_CHALLENGE)
+            await refusal(scope, receive, send)
+            return
+        except (OperationalError, PoolTimeout) as error:  # the token's lookup: 503, not 500
+            refusal = database_refusal(error)
+            refusal.headers["Connection"] = "close"  # the body, if any, was not read
             await refusal(scope, receive, send)
             return
         if not credentialed:

@@ -25,7 +25,13 @@ from service.db import (
     create_session_factory,
 )
 from service.deps import commit_in_endpoint_thread, token_checker
-from service.errors import ServiceError, Unauthorized, describe_problems, error_response
+from service.errors import (
+    ServiceError,
+    Unauthorized,
+    database_refusal,
+    describe_problems,
+    error_response,
+)
 from service.gate.router import router as gate_router
 from service.gate.webhook_secrets import require_secret_key
 from service.guard import check_request_scalars
@@ -153,10 +159,5 @@ def http_error(_request: Request, error: HTTPException) -> JSONResponse:
 
 
 def database_error(_request: Request, error: OperationalError | PoolTimeout) -> JSONResponse:
-    """The database is locked by other writers for too long, every pooled connection is
-    taken, or the database is unreachable: retry later."""
-    busy = isinstance(error, PoolTimeout) or "database is locked" in str(error.orig)
-    return error_response(503, "database_busy" if busy else "database_unavailable",
-                          "the database is busy; retry shortly" if busy else
-                          f"the database cannot be reached: {type(error.orig).__name__}",
-                          headers={"Retry-After": "1"})
+    """The database cannot serve the request now: 503, retry later (errors.database_refusal)."""
+    return database_refusal(error)

@@ -22,6 +22,9 @@ ROUTES = {INFERENCE_TASK: {"queue": "gpu"}, TRAIN_TASK: {"queue": "gpu"},
           METRICS_TASK: {"queue": "default"}, MATRIX_TASK: {"queue": "default"},
           MLFLOW_TASK: {"queue": "default"}, CALLBACK_TASK: {"queue": "callbacks"}}
 FILESYSTEM_POLL_SECONDS = 0.1
+# a send to a broker that does not answer gives up after this (once: the job row is the
+# message, and the sweeper sends what was not sent), so no request waits on the broker
+BROKER_SOCKET_SECONDS = 2.0
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -44,8 +47,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 def _broker(settings: Settings) -> dict[str, Any]:
     """The Redis URL, or a filesystem broker whose folders are created under data_dir."""
     if settings.redis_url:  # an unacknowledged message comes back after twice a job's lease
-        return {"broker_url": settings.redis_url, "broker_transport_options": {
-            "visibility_timeout": 2 * settings.job_lease_seconds}}
+        return {"broker_url": settings.redis_url, "task_publish_retry": False,
+                "broker_connection_timeout": BROKER_SOCKET_SECONDS,
+                "broker_transport_options": {
+                    "visibility_timeout": 2 * settings.job_lease_seconds,
+                    "socket_timeout": BROKER_SOCKET_SECONDS,
+                    "socket_connect_timeout": BROKER_SOCKET_SECONDS}}
     root = (settings.data_dir / "broker").resolve()
     messages, processed, control = root / "messages", root / "processed", root / "control"
     for folder in (messages, processed, control):

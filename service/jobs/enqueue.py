@@ -118,12 +118,18 @@ def _send_asked(session: Session) -> None:
     """After a commit: the tasks the transaction asked for; the jobs the broker accepted are
     marked sent in a transaction of their own (a session bound to a connection, not an
     engine, leaves them unmarked: the sweeper sends them once more, which is harmless). A
-    savepoint's release fires after_commit too: its tasks wait for the real commit."""
+    savepoint's release fires after_commit too: its tasks wait for the real commit. The
+    first send the broker refuses (or does not answer) ends the sending: the sweeper sends
+    the rest, so a request waits on an unanswering broker once at most."""
     if session.in_nested_transaction():
         return
     tasks, celery = session.info.pop(TASKS_TO_SEND, []), session.info[SENDER]
-    sent_jobs = [argument for task_name, argument in tasks
-                 if _send(celery, task_name, argument) and task_name in JOB_TASKS.values()]
+    sent_jobs = []
+    for task_name, argument in tasks:
+        if not _send(celery, task_name, argument):
+            break
+        if task_name in JOB_TASKS.values():
+            sent_jobs.append(argument)
     bind = session.get_bind()
     if sent_jobs and isinstance(bind, Engine):
         with session_scope(sessionmaker(bind)) as marking:

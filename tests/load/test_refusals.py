@@ -5,6 +5,8 @@ declared at 300 MB without credentials answers 401 before it is sent, and nothin
 reaches the disk."""
 
 import json
+import select
+import socket
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -31,16 +33,8 @@ def timed_get(client: httpx.Client, path: str) -> tuple[httpx.Response, float]:
 
 def test_requests_beyond_the_admitted_ones_answer_503_at_once(api_server: Server):
     with httpx.Client(base_url=api_server.url, headers=AUTHORIZED, timeout=10) as client:
-        with ExitStack() as stalled:  # before any other request, which holds a slot a while
-            for _ in range(ADMITTED_REQUESTS):
-                stalled.enter_context(partial_upload(api_server, declared=STALLED_BYTES,
-                                                     headers=AUTHORIZED))
-            seen: list[int] = []
-            try:
-                wait_for(lambda: seen.append(client.get("/models").status_code)
-                         or seen[-1] == 503, "every slot taken", 10)
-            except AssertionError as error:
-                raise AssertionError(f"{error}: GET /models answered {seen}") from error
+        with ExitStack() as stalled:
+            hold_every_slot(api_server, stalled, client)
             refusals = [timed_get(client, "/models") for _ in range(5)]
             probes = [client.get("/healthz"), client.get("/readyz")]
         gone_at = time.monotonic()
@@ -56,6 +50,30 @@ def test_requests_beyond_the_admitted_ones_answer_503_at_once(api_server: Server
     assert [probe.status_code for probe in probes] == [200, 200], probes[1].text
     assert probes[1].json()["status"] == "ready"
     assert served_again.status_code == 200
+
+
+def hold_every_slot(server: Server, stalled: ExitStack, client: httpx.Client) -> None:
+    """Stalled uploads in every admission slot, checked by a GET answered 503. The server
+    may take the uploads' connections in any order, so a probe can get a slot first and an
+    upload the 503: an upload answered so is sent again until the probe is the one refused."""
+    uploads = [stalled.enter_context(stalled_upload(server)) for _ in range(ADMITTED_REQUESTS)]
+    seen: list[int] = []
+
+    def every_slot_taken() -> bool:
+        for index, upload in enumerate(uploads):
+            if select.select([upload], [], [], 0)[0]:  # answered (503): it holds no slot
+                uploads[index] = stalled.enter_context(stalled_upload(server))
+        seen.append(client.get("/models").status_code)
+        return seen[-1] == 503
+
+    try:
+        wait_for(every_slot_taken, "every slot taken", 10)
+    except AssertionError as error:
+        raise AssertionError(f"{error}: GET /models answered {seen}") from error
+
+
+def stalled_upload(server: Server) -> socket.socket:
+    return partial_upload(server, declared=STALLED_BYTES, headers=AUTHORIZED)
 
 
 def _served(client: httpx.Client) -> httpx.Response | None:
