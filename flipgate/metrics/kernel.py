@@ -68,15 +68,31 @@ class PairChunk:
 def pair_chunk(
     old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray, alpha: float
 ) -> PairChunk:
-    """Run the pair graph on one chunk (float32 stays float32, anything else is float64)."""
+    """Run the pair graph on one chunk (float32 stays float32, anything else is float64); a
+    float32 chunk whose logits are too large for its numbers (finite logits near float32's
+    limit: their differences and squares overflow) is run again in float64."""
     dtype = np.dtype(np.float32 if old_logits.dtype == np.float32 else np.float64)
     session = _session(ELEMENT_TYPES[dtype], float(alpha))
-    results = session.run(None, {
+    chunk = PairChunk(*session.run(None, {
         "old": np.ascontiguousarray(old_logits, dtype=dtype),
         "new": np.ascontiguousarray(new_logits, dtype=dtype),
         "labels": np.ascontiguousarray(labels, dtype=np.int64),
-    })
-    return PairChunk(*results)
+    }))
+    if dtype == np.float32 and not _fits_float32(chunk):
+        return pair_chunk(old_logits.astype(np.float64), new_logits.astype(np.float64), labels,
+                          alpha)
+    return chunk
+
+
+FLOAT32_SAFE = 1e38  # top logits below this differ by less than float32's largest number
+
+
+def _fits_float32(chunk: PairChunk) -> bool:
+    """Whether no number of a float32 chunk overflowed, and the gaps' differences of the two
+    top logits will not (checked per sample: O(N), not O(N·C))."""
+    return bool(np.isfinite(chunk.displacement).all()
+                and np.abs(chunk.old_top).max(initial=0) < FLOAT32_SAFE
+                and np.abs(chunk.new_top).max(initial=0) < FLOAT32_SAFE)
 
 
 def pair_block(old_logits: np.ndarray, new_logits: np.ndarray, labels: np.ndarray,

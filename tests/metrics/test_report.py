@@ -72,6 +72,20 @@ def test_streamed_report_equals_the_plain_definitions(n, classes, dtype, seed, c
         describe(displacement[old_pred == new_pred]), **close)
 
 
+@pytest.mark.filterwarnings("error")  # no overflow on the way, not even a warning
+def test_finite_logits_near_the_float32_limit_give_a_finite_report():
+    old, new, labels = logits_pair(200, 5, np.float64, 4)
+    scale = np.finfo(np.float32).max / np.abs(np.concatenate([old, new])).max()
+    old, new = (old * scale).astype(np.float32), (new * scale).astype(np.float32)
+    assert np.isfinite(old).all() and np.isfinite(new).all()
+    report = compare_logits(old, new, labels)
+    json.dumps(report, allow_nan=False)  # every number finite: it stores and prints
+    displacement = logit_displacement(old.astype(np.float64), new.astype(np.float64))
+    assert report["displacement"]["all"] == pytest.approx(describe(displacement), rel=1e-6)
+    gaps = confidence_gap(softmax(old.astype(np.float64)))
+    assert report["confidence"]["old_mean_gap"] == pytest.approx(float(gaps.mean()), rel=1e-6)
+
+
 def test_schurn_alpha_other_than_one_is_streamed_too():
     old, new, labels = logits_pair(90, 5, np.float32, 4)
     report = compare_logits(old, new, labels, schurn_alpha=2.5, chunk_size=8)
