@@ -108,7 +108,25 @@ def redacted_url(url: str) -> str:
 
 
 def _public(address: Address) -> bool:
-    return address.is_global and not address.is_multicast
+    """A global unicast address, and so is every IPv4 address an IPv6 one carries (6to4,
+    Teredo, NAT64's well-known prefix): those reach the IPv4 address they embed."""
+    embedded = _embedded_ipv4(address)
+    return (address.is_global and not address.is_multicast
+            and all(inner.is_global and not inner.is_multicast for inner in embedded))
+
+
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _embedded_ipv4(address: Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address embeds by a translation scheme."""
+    if address.version == 4:
+        return []
+    embedded = [address.sixtofour] if address.sixtofour else []
+    embedded += list(address.teredo or ())
+    if address in NAT64:
+        embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return embedded
 
 
 def _networks(allowlist: list[str]) -> list[Network]:

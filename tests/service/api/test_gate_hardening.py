@@ -69,7 +69,9 @@ def test_policy_numbers_must_be_finite_bounded_numbers(line, counts, body):
     "http://192.168.0.1/", "http://169.254.169.254/latest/meta-data", "http://[::1]/status",
     "http://[::ffff:127.0.0.1]/status", "http://224.0.0.1/", "http://0.0.0.0/",
     "http://240.0.0.1/", "http://100.64.0.1/", "https://127.1/", "http://2130706433/",
-    "http://no-such-host.invalid/status",
+    "http://no-such-host.invalid/status", "http://[fd00::1]/", "http://[fe80::1]/",
+    # IPv6 forms that carry an internal IPv4 address: 6to4, NAT64, Teredo
+    "http://[2002:7f00:1::1]/", "http://[64:ff9b::a00:1]/", "http://[2001:0:a00:1::1]/",
 ])
 def test_callbacks_to_internal_addresses_are_refused(line, counts, url):
     before = counts()
