@@ -69,7 +69,7 @@ def register_version(
         inputs=[input_spec.as_json() for input_spec in spec.inputs],
         num_classes=spec.num_classes, scores_output=spec.output_name,
         scores_kind=spec.output.kind, produced_by=produced_by, meta=metadata or {},
-        parent=None if parent is None else resolve_reference(session=session, reference=parent),
+        parent=_parent(session, parent, line),
     )
     insert_or_conflict(session, row, code="version_exists",
                        message=f"version {line_name}:{version} already exists")
@@ -87,10 +87,22 @@ def register_external_version(
     line = _external_line(session=session, name=line_name, num_classes=num_classes)
     row = ModelVersion(
         line=line, version=version, num_classes=line.num_classes, meta=metadata or {},
-        parent=None if parent is None else resolve_reference(session=session, reference=parent),
+        parent=_parent(session, parent, line),
     )
     return insert_or_conflict(session, row, code="version_exists",
                               message=f"version {line_name}:{version} already exists")
+
+
+def _parent(session: Session, reference: str | None, line: ModelLine) -> ModelVersion | None:
+    """The version `reference` names, which must be of `line` (a parent is an earlier
+    version of the same line)."""
+    if reference is None:
+        return None
+    parent = resolve_reference(session=session, reference=reference)
+    if parent.line_id != line.id:
+        raise InvalidInput("parent_not_in_line", f"parent {reference!r} is not a version of "
+                           f"line {line.name!r}")
+    return parent
 
 
 def _external_line(*, session: Session, name: str, num_classes: int | None) -> ModelLine:
@@ -214,8 +226,13 @@ def list_versions(*, session: Session, line_name: str) -> list[ModelVersion]:
 
 
 def set_alias(*, session: Session, line_name: str, alias: str, version: str) -> Alias:
-    """Point `line_name@alias` at one of the line's versions, creating the alias if new."""
+    """Point `line_name@alias` at one of the line's versions, creating the alias if new.
+    Names that differ from `production` only in case are reserved: no look-alike of the
+    gated alias can be made."""
     check_name(alias, "alias")
+    if alias.casefold() == PRODUCTION and alias != PRODUCTION:
+        raise InvalidInput("alias_reserved", f"alias {alias!r} is reserved: it differs from "
+                           f"{PRODUCTION!r}, which only the deploy gate moves, only in case")
     target = find_version(session=session, line_name=line_name, version=version)
     row = session.scalars(select(Alias).where(Alias.line_id == target.line_id,
                                               Alias.name == alias)).one_or_none()

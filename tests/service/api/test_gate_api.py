@@ -209,6 +209,14 @@ def test_decisions_form_an_audit_log_newest_first(line):
     assert [entry["decision_id"] for entry in only_2] == [log[0]["decision_id"]]
 
 
+@pytest.mark.parametrize("alias", ["Production", "PRODUCTION", "producTion"])
+def test_look_alikes_of_production_are_reserved(line, alias):
+    response = line.post(f"/models/digits/aliases/{alias}", json={"version": "2"})
+    assert error_code(response, 422) == "alias_reserved"
+    aliases = line.get("/models/digits").json()["aliases"]
+    assert [entry["name"] for entry in aliases] == ["production"]
+
+
 def test_production_moves_only_with_an_approval_or_by_force(line, mint):
     line.put("/models/digits/policy", json={"max_nfr": 0.05})
     promote = {"version": "2"}

@@ -21,6 +21,18 @@ def test_registration_creates_the_line_and_returns_the_version(client, upload_mo
     assert child["parent_id"] == record["id"]
 
 
+def test_a_parent_must_be_a_version_of_the_same_line(client, upload_model):
+    assert upload_model("letters", "0.1").status_code == 201
+    assert upload_model("digits", "1.0").status_code == 201
+    refused = upload_model("digits", "1.1", seed=1, parent="letters:0.1")
+    assert error_code(refused, 422) == "parent_not_in_line"
+    fresh_line = upload_model("symbols", "1", parent="digits:1.0")  # nor of a line it starts
+    assert error_code(fresh_line, 422) == "parent_not_in_line"
+    assert [version["version"] for version in client.get("/models/digits").json()[
+        "versions"]] == ["1.0"]
+    assert client.get("/models/symbols").status_code == 404
+
+
 def test_lines_and_versions_are_listed_and_read(client, upload_model):
     first = upload_model("digits", "1.0").json()
     upload_model("digits", "1.1", seed=1)
