@@ -13,7 +13,7 @@ from flipgate.onnx_io import InputSpec, OutputSpec
 from service.artifacts import BUNDLE_MODEL, ArtifactStore, model_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
-from service.errors import InvalidInput, NotFound, library_input
+from service.errors import Conflict, InvalidInput, NotFound, library_input
 from service.names import VERSION, check_name
 from service.registry.models import Alias, ModelLine, ModelVersion
 
@@ -138,10 +138,14 @@ def model_files(onnx_path: Path, *, source: str | None = None) -> dict[str, Path
 
 
 def _line_with_classes(*, session: Session, name: str, num_classes: int) -> ModelLine:
-    """The named line, created on first use; it must have `num_classes` classes."""
+    """The named line, created on first use (or by a concurrent first use: then it is read,
+    not refused); it must have `num_classes` classes."""
     line = session.scalars(select(ModelLine).where(ModelLine.name == name)).one_or_none()
     if line is None:
-        return create_line(session=session, name=name, num_classes=num_classes)
+        try:
+            return create_line(session=session, name=name, num_classes=num_classes)
+        except Conflict:  # another request created it meanwhile, and has committed
+            line = session.scalars(select(ModelLine).where(ModelLine.name == name)).one()
     if line.num_classes != num_classes:
         raise InvalidInput("class_count_mismatch", f"model line {name!r} has "
                            f"{line.num_classes} classes but the model outputs {num_classes}")
@@ -234,12 +238,15 @@ def set_alias(*, session: Session, line_name: str, alias: str, version: str) -> 
         raise InvalidInput("alias_reserved", f"alias {alias!r} is reserved: it differs from "
                            f"{PRODUCTION!r}, which only the deploy gate moves, only in case")
     target = find_version(session=session, line_name=line_name, version=version)
-    row = session.scalars(select(Alias).where(Alias.line_id == target.line_id,
-                                              Alias.name == alias)).one_or_none()
+    named = select(Alias).where(Alias.line_id == target.line_id, Alias.name == alias)
+    row = session.scalars(named).one_or_none()
     if row is None:
-        return insert_or_conflict(session, Alias(line_id=target.line_id, name=alias,
-                                                 version=target),
-                                  code="alias_exists", message=f"{line_name}@{alias} exists")
+        try:
+            return insert_or_conflict(session, Alias(line_id=target.line_id, name=alias,
+                                                     version=target),
+                                      code="alias_exists", message=f"{line_name}@{alias} exists")
+        except Conflict:  # set first by a concurrent request: this move comes after it
+            row = session.scalars(named).one()
     row.version = target
     session.flush()
     return row

@@ -1,8 +1,16 @@
 """Model lines, versions, aliases and references."""
 
-import pytest
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack
 
+import pytest
+from sqlalchemy import Engine
+
+from service.config import Settings
+from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import Conflict, InvalidInput, NotFound
+from service.migrate import upgrade
 from service.registry.schemas import ModelVersionRead
 from service.registry.service import (
     create_line,
@@ -12,6 +20,7 @@ from service.registry.service import (
     resolve_reference,
     set_alias,
 )
+from tests.service.conftest import postgres_schema
 
 
 @pytest.fixture
@@ -99,3 +108,45 @@ def test_bad_references_are_refused(session, register, reference, error):
     register("digits", "1.0")
     with pytest.raises(error):
         resolve_reference(session=session, reference=reference)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def own_engine(request, tmp_path) -> Iterator[Engine]:
+    """A migrated database of this test's own (what it commits is dropped with it)."""
+    with ExitStack() as stack:
+        url = (f"sqlite:///{tmp_path / 'own.db'}" if request.param == "sqlite"
+               else stack.enter_context(postgres_schema()))
+        settings = Settings(database_url=url, data_dir=tmp_path)
+        upgrade(settings)
+        engine = create_db_engine(settings)
+        stack.callback(engine.dispose)
+        yield engine
+
+
+def test_concurrent_first_registrations_of_a_line_both_succeed(own_engine, store, onnx_file):
+    """The second request, whose line insert waits for the first's uncommitted one, reads
+    the line the first committed instead of answering a spurious 409 `line_exists`."""
+    sessions, line = create_session_factory(own_engine), "digits"
+    models = onnx_file(3, 0), onnx_file(3, 1)
+    first = sessions()
+    created = register_version(session=first, store=store, line_name=line, version="1",
+                               onnx_path=models[0])
+    seen: dict[str, object] = {}
+
+    def second() -> None:
+        try:
+            with session_scope(sessions) as session:
+                seen["line_id"] = register_version(session=session, store=store,
+                                                   line_name=line, version="2",
+                                                   onnx_path=models[1]).line_id
+        except Exception as error:  # reported below, on the test's thread
+            seen["error"] = error
+
+    racer = threading.Thread(target=second)
+    racer.start()
+    racer.join(0.5)  # it waits for the first transaction (its line, or SQLite's lock)
+    first.commit()
+    racer.join(30)
+    line_id = created.line_id
+    first.close()
+    assert seen == {"line_id": line_id}
