@@ -37,7 +37,7 @@ from service.gate.schemas import (
     SecretCreated,
     UnstableSamples,
 )
-from service.gate.views import decision_view
+from service.gate.views import decision_view, decision_views
 from service.gate.webhook_auth import (
     DeliveryHeader,
     RawBody,
@@ -164,7 +164,7 @@ def list_decisions(name: str, session: SessionDep, candidate: str | None = None,
     """The line's audit log of decisions, newest first."""
     rows = decisions.list_decisions(session=session, line_name=name, candidate=candidate,
                                     limit=limit, before=before)
-    return [decision_view(session=session, decision=row) for row in rows]
+    return decision_views(session=session, decisions=rows)
 
 
 @router.post("/gate/decisions/{decision_id}/repair", response_model=RepairQueued,

@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from flipgate.signing import signature
 from service.config import Settings
@@ -215,6 +215,35 @@ def test_look_alikes_of_production_are_reserved(line, alias):
     assert error_code(response, 422) == "alias_reserved"
     aliases = line.get("/models/digits").json()["aliases"]
     assert [entry["name"] for entry in aliases] == ["production"]
+
+
+def test_the_decision_log_reads_in_the_same_number_of_queries_for_5_or_50(line):
+    line.app.state.settings.callback_allowlist = ["10.0.0.0/8"]
+    measure(line, "digits:1", "digits:2", "ev")
+
+    def add_decisions(count: int) -> None:
+        for index in range(count):  # with a baseline and a callback, and without
+            body = ({"candidate": "2", "callback_url": "http://10.0.0.1/status"} if index % 2
+                    else {"candidate": "1"})
+            assert gate(line, **body).status_code == 200
+
+    def queries_to_list() -> tuple[int, int]:
+        statements: list[str] = []
+        connection = line.app.state.connection  # every session of the test app uses it
+        record = event.listens_for(connection, "before_cursor_execute")(
+            lambda *args: statements.append(args[2]))
+        try:
+            listed = line.get("/models/digits/decisions", params={"limit": 1000}).json()
+        finally:
+            event.remove(connection, "before_cursor_execute", record)
+        return len(listed), len(statements)
+
+    add_decisions(5)
+    few, queries_for_few = queries_to_list()
+    add_decisions(45)
+    many, queries_for_many = queries_to_list()
+    assert (few, many) == (5 + 1, 50 + 1)  # and the one the line fixture made
+    assert queries_for_many == queries_for_few
 
 
 def test_production_moves_only_with_an_approval_or_by_force(line, mint):
