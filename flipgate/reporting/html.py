@@ -29,8 +29,10 @@ from flipgate.reporting.gallery import (
 )
 from flipgate.reporting.terminal import (
     CLASS_HEADER,
+    GROUP_HEADER,
     class_label,
     class_row,
+    group_row,
     headline_rows,
     verdict_hints,
     worst_class,
@@ -200,6 +202,15 @@ def _class_section(report: dict, class_names: list[str] | None) -> str:
     return f'<h2>Per class</h2><div class="classes">{_table(CLASS_HEADER, rows, css)}</div>'
 
 
+def _group_section(report: dict) -> str:
+    """The per-group table, when the eval set names a group per sample (else nothing)."""
+    entries = report.get("per_group") or []
+    if not entries:
+        return ""
+    rows = [group_row(entry) for entry in entries]
+    return f'<h2>Per group</h2><div class="classes">{_table(GROUP_HEADER, rows)}</div>'
+
+
 def _figure(svg: str, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
@@ -244,6 +255,7 @@ def report_body(values: PlotValues | None, report: dict, *, old_name: str, new_n
         f"<h2>Headline</h2>{_table(['Metric', 'Value'], headline_rows(report))}",
         f"<h2>Verdict hints</h2><ul>{hint_items}</ul>",
         _class_section(report, class_names),
+        _group_section(report),
         LABELS_ONLY_NOTE if values is None
         else _plots_section(values, report, old_name, new_name, class_names),
     ])

@@ -93,6 +93,15 @@ def class_row(entry: dict, class_names: list[str] | None) -> list[str]:
     ]
 
 
+GROUP_HEADER = ["Group", "n", "ER old", "ER new", "NFR", "NFR 95% CI", "PFR", "#neg", "#pos"]
+
+
+def group_row(entry: dict) -> list[str]:
+    """One per-group entry of the report as formatted cells (see GROUP_HEADER)."""
+    cells = class_row({**entry, "class": entry["group"]}, None)
+    return [str(entry["group"]), *cells[1:5], _fmt_ci(entry.get("nfr_ci")), *cells[5:]]
+
+
 def _severity(entry: dict) -> tuple[float, int]:
     return (entry.get("nfr") or 0.0, entry.get("negative_flips") or 0)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from flipgate.metrics import compare_logits
 from flipgate.metrics.report import PairAnalysis
 from flipgate.reporting import render_html, render_report, verdict_hints
 from flipgate.reporting.html import report_body, stored_body
@@ -160,3 +161,22 @@ def test_html_without_flips_and_undefined_values(perfect: PairAnalysis) -> None:
     assert "<td>—</td>" in page
     assert 'class="worst"' not in page
     assert not plt.get_fignums()
+
+
+def test_html_shows_the_per_group_table_when_the_eval_set_has_groups() -> None:
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 3, 90)
+    old = np.eye(3)[labels] * 3 + rng.normal(size=(90, 3))
+    new = old + rng.normal(size=(90, 3)) * 2
+    groups = np.array(["thin", "thick", "faint"])[np.arange(90) % 3]
+    report = compare_logits(old, new, labels, groups=groups)
+    body = report_body(None, report, old_name="v1", new_name="v2")
+    table = body[body.index("<h2>Per group</h2>"):]
+    rows = re.findall(r"<tr><td>(\w+)</td><td>(\d+)</td>(?:<td>[^<]*</td>){5}<td>(\d+)</td>",
+                      table)
+    right_then_wrong = (old.argmax(1) == labels) & (new.argmax(1) != labels)
+    expected = {(name, str((groups == name).sum()),
+                 str((right_then_wrong & (groups == name)).sum())) for name in set(groups)}
+    assert set(rows) == expected
+    assert "Per group" not in report_body(None, compare_logits(old, new, labels),
+                                          old_name="v1", new_name="v2")
