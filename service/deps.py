@@ -5,6 +5,7 @@ import inspect
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
@@ -17,7 +18,7 @@ from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
 from service.db import read_only
-from service.errors import Unauthorized
+from service.errors import Unauthorized, UnsupportedMediaType
 from service.jobs.enqueue import enqueue_after_commit
 
 bearer = HTTPBearer(auto_error=False, description="an API token, or FLIPGATE_ADMIN_TOKEN")
@@ -31,6 +32,26 @@ def get_settings(request: Request) -> Settings:
 def get_store(request: Request) -> ArtifactStore:
     """The app's artifact store."""
     return request.app.state.store
+
+
+RAW_BODY_TYPE = "application/octet-stream"
+
+
+async def staged_body(request: Request) -> AsyncIterator[Path]:
+    """The raw request body (Content-Type application/octet-stream) streamed to a staging
+    file in one pass, at most FLIPGATE_MAX_UPLOAD_MB (413 beyond); removed after the answer.
+    Another type is 415 `unsupported_media_type`, unread."""
+    content_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if content_type != RAW_BODY_TYPE:
+        raise UnsupportedMediaType("unsupported_media_type", f"send the file as the request "
+                                   f"body with Content-Type: {RAW_BODY_TYPE}")
+    store: ArtifactStore = request.app.state.store
+    async with store.stage_chunks(request.stream(), filename="body.npy",
+                                  max_bytes=request.app.state.settings.max_upload_bytes) as path:
+        yield path
+
+
+StagedBody = Annotated[Path, Depends(staged_body)]
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -46,6 +46,10 @@ class Conflict(ServiceError, status_code=409):
     """The action clashes with what is already stored."""
 
 
+class UnsupportedMediaType(ServiceError, status_code=415):
+    """The request body is not of the type the route takes."""
+
+
 class PayloadTooLarge(ServiceError, status_code=413):
     """An upload exceeds the size limit."""
 

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Form, UploadFile
+from fastapi import APIRouter, Form, Query, UploadFile
 from sqlalchemy.orm import Session
 
 from flipgate.scores import PROBABILITIES
@@ -11,8 +11,9 @@ from service import flows
 from service.artifacts import ArtifactStore, upload_name
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
-from service.deps import WRITE, SessionDep, SettingsDep, StoreDep
+from service.deps import WRITE, SessionDep, SettingsDep, StagedBody, StoreDep
 from service.errors import InvalidInput
+from service.names import NAME_LENGTH
 from service.predictions import service
 from service.predictions.models import Prediction, PredictionSource
 from service.predictions.schemas import PredictionRead
@@ -52,6 +53,22 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
         else:
             prediction = _store_scores(session, store, row, dataset, path, scores,
                                        upload_name("logits", logits.filename))
+    flows.logits_stored(session=session, version=row, dataset=dataset)
+    return prediction
+
+
+@router.put("/models/{name}/versions/{version}/predictions", status_code=201,
+            response_model=PredictionRead, dependencies=[WRITE])
+def put_predictions(name: str, version: str, session: SessionDep, store: StoreDep,
+                    body: StagedBody, evalset: Annotated[str, Query(max_length=NAME_LENGTH)],
+                    scores: Annotated[ScoreKind, Query(description="what the uploaded scores "
+                                                       "are")] = "logits") -> Prediction:
+    """The POST's logits upload with the .npy file as the raw request body (Content-Type
+    application/octet-stream): streamed to disk in one pass, no form to parse. The same
+    checks, limits and answers as the POST."""
+    row = find_version(session=session, line_name=name, version=version)
+    dataset = get_dataset(session=session, name=evalset)
+    prediction = _store_scores(session, store, row, dataset, body, scores, "logits")
     flows.logits_stored(session=session, version=row, dataset=dataset)
     return prediction
 

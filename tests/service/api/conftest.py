@@ -132,6 +132,14 @@ def post_evalset(client: TestClient, name: str, path: Path) -> Response:
                        files={"data": ("data.npz", path.read_bytes())})
 
 
+def put_logits(client: TestClient, ref: str, evalset: str, logits: np.ndarray) -> Response:
+    """The logits as the raw body of a PUT (the fast path)."""
+    name, version = ref.split(":")
+    return client.put(f"/models/{name}/versions/{version}/predictions",
+                      params={"evalset": evalset}, content=npy_bytes(logits),
+                      headers={"Content-Type": "application/octet-stream"})
+
+
 def post_logits(client: TestClient, ref: str, evalset: str, logits: np.ndarray) -> Response:
     name, version = ref.split(":")
     return client.post(f"/models/{name}/versions/{version}/predictions",

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.service.api.conftest import error_code
+from tests.service.api.conftest import error_code, npy_bytes, post_logits, put_logits
 
 
 @pytest.fixture
@@ -27,6 +27,11 @@ def test_a_truncated_eval_set_is_422(npz_file, upload_evalset):
     assert error_code(upload_evalset("eval", path), 422) == "evalset_corrupt"
 
 
+@pytest.fixture(params=[post_logits, put_logits], ids=["multipart", "raw"])
+def upload_logits(request, client):
+    return lambda ref, evalset, logits: request.param(client, ref, evalset, logits)
+
+
 def test_uploaded_logits_are_stored(registered, upload_logits):
     record = upload_logits("digits:1.0", "eval", np.zeros((30, 3), np.float32)).json()
     assert (record["source"], record["provider"]) == ("uploaded", None)
@@ -44,3 +49,28 @@ def test_refused_logits_are_422(registered, upload_logits, logits, code):
 def test_logits_of_an_unknown_version_are_404(registered, upload_logits):
     assert error_code(upload_logits("digits:2.0", "eval", np.zeros((30, 3))),
                       404) == "version_not_found"
+
+
+def test_raw_and_multipart_uploads_store_the_same_file(registered, client):
+    logits = np.random.default_rng(0).normal(size=(30, 3)).astype(np.float32)
+    raw = put_logits(client, "digits:1.0", "eval", logits)
+    assert raw.status_code == 201, raw.text
+    again = post_logits(client, "digits:1.0", "eval", logits)  # the same bytes: the same row
+    assert again.status_code in (200, 201), again.text
+    assert again.json()["logits_sha256"] == raw.json()["logits_sha256"]
+
+
+def test_a_raw_body_of_another_type_or_too_large_is_refused(registered, client):
+    url, params = "/models/digits/versions/1.0/predictions", {"evalset": "eval"}
+    body = npy_bytes(np.zeros((30, 3), np.float32))
+    as_form = client.put(url, params=params, content=body,
+                         headers={"Content-Type": "multipart/form-data; boundary=x"})
+    assert error_code(as_form, 415) == "unsupported_media_type"
+    anonymous = client.put(url, params=params, content=body, headers={
+        "Content-Type": "application/octet-stream", "Authorization": ""})
+    assert error_code(anonymous, 401) == "missing_credentials"
+    client.app.state.settings.max_upload_mb = 1
+    huge = client.put(url, params=params, content=b"\0" * (2 << 20),
+                      headers={"Content-Type": "application/octet-stream"})
+    assert error_code(huge, 413) == "payload_too_large"
+    assert not any(client.app.state.store.staging.iterdir())  # nothing left half-written
