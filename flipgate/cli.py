@@ -30,6 +30,7 @@ from flipgate.repair.cli import add_repair_command
 from flipgate.scores import SCORE_KINDS
 from flipgate.train.methods import METHODS
 from flipgate.train.options import add_method_flags
+from flipgate.upload_client import add_upload_command
 
 if TYPE_CHECKING:
     from flipgate.demo import DemoFiles
@@ -327,7 +328,7 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
 
 LIBRARY_COMMANDS = (add_compare_command, add_train_command, add_experiment_command,
                     add_demo_command, add_gate_command, add_repair_command,
-                    add_policy_command, add_mlflow_command)
+                    add_policy_command, add_mlflow_command, add_upload_command)
 SERVER_MISSING = ("; the server's commands (serve, worker, migrate, token) come with flipgate's "
                   "server packages, which are not installed")
 

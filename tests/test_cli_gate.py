@@ -2,6 +2,7 @@
 on a migrated SQLite store; logits are uploaded, and the metrics jobs of the pairs run in this
 process with the worker's task, so no worker process is needed."""
 
+import hashlib
 import io
 import json
 import threading
@@ -235,3 +236,18 @@ def test_command_line_ci_fields_win_over_gitlabs():
     assert ci_context({"sha": "bar"}, env) == {"provider": "gitlab", "repo": "g/p",
                                                "sha": "bar", "run_url": "https://gitlab/j/1"}
     assert ci_context({}, {}) is None
+
+
+def test_upload_logits_puts_the_file_as_the_raw_body(gate, run_cli, tmp_path):
+    checked(gate.admin.post("/models", data={"name": "digits", "version": "llm"}))
+    scores = np.random.default_rng(1).normal(size=(SAMPLES, CLASSES)).astype(np.float32)
+    path = tmp_path / "llm.npy"
+    np.save(path, scores)
+    result = run_cli("upload", "logits", "digits:llm", path, "--evalset", "eval",
+                     "--server", gate.url, "--token", ADMIN_TOKEN, "--json")
+    assert result.code == 0, result.err
+    record = json.loads(result.out)
+    assert record["logits_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    wrong = run_cli("upload", "logits", "digits:llm", path, "--evalset", "nope",
+                    "--server", gate.url, "--token", ADMIN_TOKEN)
+    assert wrong.code == 2 and "dataset_not_found" in wrong.err
