@@ -1,6 +1,7 @@
 """The FastAPI application: routers, error rendering and the database check at start-up."""
 
 import asyncio
+import errno
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -125,6 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(OperationalError, database_error)
     app.add_exception_handler(PoolTimeout, database_error)
+    app.add_exception_handler(OSError, storage_error)
     for router in ROUTERS:
         app.include_router(router, responses=documented_refusals(
             PROBE_REFUSALS if router is health.router else REFUSALS))
@@ -144,6 +146,16 @@ def service_error(_request: Request, error: ServiceError) -> JSONResponse:
     """A typed service error with its own status and code."""
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
     return error_response(error.status_code, error.code, error.message, headers)
+
+
+def storage_error(_request: Request, error: OSError) -> JSONResponse:
+    """A full disk (or quota) is 507 `storage_full`: the upload's partial files are gone
+    already; any other OS error is a plain 500 that names no path."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return error_response(507, "storage_full", "the server's storage is full; nothing of "
+                              "this request was kept", headers={"Retry-After": "60"})
+    logger.exception("unexpected OS error")
+    return error_response(500, "internal_error", f"the server failed ({type(error).__name__})")
 
 
 def validation_error(_request: Request, error: RequestValidationError) -> JSONResponse:
