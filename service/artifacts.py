@@ -31,6 +31,14 @@ class StoredArtifact:
     size: int
 
 
+@dataclass(frozen=True)
+class StagedFile:
+    """An upload written to staging, and the digest taken while it was written."""
+
+    path: Path
+    sha256: str
+
+
 class ArtifactStore:
     """Immutable files named by the sha256 of their bytes, written via a temporary file."""
 
@@ -155,13 +163,18 @@ class ArtifactStore:
 
     @asynccontextmanager
     async def stage_chunks(self, chunks: AsyncIterator[bytes], *, filename: str,
-                           max_bytes: int) -> AsyncIterator[Path]:
-        """`stage` for a body that arrives as chunks (a raw request body): written as it
-        comes, a megabyte at a time off the event loop, in one pass."""
+                           max_bytes: int) -> AsyncIterator[StagedFile]:
+        """`stage` for a body that arrives as chunks (a raw request body): written and
+        hashed as it comes, a megabyte at a time off the event loop, in one pass."""
         self.staging.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.staging) as folder:
-            path = Path(folder) / filename
+            path, digest = Path(folder) / filename, hashlib.sha256()
             with path.open("wb") as handle:
+
+                def keep(data: bytes) -> None:
+                    digest.update(data)
+                    handle.write(data)
+
                 pending: list[bytes] = []
                 size = buffered = 0
                 async for chunk in chunks:
@@ -171,10 +184,10 @@ class ArtifactStore:
                                               f"than the limit of {max_bytes} bytes")
                     pending.append(chunk)
                     if buffered >= WRITE_BATCH_BYTES:
-                        await anyio.to_thread.run_sync(handle.write, b"".join(pending))
+                        await anyio.to_thread.run_sync(keep, b"".join(pending))
                         pending, buffered = [], 0
-                handle.write(b"".join(pending))
-            yield path
+                keep(b"".join(pending))
+            yield StagedFile(path, digest.hexdigest())
 
     def _place(self, temporary: Path, sha256: str) -> None:
         """Rename a finished upload to its address unless an artifact is already there."""

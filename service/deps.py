@@ -5,7 +5,6 @@ import inspect
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
@@ -13,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.datastructures import State
 
-from service.artifacts import ArtifactStore
+from service.artifacts import ArtifactStore, StagedFile
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
@@ -37,7 +36,7 @@ def get_store(request: Request) -> ArtifactStore:
 RAW_BODY_TYPE = "application/octet-stream"
 
 
-async def staged_body(request: Request) -> AsyncIterator[Path]:
+async def staged_body(request: Request) -> AsyncIterator[StagedFile]:
     """The raw request body (Content-Type application/octet-stream) streamed to a staging
     file in one pass, at most FLIPGATE_MAX_UPLOAD_MB (413 beyond); removed after the answer.
     Another type is 415 `unsupported_media_type`, unread."""
@@ -47,11 +46,11 @@ async def staged_body(request: Request) -> AsyncIterator[Path]:
                                    f"body with Content-Type: {RAW_BODY_TYPE}")
     store: ArtifactStore = request.app.state.store
     async with store.stage_chunks(request.stream(), filename="body.npy",
-                                  max_bytes=request.app.state.settings.max_upload_bytes) as path:
-        yield path
+                                  max_bytes=request.app.state.settings.max_upload_bytes) as staged:
+        yield staged
 
 
-StagedBody = Annotated[Path, Depends(staged_body)]
+StagedBody = Annotated[StagedFile, Depends(staged_body)]
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

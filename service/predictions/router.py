@@ -68,18 +68,21 @@ def put_predictions(name: str, version: str, session: SessionDep, store: StoreDe
     checks, limits and answers as the POST."""
     row = find_version(session=session, line_name=name, version=version)
     dataset = get_dataset(session=session, name=evalset)
-    prediction = _store_scores(session, store, row, dataset, body, scores, "logits")
+    prediction = _store_scores(session, store, row, dataset, body.path, scores, "logits",
+                               sha256=body.sha256)
     flows.logits_stored(session=session, version=row, dataset=dataset)
     return prediction
 
 
 def _store_scores(session: Session, store: ArtifactStore, version: ModelVersion,
-                  dataset: Dataset, path: Path, scores: str, shown: str) -> Prediction:
-    """Store an uploaded scores file as the version's logits (probabilities as their logs)."""
+                  dataset: Dataset, path: Path, scores: str, shown: str,
+                  sha256: str | None = None) -> Prediction:
+    """Store an uploaded scores file (its digest, if taken already) as the version's logits
+    (probabilities as their logs)."""
     if scores == PROBABILITIES:
-        path = service.logits_of_probabilities(path, name=shown)
+        path, sha256 = service.logits_of_probabilities(path, name=shown), None
     checked = service.check_logits_file(version=version, dataset=dataset, npy_path=path,
-                                        name=shown)
+                                        name=shown, sha256=sha256)
     return service.store_logits_file(session=session, store=store, version=version,
                                      dataset=dataset, logits=checked,
                                      source=PredictionSource.UPLOADED)

@@ -158,14 +158,15 @@ class LogitsFile:
 
 
 def check_logits_file(*, version: ModelVersion, dataset: Dataset, npy_path: Path,
-                      name: str | None = None) -> LogitsFile:
+                      name: str | None = None, sha256: str | None = None) -> LogitsFile:
     """Check logits written to an .npy file (uploaded, or by an inference job) memory-mapped,
-    chunk by chunk, and take their digest and predicted classes; needs no session (a job
-    does it outside any transaction). Messages name the file `name`."""
+    chunk by chunk, and take their digest (unless `sha256` was taken as it was written) and
+    predicted classes; needs no session (a job does it outside any transaction). Messages
+    name the file `name`."""
     with library_input():
         logits = load_logits(npy_path, mmap=True, source=name)
     _check_shape(logits, version, dataset)
-    return LogitsFile(npy_path, file_sha256(npy_path), predicted_classes(logits))
+    return LogitsFile(npy_path, sha256 or file_sha256(npy_path), predicted_classes(logits))
 
 
 def logits_of_probabilities(path: Path, *, name: str) -> Path:
