@@ -72,6 +72,7 @@ REFUSALS = {
     413: "the upload is over the size limit (payload_too_large)",
     422: "the request is refused: its code says why",
     503: "the database is busy or unreachable; retry (Retry-After)",
+    507: "the server's storage is full (storage_full); nothing was kept",
 }
 PROBE_REFUSALS = (422, 503)
 # requests served at once: well below the pool's connections and the 40 threads, and few

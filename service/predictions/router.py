@@ -11,7 +11,7 @@ from service import flows
 from service.artifacts import ArtifactStore, upload_name
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
-from service.deps import WRITE, SessionDep, SettingsDep, StagedBody, StoreDep
+from service.deps import RAW_BODY_TYPE, WRITE, SessionDep, SettingsDep, StagedBody, StoreDep
 from service.errors import InvalidInput
 from service.names import NAME_LENGTH
 from service.predictions import service
@@ -20,6 +20,7 @@ from service.predictions.schemas import PredictionRead
 from service.registry.models import ModelVersion
 from service.registry.schemas import ScoreKind
 from service.registry.service import find_version
+from service.schemas import ErrorBody
 
 router = APIRouter(tags=["predictions"])
 
@@ -57,8 +58,14 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
     return prediction
 
 
+RAW_NPY_BODY = {"requestBody": {"required": True, "content": {
+    RAW_BODY_TYPE: {"schema": {"type": "string", "format": "binary"}}}}}
+
+
 @router.put("/models/{name}/versions/{version}/predictions", status_code=201,
-            response_model=PredictionRead, dependencies=[WRITE])
+            response_model=PredictionRead, dependencies=[WRITE], openapi_extra=RAW_NPY_BODY,
+            responses={415: {"model": ErrorBody, "description": "the body is not "
+                             f"{RAW_BODY_TYPE} (unsupported_media_type)"}})
 def put_predictions(name: str, version: str, session: SessionDep, store: StoreDep,
                     body: StagedBody, evalset: Annotated[str, Query(max_length=NAME_LENGTH)],
                     scores: Annotated[ScoreKind, Query(description="what the uploaded scores "
