@@ -3,7 +3,8 @@ cell a link to its pair, its value in its <title> (shown on hover) and printed i
 
 The colour scale is fixed: white at 0 to amber at the policy's limit (without a limit, the
 matrix's largest value); a cell above the limit is red and marked "!". Updates to the next
-version (the diagonal above the main one) have a dark outline."""
+version (the diagonal above the main one) have a dark outline, the moves of the production
+alias a thick green one, and the production version's labels are green."""
 
 from html import escape
 from urllib.parse import quote
@@ -31,17 +32,31 @@ def heatmap_svg(matrix: Matrix, metric: str, label: str, limit: float | None,
              f'<text class="axis" x="{LABEL_WIDTH - 8}" y="14" text-anchor="end">old ↓ new →'
              "</text>"]
     for j, name in enumerate(names):
-        parts.append(f'<text class="axis" x="{LABEL_WIDTH + j * CELL + CELL / 2}" '
-                     f'y="{HEADER_HEIGHT - 10}" text-anchor="middle">{_label(name)}</text>')
+        parts.append(f'<text class="{_axis(matrix, name)}" '
+                     f'x="{LABEL_WIDTH + j * CELL + CELL / 2}" y="{HEADER_HEIGHT - 10}" '
+                     f'text-anchor="middle">{_label(name)}</text>')
     for i, old in enumerate(names):
         y = HEADER_HEIGHT + i * CELL
-        parts.append(f'<text class="axis" x="{LABEL_WIDTH - 8}" y="{y + CELL / 2 + 4}" '
-                     f'text-anchor="end">{_label(old)}</text>')
+        parts.append(f'<text class="{_axis(matrix, old)}" x="{LABEL_WIDTH - 8}" '
+                     f'y="{y + CELL / 2 + 4}" text-anchor="end">{_label(old)}</text>')
         parts += [_cell(matrix, metric, label, (old, new), LABEL_WIDTH + j * CELL, y, anchor,
-                        j == i + 1, pair_url)
+                        _emphasis(matrix, (old, new), j == i + 1), pair_url)
                   for j, new in enumerate(names)]
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _axis(matrix: Matrix, name: str) -> str:
+    """The classes of a version's label: the production version's stands out."""
+    return "axis production" if name == matrix.production else "axis"
+
+
+def _emphasis(matrix: Matrix, pair: tuple[str, str], next_version: bool) -> str:
+    """" promoted" for a move of the production alias, " next" for an update to the next
+    version, else nothing."""
+    if pair in matrix.promoted:
+        return " promoted"
+    return " next" if next_version else ""
 
 
 def _label(name: str) -> str:
@@ -52,7 +67,7 @@ def _label(name: str) -> str:
 
 
 def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: float, y: float,
-          anchor: float, next_version: bool, pair_url: str) -> str:
+          anchor: float, emphasis: str, pair_url: str) -> str:
     """One cell: a link around a coloured rect with its title and the value as text."""
     old, new = pair
     if old == new:
@@ -63,8 +78,9 @@ def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: flo
     above = value > anchor
     fill = ABOVE if above else _shade(value / anchor)
     title = (f"<title>{escape(old)} → {escape(new)}: {label} {value:.4f}"
-             f"{' (above the limit)' if above else ''}</title>")
-    classes = "cell" + (" above" if above else "") + (" next" if next_version else "")
+             f"{' (above the limit)' if above else ''}"
+             f"{' (a move of production)' if emphasis == ' promoted' else ''}</title>")
+    classes = "cell" + (" above" if above else "") + emphasis
     href = escape(pair_url.format(old=quote(old, safe=""), new=quote(new, safe="")))
     return (f'<a href="{href}"><g class="{classes}" data-old="{escape(old)}" '
             f'data-new="{escape(new)}" data-value="{value!r}">{_rect(x, y, fill, title)}'

@@ -1,6 +1,6 @@
 """What the dashboard's pages show, read straight from the ORM models (read-only)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import func, select
@@ -53,6 +53,8 @@ class Matrix:
     versions: list[str]
     cells: dict[tuple[str, str], dict[str, float]]
     reported: set[tuple[str, str]]
+    production: str | None = None
+    promoted: frozenset[tuple[str, str]] = frozenset()  # (from, to) of production's moves
 
     def value(self, old: str, new: str, metric: str) -> float | None:
         rates = self.cells.get((old, new))
@@ -143,10 +145,16 @@ def line_page(session: Session, name: str, evalset: str | None, page: int,
     page, pages = paged(page, total, DECISIONS_PER_PAGE)
     shown = versions if whole_matrix else versions[-MATRIX_WINDOW:]
     history_evalset = _policy_evalset(line_policies) or chosen
-    return LinePage(line, versions, evalsets, chosen,
-                    matrix(session, [view.row for view in shown], chosen),
+    moves = promotions(session, line)
+    production = next((view.row.version for view in versions if PRODUCTION in view.aliases),
+                      None)
+    shown_matrix = replace(matrix(session, [view.row for view in shown], chosen),
+                           production=production,
+                           promoted=frozenset((move.source, move.target) for move in moves
+                                              if move.source is not None))
+    return LinePage(line, versions, evalsets, chosen, shown_matrix,
                     whole_matrix or len(shown) == len(versions), line_policies,
-                    history(session, versions, history_evalset), promotions(session, line),
+                    history(session, versions, history_evalset), moves,
                     decisions(session, line, page), page, pages)
 
 

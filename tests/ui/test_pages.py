@@ -365,6 +365,23 @@ def test_matrix_opens_on_the_policys_eval_set_with_its_limit_in_the_legend(
     assert "NFR limit 0.05" in text and 'data-anchor="0.05"' in text
 
 
+def test_matrix_outlines_moves_of_production_and_updates_to_the_next_version(
+        seeded, signed_in, client):
+    moved = client.post(f"/models/{LINE}/aliases/production", json={"version": "3", "force": True},
+                        headers=bearer(ADMIN_TOKEN))
+    assert moved.is_success, moved.text
+    text = signed_in.get(f"/ui/lines/{LINE}").text
+    nfr = text.split('data-metric="nfr"')[1].split("</svg>")[0]
+    classes = dict(((old, new), kind) for kind, old, new in re.findall(
+        r'<g class="cell(?: above)?([^"]*)" data-old="([^"]+)" data-new="([^"]+)"', nfr))
+    assert classes == {("1", "2"): " next", ("2", "3"): " next", ("1", "3"): " promoted",
+                       ("2", "1"): "", ("3", "1"): "", ("3", "2"): ""}
+    assert "1 → 3: NFR" in nfr and "(a move of production)</title>" in nfr
+    labels = re.findall(r'<text class="axis production"[^>]*>([^<]+)<', nfr)
+    assert labels == ["3", "3"]  # its column and its row
+    assert 'a move of production (now <strong class="production">3</strong>)' in text
+
+
 @pytest.mark.parametrize("fill", ["#fff7ec", "#f4a03c", "#a50f15", "#f9cf95"])
 def test_heatmap_text_contrast_is_aa(fill):
     def contrast(one: str, two: str) -> float:
