@@ -17,7 +17,7 @@ def history_svg(rows: list[HistoryRow], limits: dict[str, float]) -> str:
     """The plot of `rows` (one per version, in order); `limits`: the policy's fixed limits."""
     values = [value for row in rows for key, _, _ in SERIES
               if (value := row.metric(key)) is not None]
-    top = _nice(max([*values, *(1.25 * limit for limit in limits.values())], default=0.0))
+    top = nice(max([*values, *(1.25 * limit for limit in limits.values())], default=0.0))
     step = (WIDTH - LEFT - RIGHT) / max(len(rows), 1)
     xs = [LEFT + step * (index + 0.5) for index in range(len(rows))]
 
@@ -38,7 +38,7 @@ def history_svg(rows: list[HistoryRow], limits: dict[str, float]) -> str:
     return "".join(parts)
 
 
-def _nice(value: float) -> float:
+def nice(value: float) -> float:
     """The smallest of 1, 2, 2.5 or 5 times a power of ten at or above `value` (> 0)."""
     if value <= 0:
         return 0.1

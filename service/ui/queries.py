@@ -315,11 +315,40 @@ class DecisionPage:
     waiting_for: list[Job]
 
     @property
+    def made(self) -> dict[str, Any]:
+        """How the repaired version was made (its produced_by), {} without one."""
+        return (self.repaired.produced_by or {}) if self.repaired else {}
+
+    @property
+    def repair_choice(self) -> "RepairChoice | None":
+        """The share an interpolation (alpha) or ensemble (weight) repair chose, on which
+        calibration set, under which limits, and the curve it chose it on."""
+        name = next((key for key in SHARES if key in self.made), None)
+        if name is None:
+            return None
+        return RepairChoice(name, self.made[name], self.made.get("calibration"),
+                            self.made.get("limits") or {}, self.made.get("curve") or [])
+
+    @property
     def repair_details(self) -> dict[str, Any]:
-        """What the repair chose and on what (weight, calibration set, curve, options)."""
-        made = (self.repaired.produced_by or {}) if self.repaired else {}
-        return {key: value for key, value in made.items()
-                if key not in ("job_id", "method", "repair_of", "decision_id", "record")}
+        """The rest of what the repair recorded (its options, its training record)."""
+        return {key: value for key, value in self.made.items()
+                if key not in ("job_id", "method", "repair_of", "decision_id", "record",
+                               "calibration", "limits", "curve", *SHARES)}
+
+
+SHARES = ("weight", "alpha")  # the baseline's share: the ensemble's w, interpolation's α
+
+
+@dataclass(frozen=True)
+class RepairChoice:
+    """The baseline's share a repair chose, and what it chose it on."""
+
+    name: str
+    share: float
+    calibration: str | None
+    limits: dict[str, Any]
+    curve: list[dict[str, Any]]
 
 
 def decision_page(session: Session, decision_id: int) -> DecisionPage:

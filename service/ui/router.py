@@ -29,6 +29,7 @@ from service.db import read_only
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.ui import docs, queries, samples
 from service.ui.ci import ci_links
+from service.ui.curve import repair_curve_svg
 from service.ui.heatmap import heatmap_svg
 from service.ui.history import history_svg
 from service.ui.session import (
@@ -235,7 +236,10 @@ def decision(request: Request, who: SignedIn, session: ReadSession,
         view = queries.decision_page(session, decision_id)
     except NotFound as error:
         return not_found(request, who, error)
-    return render(request, "decision.html", who, view=view)
+    choice = view.repair_choice
+    curve = (Markup(repair_curve_svg(choice.curve, choice.share, choice.limits))
+             if choice and choice.curve else None)
+    return render(request, "decision.html", who, view=view, curve=curve)
 
 
 @router.get("/jobs", response_class=HTMLResponse)

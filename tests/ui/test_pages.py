@@ -416,17 +416,33 @@ def test_skip_link_and_sign_in_hint(browser_client):
     assert "flipgate token create --name NAME --scopes read" in text
 
 
+def ensemble_curve(seeded, limit: float) -> tuple[float, list[dict]]:
+    """The curve an ensemble repair of 1 -> 2 measures (the baseline's share w of the logits,
+    against the baseline) and the smallest w whose NFR meets `limit`."""
+    curve = []
+    for share in (0.0, 0.25, 0.5, 0.75, 1.0):
+        mixed = share * seeded.logits["1"] + (1 - share) * seeded.logits["2"]
+        measured = compare_logits(seeded.logits["1"], mixed, seeded.labels)
+        curve.append({"share": share, "er": measured["er_new"], "nfr": measured["nfr"],
+                      "churn": measured["churn"],
+                      "er_increase": measured["er_new"] - measured["er_old"]})
+    return next(point["share"] for point in curve if point["nfr"] <= limit), curve
+
+
 def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
         seeded, signed_in, client, db):
     repaired = client.post("/gate", json={"model": LINE, "candidate": "3"},
                            headers=bearer(ADMIN_TOKEN)).json()
     assert repaired["verdict"] == "block", repaired
+    weight, curve = ensemble_curve(seeded, 0.01)
     with db() as session:  # version 3 stands for the ensemble the repair job registered
         session.add(Job(kind=JobKind.TRAIN, state=JobState.SUCCEEDED, progress=1.0,
                         params={"method": "ensemble", "decision_id": seeded.blocked_id}))
         version = session.scalars(select(ModelVersion).where(ModelVersion.version == "3")).one()
         version.produced_by = {"method": "ensemble", "decision_id": seeded.blocked_id,
-                               "weight": 0.206, "calibration": EVALSET}
+                               "weight": weight, "calibration": "calibration-set",
+                               "limits": {"max_nfr": 0.01, "max_er_increase": 0.0},
+                               "curve": curve}
         row = session.get(Decision, repaired["decision_id"])
         row.repair_of_id = seeded.blocked_id
     before = client.get(f"/gate/decisions/{seeded.blocked_id}",
@@ -435,11 +451,20 @@ def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
     repair = text.split('<section id="repair">')[1].split("</section>")[0]
     assert 'class="badge verdict-block" id="repair-state"' in repair
     assert "state-succeeded" not in repair and "verdict-approve" not in repair
-    assert "<dt>weight</dt><dd>0.206</dd>" in repair and f"<dd>{EVALSET}</dd>" in repair
     cells = re.findall(r'<td class="num" data-key="nfr">([0-9.]+)</td>', repair)
     after = repaired["metrics"][EVALSET]["nfr"]
     assert [float(cell) for cell in cells] == [pytest.approx(before["nfr"], abs=5e-5),
                                                pytest.approx(after, abs=5e-5)]
+    assert f'Chosen weight w = <strong data-share="{weight}">' in repair
+    assert '<strong id="calibration-set">calibration-set</strong>' in repair
+    assert "max_nfr 0.01" in repair and 'class="limit-label"' in repair
+    assert f'<g class="chosen" data-share="{weight!r}">' in repair
+    for key in ("er", "nfr"):
+        plotted = re.findall(rf'data-series="{key}" data-share="([^"]+)" data-value="([^"]+)"',
+                             repair)
+        assert [(float(share), float(value)) for share, value in plotted] == [
+            (point["share"], point[key]) for point in curve]
+    assert repair.count('<tr class="chosen">') == 1 and "<dt>curve</dt>" not in repair
 
 
 def test_a_pending_decision_lists_the_jobs_it_waits_for_and_reloads(
