@@ -12,7 +12,7 @@ from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.errors import NotFound
 from service.gate.decisions import waited_jobs
-from service.gate.models import Decision, GatePolicy, Promotion, Verdict
+from service.gate.models import Callback, Decision, GatePolicy, Promotion, Verdict
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
 from service.predictions.service import versions_with_predictions
@@ -305,7 +305,8 @@ def _decision_views(session: Session, rows: list[Decision]) -> list[DecisionView
 
 @dataclass(frozen=True)
 class DecisionPage:
-    """A decision, its line, the repair job that retrained it and the version it produced."""
+    """A decision, its line, the repair job that retrained it, the version it produced and the
+    delivery of its status to the callback URL."""
 
     decision: DecisionView
     line: ModelLine
@@ -313,6 +314,7 @@ class DecisionPage:
     repaired: ModelVersion | None
     repaired_decision: Decision | None
     waiting_for: list[Job]
+    callback: Callback | None
 
     @property
     def made(self) -> dict[str, Any]:
@@ -352,7 +354,7 @@ class RepairChoice:
 
 
 def decision_page(session: Session, decision_id: int) -> DecisionPage:
-    """The decision `decision_id` with its repair, if any."""
+    """The decision `decision_id` with its repair and its callback's delivery, if any."""
     row = session.get(Decision, decision_id)
     if row is None:
         raise NotFound("decision_not_found", f"no decision {decision_id}")
@@ -367,8 +369,10 @@ def decision_page(session: Session, decision_id: int) -> DecisionPage:
                                .order_by(Decision.id.desc()).limit(1))
     waiting = (waited_jobs(session=session, decision=row) if row.verdict == Verdict.PENDING
                else [])
+    callback = session.scalar(select(Callback).where(Callback.decision_id == row.id))
     return DecisionPage(_decision_views(session, [row])[0], line,
-                        repair_jobs[0] if repair_jobs else None, repaired, follow_up, waiting)
+                        repair_jobs[0] if repair_jobs else None, repaired, follow_up, waiting,
+                        callback)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from flipgate.reporting.html import stored_body
 from service.auth.models import ApiToken
 from service.auth.service import revoke_token
 from service.compare.models import PairMetrics
-from service.gate.models import Decision
+from service.config import Settings
+from service.gate.callbacks import record_attempt
+from service.gate.models import Callback, CallbackState, Decision
 from service.jobs.models import Job, JobKind, JobState
 from service.registry.models import ModelVersion
 from service.ui import session as session_module
@@ -465,6 +467,36 @@ def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
         assert [(float(share), float(value)) for share, value in plotted] == [
             (point["share"], point[key]) for point in curve]
     assert repair.count('<tr class="chosen">') == 1 and "<dt>curve</dt>" not in repair
+
+
+def test_decision_page_shows_its_callbacks_delivery_state(seeded, signed_in, client, db):
+    client.app.state.settings.callback_allowlist = ["127.0.0.1"]
+    decision = client.post("/gate", json={"model": LINE, "candidate": "2",
+                                          "callback_url": "http://127.0.0.1:9/status"},
+                           headers=bearer(ADMIN_TOKEN)).json()
+    assert decision["callback"]["state"] == "queued", decision
+
+    def shown() -> str:
+        text = signed_in.get(f"/ui/decisions/{decision['decision_id']}").text
+        found = re.search(r'<p id="callback">(.*?)</p>', text, re.DOTALL)
+        assert found, text
+        return " ".join(found.group(1).split())
+
+    assert 'data-state="queued"' in shown() and "0 attempts" in shown()
+    settings = Settings(callback_attempts=2, callback_backoff_seconds=10)
+    for status, error, expected in ((500, "HTTP 500", 'data-state="queued"'),
+                                    (None, "timed out", 'data-state="failed"')):
+        with db() as session:
+            record_attempt(callback=session.scalars(select(Callback)).one(), status=status,
+                           error=error, settings=settings)
+        assert expected in shown() and error in shown()
+    assert "2 attempts" in shown() and "gave up" in shown()
+    with db() as session:
+        callback = session.scalars(select(Callback)).one()
+        callback.state, callback.attempts = CallbackState.QUEUED, 0
+        record_attempt(callback=callback, status=201, error=None, settings=settings)
+    assert 'data-state="delivered"' in shown() and "HTTP 201" in shown()
+    assert "<code>http://127.0.0.1:9/status</code>" in shown()
 
 
 def test_a_pending_decision_lists_the_jobs_it_waits_for_and_reloads(
