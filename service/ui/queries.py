@@ -17,6 +17,7 @@ from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
 from service.predictions.service import versions_with_predictions
 from service.registry.models import Alias, ModelLine, ModelVersion
+from service.ui.serves import JobView, job_views
 
 PRODUCTION = "production"
 DECISIONS_PER_PAGE = 20
@@ -377,10 +378,11 @@ def decision_page(session: Session, decision_id: int) -> DecisionPage:
 
 @dataclass(frozen=True)
 class JobsPage:
-    """Open jobs (with progress) and the most recent failures (with their errors)."""
+    """Open jobs (with progress) and the most recent failures (with their errors), each with
+    what it serves."""
 
-    open: list[Job]
-    failed: list[Job]
+    open: list[JobView]
+    failed: list[JobView]
 
 
 def jobs_page(session: Session) -> JobsPage:
@@ -389,7 +391,7 @@ def jobs_page(session: Session) -> JobsPage:
         Job.state.in_([JobState.QUEUED, JobState.RUNNING])).order_by(Job.id))
     failed = session.scalars(select(Job).where(Job.state == JobState.FAILED)
                              .order_by(Job.id.desc()).limit(FAILED_JOBS_SHOWN))
-    return JobsPage(list(open_jobs), list(failed))
+    return JobsPage(job_views(session, list(open_jobs)), job_views(session, list(failed)))
 
 
 @dataclass(frozen=True)

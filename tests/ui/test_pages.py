@@ -308,6 +308,36 @@ def test_jobs_page_shows_progress_of_open_jobs_and_errors_of_failed_ones(db, sig
     assert "&#34;done&#34;" not in text and '"done"' not in text  # succeeded jobs are not listed
 
 
+def test_jobs_name_the_line_versions_and_decision_they_serve_with_links(seeded, db, signed_in):
+    with db() as session:
+        ids = dict(session.execute(select(ModelVersion.version, ModelVersion.id)).all())
+        session.add_all([
+            Job(kind=JobKind.INFERENCE, state=JobState.RUNNING, progress=0.5,
+                params={"version_id": ids["2"], "evalset": EVALSET}),
+            Job(kind=JobKind.METRICS, state=JobState.QUEUED,
+                params={"old_version_id": ids["1"], "new_version_id": ids["3"],
+                        "evalset": EVALSET}),
+            Job(kind=JobKind.MATRIX, state=JobState.QUEUED,
+                params={"line": LINE, "evalset": EVALSET}),
+            Job(kind=JobKind.TRAIN, state=JobState.FAILED, error="no calibration",
+                params={"method": "ensemble", "decision_id": seeded.blocked_id,
+                        "version": "2-ensemble"}),
+            Job(kind=JobKind.MLFLOW, state=JobState.QUEUED, params={"reconcile": True})])
+    text = signed_in.get("/ui/jobs").text
+    served = [(href.replace("&amp;", "&"), name) for href, name in re.findall(
+        r'<td class="serves"><a href="([^"]+)">([^<]+)</a>', text)]
+    for link in [(f"/ui/lines/{LINE}", f"{LINE}:2 on {EVALSET}"),
+                 (f"/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}",
+                  f"{LINE}: 1 → 3 on {EVALSET}"),
+                 (f"/ui/lines/{LINE}?evalset={EVALSET}#matrix", f"{LINE}: matrix on {EVALSET}"),
+                 (f"/ui/decisions/{seeded.blocked_id}",
+                  f"ensemble repair of decision #{seeded.blocked_id} → 2-ensemble")]:
+        assert link in served, (link, served)
+    assert '<code class="params">{"reconcile": true}</code>' in text  # names nothing
+    for href, _name in served:
+        assert signed_in.get(href).status_code == 200, href
+
+
 def test_api_docs_are_served_from_local_assets(client):
     swagger, redoc = client.get("/docs"), client.get("/redoc")
     assert swagger.status_code == redoc.status_code == 200

@@ -1,0 +1,66 @@
+"""What each job serves, for the jobs page: the line, versions, eval set or decision named in
+its params, each as text and a link to its dashboard page."""
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.jobs.models import Job, JobKind
+from service.registry.models import ModelLine, ModelVersion
+
+VERSION_KEYS = ("version_id", "old_version_id", "new_version_id")
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job and what it serves: (text, link) pairs, empty when its params name nothing the
+    dashboard shows."""
+
+    row: Job
+    serves: list[tuple[str, str]]
+
+
+def job_views(session: Session, jobs: list[Job]) -> list[JobView]:
+    """The jobs with what they serve (one query for all their versions)."""
+    ids = {job.params[key] for job in jobs for key in VERSION_KEYS if key in job.params}
+    versions = {version_id: (line, version) for version_id, line, version in session.execute(
+        select(ModelVersion.id, ModelLine.name, ModelVersion.version)
+        .join(ModelLine, ModelLine.id == ModelVersion.line_id)
+        .where(ModelVersion.id.in_(ids)))}
+    return [JobView(job, serves(job.kind, job.params, versions)) for job in jobs]
+
+
+def serves(kind: JobKind, params: dict[str, Any],
+           versions: dict[int, tuple[str, str]]) -> list[tuple[str, str]]:
+    """What a job of `kind` with `params` serves; `versions`: {id: (line, version)}."""
+    evalset = params.get("evalset")
+    on = f" on {evalset}" if evalset else ""
+    if kind == JobKind.INFERENCE and params.get("version_id") in versions:
+        line, version = versions[params["version_id"]]
+        return [(f"{line}:{version}{on}", _line_url(line))]
+    if kind == JobKind.METRICS and {params.get("old_version_id"),
+                                    params.get("new_version_id")} <= versions.keys():
+        (line, old), (_, new) = (versions[params[key]]
+                                 for key in ("old_version_id", "new_version_id"))
+        return [(f"{line}: {old} → {new}{on}", _pair_url(line, old, new, evalset))]
+    if kind == JobKind.MATRIX and params.get("line"):
+        return [(f"{params['line']}: matrix{on}",
+                 _line_url(params["line"], evalset) + "#matrix")]
+    if kind == JobKind.TRAIN and params.get("decision_id"):
+        made = f" → {params['version']}" if params.get("version") else ""
+        return [(f"{params.get('method', 'repair')} repair of decision #{params['decision_id']}"
+                 f"{made}", f"/ui/decisions/{params['decision_id']}")]
+    return []
+
+
+def _line_url(line: str, evalset: str | None = None) -> str:
+    query = f"?{urlencode({'evalset': evalset})}" if evalset else ""
+    return f"/ui/lines/{quote(line, safe='')}{query}"
+
+
+def _pair_url(line: str, old: str, new: str, evalset: str | None) -> str:
+    return (f"/ui/lines/{quote(line, safe='')}/pairs/{quote(old, safe='')}/"
+            f"{quote(new, safe='')}?{urlencode({'evalset': evalset or ''})}")
