@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
+from flipgate.metrics import compare_logits
 from service.config import Settings
 from service.ui.session import SignInThrottle
 from tests.service.api.conftest import (  # noqa: F401 (fixtures)
@@ -120,6 +121,19 @@ def noisy_logits(labels: np.ndarray, accuracy: float, rng: np.random.Generator) 
     right = rng.random(labels.size) < accuracy
     logits[np.arange(labels.size), labels] += np.where(right, 4.0, -4.0)
     return logits
+
+
+def ensemble_curve(old: np.ndarray, new: np.ndarray, labels: np.ndarray,
+                   limit: float) -> tuple[float, list[dict]]:
+    """The curve an ensemble repair of old -> new measures (the old model's share w of the
+    logits, against the old model) and the smallest w whose NFR meets `limit`."""
+    curve = []
+    for share in (0.0, 0.25, 0.5, 0.75, 1.0):
+        measured = compare_logits(old, share * old + (1 - share) * new, labels)
+        curve.append({"share": share, "er": measured["er_new"], "nfr": measured["nfr"],
+                      "churn": measured["churn"],
+                      "er_increase": measured["er_new"] - measured["er_old"]})
+    return next(point["share"] for point in curve if point["nfr"] <= limit), curve
 
 
 @pytest.fixture

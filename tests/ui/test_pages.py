@@ -35,6 +35,7 @@ from tests.ui.conftest import (
     LINE,
     SAMPLES,
     client_in_savepoint,
+    ensemble_curve,
     seeded_once_per_module,
 )
 
@@ -448,25 +449,13 @@ def test_skip_link_and_sign_in_hint(browser_client):
     assert "flipgate token create --name NAME --scopes read" in text
 
 
-def ensemble_curve(seeded, limit: float) -> tuple[float, list[dict]]:
-    """The curve an ensemble repair of 1 -> 2 measures (the baseline's share w of the logits,
-    against the baseline) and the smallest w whose NFR meets `limit`."""
-    curve = []
-    for share in (0.0, 0.25, 0.5, 0.75, 1.0):
-        mixed = share * seeded.logits["1"] + (1 - share) * seeded.logits["2"]
-        measured = compare_logits(seeded.logits["1"], mixed, seeded.labels)
-        curve.append({"share": share, "er": measured["er_new"], "nfr": measured["nfr"],
-                      "churn": measured["churn"],
-                      "er_increase": measured["er_new"] - measured["er_old"]})
-    return next(point["share"] for point in curve if point["nfr"] <= limit), curve
-
-
 def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
         seeded, signed_in, client, db):
     repaired = client.post("/gate", json={"model": LINE, "candidate": "3"},
                            headers=bearer(ADMIN_TOKEN)).json()
     assert repaired["verdict"] == "block", repaired
-    weight, curve = ensemble_curve(seeded, 0.01)
+    weight, curve = ensemble_curve(seeded.logits["1"], seeded.logits["2"], seeded.labels,
+                                   0.01)
     with db() as session:  # version 3 stands for the ensemble the repair job registered
         session.add(Job(kind=JobKind.TRAIN, state=JobState.SUCCEEDED, progress=1.0,
                         params={"method": "ensemble", "decision_id": seeded.blocked_id}))
