@@ -15,6 +15,7 @@ CELL, LABEL_WIDTH, HEADER_HEIGHT = 52, 84, 40
 EMPTY, DIAGONAL, ABOVE = "#f6f8fa", "#eaecef", "#a50f15"
 LOW, HIGH = (255, 247, 236), (244, 160, 60)
 LABEL_CHARS = 9
+BLACK = "#000000"  # cell text; white where it contrasts more (class "light")
 
 
 def heatmap_svg(matrix: Matrix, metric: str, label: str, limit: float | None,
@@ -84,8 +85,9 @@ def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: flo
     href = escape(pair_url.format(old=quote(old, safe=""), new=quote(new, safe="")))
     return (f'<a href="{href}"><g class="{classes}" data-old="{escape(old)}" '
             f'data-new="{escape(new)}" data-value="{value!r}">{_rect(x, y, fill, title)}'
-            f'<text x="{x + CELL / 2}" y="{y + CELL / 2 + 4}" text-anchor="middle" '
-            f'fill="{ink(fill)}">{"!" if above else ""}{value:.3f}</text></g></a>')
+            f'<text x="{x + CELL / 2}" y="{y + CELL / 2 + 4}"'
+            f'{"" if ink(fill) == BLACK else " class=light"}>{"!" if above else ""}{value:.3f}'
+            "</text></g></a>")
 
 
 def _rect(x: float, y: float, fill: str, title: str) -> str:
@@ -109,4 +111,4 @@ def luminance(colour: str) -> float:
 def ink(fill: str) -> str:
     """Black or white, whichever contrasts more with `fill` (always at least 4.5:1)."""
     light = luminance(fill) + 0.05
-    return "#000000" if light / 0.05 > 1.05 / light else "#ffffff"
+    return BLACK if light / 0.05 > 1.05 / light else "#ffffff"

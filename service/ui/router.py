@@ -7,7 +7,7 @@ but the record of a sign-out. Sign-in and sign-out refuse cross-site posts (Orig
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Request
@@ -146,21 +146,27 @@ def lines(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse
     return render(request, "lines.html", who, lines=queries.line_summaries(session))
 
 
+HEATMAPS = {"nfr": "NFR", "churn": "churn"}
+
+
 @router.get("/lines/{name}", response_class=HTMLResponse)
 def line(request: Request, who: SignedIn, session: ReadSession, name: str,
-         evalset: str | None = None, page: int = 1, versions: str = "") -> HTMLResponse:
-    """A line's history, matrix heatmaps (the last versions, or all with versions=all),
-    policies, promotions and decision log."""
+         evalset: str | None = None, page: int = 1, versions: str = "",
+         metric: Literal["nfr", "churn"] = "nfr") -> HTMLResponse:
+    """A line's history, matrix heatmaps (the last versions, or all with versions=all: then
+    one metric at a time when there are more), policies, promotions and decision log."""
     try:
         view = queries.line_page(session, name, evalset, page, whole_matrix=versions == "all")
     except NotFound as error:
         return not_found(request, who, error)
     pair_url = f"/ui/lines/{quote(name, safe='')}/pairs/{{old}}/{{new}}?evalset=" + quote(
         view.evalset or "", safe="")
-    heatmaps = [(label, Markup(heatmap_svg(view.matrix, metric, label, view.limits.get(metric),
-                                           pair_url)))
-                for metric, label in (("nfr", "NFR"), ("churn", "churn"))]
-    return render(request, "line.html", who, view=view, heatmaps=heatmaps,
+    shown = (list(HEATMAPS) if len(view.matrix.versions) <= queries.MATRIX_WINDOW
+             else [metric])
+    heatmaps = [(HEATMAPS[key], Markup(heatmap_svg(view.matrix, key, HEATMAPS[key],
+                                                   view.limits.get(key), pair_url)))
+                for key in shown]
+    return render(request, "line.html", who, view=view, heatmaps=heatmaps, metrics=shown,
                   history=Markup(history_svg(view.history, view.limits)))
 
 

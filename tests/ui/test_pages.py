@@ -425,7 +425,8 @@ def test_heatmap_text_contrast_is_aa(fill):
 
 @pytest.mark.parametrize(("page", "status"), [
     ("/ui/decisions/not-a-number", 422), ("/ui/no-such-page", 404),
-    (f"/ui/lines/{LINE}/pairs/1/2", 422), ("/ui/lines/no-such-line", 404)])
+    (f"/ui/lines/{LINE}/pairs/1/2", 422), ("/ui/lines/no-such-line", 404),
+    (f"/ui/lines/{LINE}?versions=all&metric=pfr", 422)])
 def test_errors_under_ui_are_html_pages_with_the_way_back(seeded, signed_in, page, status):
     response = signed_in.get(page)
     assert response.status_code == status
