@@ -45,6 +45,8 @@ def repair_curve_svg(curve: list[dict[str, Any]], share: float,
                  f'<text x="{x(share):.1f}" y="{TOP - 8}" text-anchor="middle">'
                  f"chosen {share:.3g}</text></g>")
     parts += [_series(curve, key, label, colour, x, y) for key, label, colour in SERIES]
+    parts.append(f'<text class="legend" x="{LEFT + 4}" y="{TOP - 8}">' + "".join(
+        f'<tspan fill="{colour}">● {label}  </tspan>' for _, label, colour in SERIES) + "</text>")
     parts.append(f'<text class="axis" x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 6}" '
                  "text-anchor=\"middle\">the baseline's share (0: the candidate alone, "
                  "1: the baseline alone)</text></svg>")

@@ -6,7 +6,7 @@ migrated SQLite store, its jobs run in this process), one seeded line and one si
 browser page serve the whole module.
 
 Set DASHBOARD_SCREENSHOT_DIR to keep the line page's screenshot there
-(docs/dashboard-line-36.png is taken this way)."""
+(docs/dashboard-line-36-after.png is taken this way)."""
 
 import hashlib
 import io
@@ -253,7 +253,7 @@ def test_history_plots_the_apis_numbers_with_blocked_versions_and_production(sit
     assert page.locator("svg.history g.production").get_attribute("data-version") == "36"
     promotions = site.admin.get(f"/models/{LINE}/promotions").json()
     assert page.locator("#promotions tbody tr").count() == len(promotions) == 19
-    save_screenshot(page, "dashboard-line-36.png")
+    save_screenshot(page, "dashboard-line-36-after.png")
 
 
 def api_matrix(site: Site) -> dict[tuple[str, str], dict[str, float]]:
