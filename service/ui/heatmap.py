@@ -69,7 +69,8 @@ def _label(name: str) -> str:
 
 def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: float, y: float,
           anchor: float, emphasis: str, pair_url: str) -> str:
-    """One cell: a link around a coloured rect with its title and the value as text."""
+    """One cell: a link (with the cell's title) around a coloured rect and the value as
+    text."""
     old, new = pair
     if old == new:
         return _rect(x, y, DIAGONAL, "")
@@ -83,16 +84,17 @@ def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: flo
              f"{' (a move of production)' if emphasis == ' promoted' else ''}</title>")
     classes = "cell" + (" above" if above else "") + emphasis
     href = escape(pair_url.format(old=quote(old, safe=""), new=quote(new, safe="")))
-    return (f'<a href="{href}"><g class="{classes}" data-old="{escape(old)}" '
-            f'data-new="{escape(new)}" data-value="{value!r}">{_rect(x, y, fill, title)}'
+    return (f'<a href="{href}" class="{classes}" data-old="{escape(old)}" '
+            f'data-new="{escape(new)}" data-value="{value!r}">{title}{_rect(x, y, fill, "")}'
             f'<text x="{x + CELL / 2}" y="{y + CELL / 2 + 4}"'
             f'{"" if ink(fill) == BLACK else " class=light"}>{"!" if above else ""}{value:.3f}'
-            "</text></g></a>")
+            "</text></a>")
 
 
 def _rect(x: float, y: float, fill: str, title: str) -> str:
+    inside = f">{title}</rect>" if title else "/>"
     return (f'<rect x="{x + 1}" y="{y + 1}" width="{CELL - 2}" height="{CELL - 2}" rx="3" '
-            f'fill="{fill}">{title}</rect>')
+            f'fill="{fill}"{inside}')
 
 
 def _shade(share: float) -> str:

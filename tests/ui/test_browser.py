@@ -212,7 +212,7 @@ def sign_in(page, base: str, token: str) -> None:
 
 def heatmap_titles(page, metric: str) -> dict[tuple[str, str], float]:
     """{(old, new): value} read from the hover titles of the heatmap's cells."""
-    titles = page.locator(f'svg.heatmap[data-metric="{metric}"] g.cell title').all_text_contents()
+    titles = page.locator(f'svg.heatmap[data-metric="{metric}"] a.cell title').all_text_contents()
     title_form = re.compile(r"(\S+) → (\S+): \S+ ([0-9.]+)(?: \(above the limit\))?"
                             r"(?: \(a move of production\))?")
     parsed = [title_form.fullmatch(title) for title in titles]

@@ -406,7 +406,7 @@ def test_matrix_outlines_moves_of_production_and_updates_to_the_next_version(
     text = signed_in.get(f"/ui/lines/{LINE}").text
     nfr = text.split('data-metric="nfr"')[1].split("</svg>")[0]
     classes = dict(((old, new), kind) for kind, old, new in re.findall(
-        r'<g class="cell(?: above)?([^"]*)" data-old="([^"]+)" data-new="([^"]+)"', nfr))
+        r'class="cell(?: above)?([^"]*)" data-old="([^"]+)" data-new="([^"]+)"', nfr))
     assert classes == {("1", "2"): " next", ("2", "3"): " next", ("1", "3"): " promoted",
                        ("2", "1"): "", ("3", "1"): "", ("3", "2"): ""}
     assert "1 → 3: NFR" in nfr and "(a move of production)</title>" in nfr
