@@ -99,8 +99,13 @@ def _x_labels(rows: list[HistoryRow], xs: list[float]) -> list[str]:
             parts.append(f'<g class="production" data-version="{escape(row.version)}">'
                          f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 4}" '
                          f'y2="{HEIGHT - BOTTOM}"/><text x="{x:.1f}" y="{TOP - 8}" '
-                         f'text-anchor="middle">production</text></g>')
+                         f'text-anchor="{_anchor(x)}">production</text></g>')
     return parts
+
+
+def _anchor(x: float) -> str:
+    """Where a label at `x` over the plot hangs from, so that it stays inside the plot."""
+    return "end" if x > WIDTH - RIGHT - 40 else "start" if x < LEFT + 40 else "middle"
 
 
 def _legend() -> str:

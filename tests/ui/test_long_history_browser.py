@@ -251,6 +251,9 @@ def test_history_plots_the_apis_numbers_with_blocked_versions_and_production(sit
         "rs => rs.map(r => r.dataset.version)")
     assert set(bands) == BLOCKED | {REPAIR}
     assert page.locator("svg.history g.production").get_attribute("data-version") == "36"
+    label = page.locator("svg.history g.production text").bounding_box()
+    plot = page.locator("svg.history").bounding_box()  # the last version's label fits
+    assert plot["x"] <= label["x"] and label["x"] + label["width"] <= plot["x"] + plot["width"]
     promotions = site.admin.get(f"/models/{LINE}/promotions").json()
     assert page.locator("#promotions tbody tr").count() == len(promotions) == 19
     save_screenshot(page, "dashboard-line-36-after.png")
