@@ -1,5 +1,6 @@
 """The dashboard in headless Chromium on a line after a year of updates: 36 versions known by
-their uploaded logits on a small eval set (nothing is trained), each gated with its CI
+their uploaded predictions on a small eval set (nothing is trained: predicted labels up to 32,
+whose pair reports draw no plots, then logits), each gated with its CI
 context under three policy versions, 19 promoted and 17 blocked, and an ensemble repair of a
 blocked one that was itself blocked. One server (the app under uvicorn in a thread, on a
 migrated SQLite store, its jobs run in this process), one seeded line and one signed-in
@@ -50,6 +51,7 @@ BLOCKED = {str(number) for number in range(2, 36, 2)}  # 17: each breaks 12 righ
 POLICIES = {"2": {"max_nfr": 0.03}, "13": {"max_nfr": 0.03, "max_churn": 0.2},
             "25": {"max_nfr": 0.025}}  # set before gating that version: three versions
 REPAIRED, REPAIR = "34", "34-ensemble"  # the repair breaks 8 right answers: still blocked
+LOGITS_FROM = 33  # the last versions' pairs have full reports with plots and galleries
 ADMIN_TOKEN = "long-history-admin-token-0123456789"
 RENDER_BUDGET_MS = 300
 
@@ -104,6 +106,7 @@ class Seeder:
         np.savez(path, x=self.rng.normal(size=(SAMPLES, 4)).astype(np.float32), y=self.labels)
         checked(admin.post("/evalsets", data={"name": EVALSET},
                            files={"data": ("eval.npz", path.read_bytes())}))
+        self.predicted: dict[str, np.ndarray] = {}
         self.logits: dict[str, np.ndarray] = {}
         self.production: str | None = None
 
@@ -113,13 +116,19 @@ class Seeder:
             task(job_id)
 
     def register(self, version: str, predicted: np.ndarray) -> None:
-        """An external version of the line with its logits on the eval set."""
+        """An external version of the line with its predictions on the eval set: logits
+        from LOGITS_FROM on, predicted labels before."""
         fields = {"name": LINE, "version": version, "num_classes": str(CLASSES)}
         checked(self.admin.post("/models", data=fields | (
             {"parent": f"{LINE}:{self.production}"} if self.production else {})))
+        self.predicted[version] = predicted
+        url = f"/models/{LINE}/versions/{version}/predictions"
+        if int(version.split("-")[0]) < LOGITS_FROM:
+            checked(self.admin.post(url, data={"evalset": EVALSET},
+                                    files={"labels": ("labels.npy", npy(predicted))}))
+            return
         self.logits[version] = as_logits(predicted, self.rng)
-        checked(self.admin.put(f"/models/{LINE}/versions/{version}/predictions",
-                               params={"evalset": EVALSET}, content=npy(self.logits[version]),
+        checked(self.admin.put(url, params={"evalset": EVALSET}, content=npy(self.logits[version]),
                                headers={"Content-Type": "application/octet-stream"}))
 
     def gate(self, version: str) -> dict:
@@ -143,8 +152,6 @@ class Seeder:
             self.production = version
         return decision
 
-    def predictions(self, version: str) -> np.ndarray:
-        return self.logits[version].argmax(axis=1)
 
 
 def seed(seeder: Seeder) -> tuple[dict[str, dict], dict]:
@@ -155,7 +162,7 @@ def seed(seeder: Seeder) -> tuple[dict[str, dict], dict]:
         if version in POLICIES:
             checked(seeder.admin.put(f"/models/{LINE}/policy",
                                      json={**POLICIES[version], "evalsets": [EVALSET]}))
-        base = (seeder.predictions(seeder.production) if seeder.production
+        base = (seeder.predicted[seeder.production] if seeder.production
                 else (seeder.labels + (seeder.rng.random(SAMPLES) < 0.4)) % CLASSES)
         breaks, fixes = (12, 0) if version in BLOCKED else (2, 4)
         seeder.register(version, update(base, seeder.labels, breaks, fixes, seeder.rng)
@@ -174,7 +181,7 @@ def repair(seeder: Seeder, blocked: dict) -> dict:
     from the baseline with its weight, calibration set and curve recorded, gated again and
     blocked."""
     baseline = seeder.production
-    seeder.register(REPAIR, update(seeder.predictions(baseline), seeder.labels, 8, 0, seeder.rng))
+    seeder.register(REPAIR, update(seeder.predicted[baseline], seeder.labels, 8, 0, seeder.rng))
     decision = seeder.gate(REPAIR)
     assert decision["verdict"] == "block", decision
     weight, curve = ensemble_curve(seeder.logits[baseline], seeder.logits[REPAIRED],
