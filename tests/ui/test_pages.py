@@ -28,7 +28,16 @@ from service.registry.models import ModelVersion
 from service.ui import session as session_module
 from service.ui.heatmap import ink, luminance
 from service.ui.session import COOKIE
-from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, run_task
+from tests.service.api.conftest import (
+    ADMIN_TOKEN,
+    bearer,
+    error_code,
+    measure,
+    post_evalset,
+    post_logits,
+    run_task,
+)
+from tests.service.conftest import write_npz
 from tests.ui.conftest import (
     CLASSES,
     EVALSET,
@@ -285,6 +294,56 @@ def test_decision_page_shows_reasons_metrics_and_pair_links(seeded, signed_in):
     assert f'href="/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}"' in text
     missing = signed_in.get("/ui/decisions/999999")
     assert missing.status_code == 404 and "no decision 999999" in missing.text
+
+
+def test_decision_page_tables_each_group_and_its_repairs_before_and_after(
+        seeded, signed_in, client, tmp_path, db):
+    groups = np.where(np.arange(SAMPLES) < SAMPLES // 2, "thin", "thick")  # as `half` below
+    path = tmp_path / "grouped.npz"
+    with np.load(write_npz(tmp_path, n=SAMPLES, num_classes=CLASSES)) as data:
+        np.savez(path, x=data["x"], y=seeded.labels, groups=groups)
+    client.headers.update(bearer(ADMIN_TOKEN))
+    assert post_evalset(client, "grouped", path).status_code == 201
+    for version in ("1", "2", "3"):
+        assert post_logits(client, f"{LINE}:{version}", "grouped",
+                           seeded.logits[version]).status_code == 201
+    for version in ("2", "3"):
+        measure(client, f"{LINE}:1", f"{LINE}:{version}", "grouped")
+    half = SAMPLES // 2
+    thin, thick = (compare_logits(seeded.logits["1"][part], seeded.logits["2"][part],
+                                  seeded.labels[part])["nfr"]
+                   for part in (slice(None, half), slice(half, None)))
+    assert thin != thick  # a limit between them blocks one group only
+    assert client.put(f"/models/{LINE}/policy", json={
+        "max_group_nfr": (thin + thick) / 2, "evalsets": ["grouped"]}).is_success
+    decision = client.post("/gate", json={"model": LINE, "candidate": "2"}).json()
+    measured = {row["group"]: row for row in decision["metrics"]["grouped"]["groups"]}
+    assert set(measured) == {"thin", "thick"}, decision
+    text = signed_in.get(f"/ui/decisions/{decision['decision_id']}").text
+    table = re.search(r'<table class="data" id="groups-grouped">(.*?)</table>', text, re.DOTALL)
+    assert table, text
+    for group, row in measured.items():
+        shown = re.search(rf'<tr data-group="{group}"( class="blocking")?>(.*?)</tr>',
+                          table.group(1), re.DOTALL)
+        assert shown and bool(shown.group(1)) == (row["nfr"] == max(thin, thick))
+        nfr = re.search(r'data-key="nfr">([0-9.]+)<', shown.group(2))
+        assert float(nfr.group(1)) == pytest.approx(row["nfr"], abs=5e-5)
+        assert f'<td class="num">{row["n"]}</td>' in shown.group(2)
+    after = client.post("/gate", json={"model": LINE, "candidate": "3"}).json()
+    with db() as session:  # 3 stands for the repair of 2
+        session.add(Job(kind=JobKind.TRAIN, state=JobState.SUCCEEDED, progress=1.0,
+                        params={"method": "ensemble", "decision_id": decision["decision_id"]}))
+        version = session.scalars(select(ModelVersion).where(ModelVersion.version == "3")).one()
+        version.produced_by = {"method": "ensemble", "decision_id": decision["decision_id"]}
+        session.get(Decision, after["decision_id"]).repair_of_id = decision["decision_id"]
+    text = signed_in.get(f"/ui/decisions/{decision['decision_id']}").text
+    table = re.search(r'<table class="data" id="before-after">(.*?)</table>', text, re.DOTALL)
+    repaired = {row["group"]: row for row in after["metrics"]["grouped"]["groups"]}
+    for group in measured:
+        shown = re.findall(rf'<td class="num" data-group="{group}">([0-9.]+)</td>', table.group(1))
+        assert [float(value) for value in shown] == [
+            pytest.approx(measured[group]["nfr"], abs=5e-5),
+            pytest.approx(repaired[group]["nfr"], abs=5e-5)]
 
 
 def open_jobs_shown(text: str) -> int:
