@@ -382,8 +382,10 @@ def test_jobs_name_the_line_versions_and_decision_they_serve_with_links(seeded, 
             Job(kind=JobKind.TRAIN, state=JobState.FAILED, error="no calibration",
                 params={"method": "ensemble", "decision_id": seeded.blocked_id,
                         "version": "2-ensemble"}),
-            Job(kind=JobKind.MLFLOW, state=JobState.QUEUED, params={"reconcile": True})])
+            Job(kind=JobKind.MLFLOW, state=JobState.QUEUED, params={"reconcile": True}),
+            Job(kind=JobKind.MATRIX, state=JobState.RUNNING, progress=1.0, params={})])
     text = signed_in.get("/ui/jobs").text
+    assert '<span class="progress-value">finishing</span>' in text and "100.0%" not in text
     served = [(href.replace("&amp;", "&"), name) for href, name in re.findall(
         r'<td class="serves"><a href="([^"]+)">([^<]+)</a>', text)]
     for link in [(f"/ui/lines/{LINE}", f"{LINE}:2 on {EVALSET}"),
