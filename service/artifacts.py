@@ -151,15 +151,17 @@ class ArtifactStore:
         return artifact
 
     @contextmanager
-    def stage(self, readable: BinaryIO, *, filename: str, max_bytes: int) -> Iterator[Path]:
-        """An upload streamed (at most `max_bytes`) into a fresh folder of its own, so that
-        nothing it names relative to itself can reach other files; removed afterwards."""
+    def stage(self, readable: BinaryIO, *, filename: str,
+              max_bytes: int) -> Iterator[StagedFile]:
+        """An upload streamed (at most `max_bytes`) and hashed into a fresh folder of its
+        own, so that nothing it names relative to itself can reach other files; removed
+        afterwards."""
         self.staging.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.staging) as folder:
             path = Path(folder) / filename
             with path.open("wb") as handle:
-                _copy_hashing(readable, handle, max_bytes)
-            yield path
+                artifact = _copy_hashing(readable, handle, max_bytes)
+            yield StagedFile(path, artifact.sha256)
 
     @asynccontextmanager
     async def stage_chunks(self, chunks: AsyncIterator[bytes], *, filename: str,
