@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.datastructures import State
 
+from flipgate.logits_scan import LogitsScan
 from service.artifacts import ArtifactStore, StagedFile
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
@@ -43,11 +44,12 @@ RAW_BODY_ROUTE: dict[str, Any] = {  # the OpenAPI entry of a route that takes a 
 }
 
 
-def raw_body(filename: str) -> Any:
+def raw_body(filename: str, *, logits: bool = False) -> Any:
     """A dependency: the raw request body (Content-Type application/octet-stream) streamed
-    to the staging file `filename` and hashed in one pass, at most FLIPGATE_MAX_UPLOAD_MB
-    (413 beyond); removed after the answer. Another type is 415 `unsupported_media_type`,
-    unread. Routes that take it add RAW_BODY_ROUTE to their decorator."""
+    to the staging file `filename` and hashed (and with `logits`, scanned: LogitsScan) in
+    one pass, at most FLIPGATE_MAX_UPLOAD_MB (413 beyond); removed after the answer.
+    Another type is 415 `unsupported_media_type`, unread. Routes that take it add
+    RAW_BODY_ROUTE to their decorator."""
 
     async def staged(request: Request) -> AsyncIterator[StagedFile]:
         content_type = request.headers.get("content-type", "").partition(";")[0]
@@ -56,14 +58,14 @@ def raw_body(filename: str) -> Any:
                                        f"request body with Content-Type: {RAW_BODY_TYPE}")
         store: ArtifactStore = request.app.state.store
         async with store.stage_chunks(request.stream(), filename=filename,
-                                      max_bytes=request.app.state.settings.max_upload_bytes
-                                      ) as staged_file:
+                                      max_bytes=request.app.state.settings.max_upload_bytes,
+                                      scan=LogitsScan() if logits else None) as staged_file:
             yield staged_file
 
     return Depends(staged)
 
 
-StagedNpy = Annotated[StagedFile, raw_body("body.npy")]
+StagedLogits = Annotated[StagedFile, raw_body("body.npy", logits=True)]
 StagedNpz = Annotated[StagedFile, raw_body("body.npz")]
 StagedModel = Annotated[StagedFile, raw_body("upload")]
 

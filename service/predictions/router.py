@@ -10,7 +10,7 @@ from service import flows
 from service.artifacts import ArtifactStore, StagedFile, upload_name
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
-from service.deps import RAW_BODY_ROUTE, WRITE, SessionDep, SettingsDep, StagedNpy, StoreDep
+from service.deps import RAW_BODY_ROUTE, WRITE, SessionDep, SettingsDep, StagedLogits, StoreDep
 from service.errors import InvalidInput
 from service.names import NAME_LENGTH
 from service.predictions import service
@@ -59,7 +59,7 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
 @router.put("/models/{name}/versions/{version}/predictions", status_code=201,
             response_model=PredictionRead, dependencies=[WRITE], **RAW_BODY_ROUTE)
 def put_predictions(name: str, version: str, session: SessionDep, store: StoreDep,
-                    body: StagedNpy, evalset: Annotated[str, Query(max_length=NAME_LENGTH)],
+                    body: StagedLogits, evalset: Annotated[str, Query(max_length=NAME_LENGTH)],
                     scores: Annotated[ScoreKind, Query(description="what the uploaded scores "
                                                        "are")] = "logits") -> Prediction:
     """The POST's logits upload with the .npy file as the raw request body (Content-Type
@@ -75,11 +75,11 @@ def put_predictions(name: str, version: str, session: SessionDep, store: StoreDe
 def _store_scores(session: Session, store: ArtifactStore, version: ModelVersion,
                   dataset: Dataset, staged: StagedFile, scores: str, shown: str) -> Prediction:
     """Store an uploaded scores file as the version's logits (probabilities as their logs)."""
-    path, sha256 = staged.path, staged.sha256
+    path, sha256, scan = staged.path, staged.sha256, staged.scan
     if scores == PROBABILITIES:
-        path, sha256 = service.logits_of_probabilities(path, name=shown), None
+        path, sha256, scan = service.logits_of_probabilities(path, name=shown), None, None
     checked = service.check_logits_file(version=version, dataset=dataset, npy_path=path,
-                                        name=shown, sha256=sha256)
+                                        name=shown, sha256=sha256, scan=scan)
     return service.store_logits_file(session=session, store=store, version=version,
                                      dataset=dataset, logits=checked,
                                      source=PredictionSource.UPLOADED)
