@@ -209,8 +209,9 @@ class OnnxClassifier:
 
 
 def _as_input(batch: np.ndarray, spec: InputSpec) -> np.ndarray:
-    """A batch in the input's dtype (strings as they are), contiguous, as ORT takes it."""
-    return np.ascontiguousarray(batch if spec.dtype.kind == "U" else batch.astype(spec.dtype))
+    """A batch in the input's dtype (strings as they are), contiguous, as ORT takes it: the
+    batch itself when it is so already (a slice of rows of the eval set), never a copy."""
+    return np.ascontiguousarray(batch, dtype=None if spec.dtype.kind == "U" else spec.dtype)
 
 
 def _length(feeds: Mapping[str, np.ndarray]) -> int:
