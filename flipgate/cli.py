@@ -57,10 +57,7 @@ def compare_and_report(
 ) -> None:
     """Score both models (each read as `reads` says), then print the terminal report or JSON
     and write the HTML page (with the flip gallery unless `gallery` is false)."""
-    from flipgate.reporting.html import flip_gallery, render_html
-    from flipgate.reporting.terminal import render_report
-
-    evalset = load_evalset(evalset_path)
+    evalset = load_evalset(evalset_path, mmap=True)
     with progress_bars(enabled=not as_json) as bar:
         scored = [score(source, evalset, batch_size=batch_size, device=device, read=read,
                         progress=bar(f"scoring {source.name}"))
@@ -71,6 +68,8 @@ def compare_and_report(
               "old": scored[0].describe(), "new": scored[1].describe()}
     names = {"old_name": str(old), "new_name": str(new)}
     if html:
+        from flipgate.reporting.html import flip_gallery, render_html  # matplotlib: 0.4 s
+
         flips = flip_gallery(analysis, evalset, class_names=report["class_names"]) \
             if gallery and analysis.values else ""
         write_text(html, render_html(analysis.values, report, **names, gallery=flips,
@@ -78,6 +77,8 @@ def compare_and_report(
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:
+        from flipgate.reporting.terminal import render_report
+
         render_report(report, Console(), **names, class_names=report["class_names"])
 
 

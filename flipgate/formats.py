@@ -362,10 +362,12 @@ def check_labels(labels: np.ndarray, num_classes: int | None, *, source: str) ->
                            f"{label} at index {first} does not")
 
 
-def load_logits(path: str | Path, *, mmap: bool = False,
-                source: str | None = None) -> np.ndarray:
+def load_logits(path: str | Path, *, mmap: bool = False, source: str | None = None,
+                non_finite: int | None = None) -> np.ndarray:
     """Load (N, C) float logits from a .npy file, memory-mapped with `mmap`; the header is
-    checked against the file before the data is read."""
+    checked against the file before the data is read. `non_finite`: the count of NaN or
+    infinite values when it was taken already (flipgate.logits_scan): then the values are
+    not read here."""
     path = _existing(path, "logits", source)
     source = source or str(path)
     try:
@@ -379,7 +381,10 @@ def load_logits(path: str | Path, *, mmap: bool = False,
         raise
     except NUMPY_READ_ERRORS as error:
         raise _unreadable(error, source, "logits_corrupt", "a readable .npy array") from error
-    return validate_logits(logits, source=source)
+    if non_finite is None:
+        return validate_logits(logits, source=source)
+    _refuse_non_finite(non_finite, source)
+    return logits
 
 
 def single_npy_header(path: Path, *, source: str, what: str) -> _Header:
@@ -569,7 +574,11 @@ def _unreadable(error: Exception, source: str, code: str, expected: str) -> Inpu
 
 def _require_finite(array: np.ndarray, source: str) -> None:
     """No NaN or infinity, checked a chunk of rows at a time (memory-mapped arrays stay so)."""
-    bad = sum(chunk.size - np.count_nonzero(np.isfinite(chunk)) for chunk in row_chunks(array))
+    _refuse_non_finite(sum(chunk.size - np.count_nonzero(np.isfinite(chunk))
+                           for chunk in row_chunks(array)), source)
+
+
+def _refuse_non_finite(bad: int, source: str) -> None:
     if bad:
         raise InputError("non_finite", f"{source} contains {bad} NaN or infinite values")
 

@@ -30,6 +30,7 @@ CPU = "CPUExecutionProvider"
 DEVICES = ("auto", "cuda", "cpu")
 DEFAULT_BATCH_SIZE = 512
 _RUN_OPTIONS: dict[int, ort.RunOptions] = {}  # by thread: what terminate_runs reaches
+_cuda_unusable = False  # True once a session asked for CUDA came back without it
 
 
 def terminate_runs(thread_id: int) -> None:
@@ -48,13 +49,18 @@ def _run_options() -> ort.RunOptions:
 
 
 def create_session(path: Path, device: str = "auto") -> ort.InferenceSession:
-    """An inference session on CUDA when asked for or available ("auto"), else on the CPU."""
+    """An inference session on CUDA when asked for or available ("auto"), else on the CPU.
+    CUDA is tried once per process: after a session asked for it came back without it (its
+    libraries or the GPU are missing), sessions go straight to the CPU (each try costs a
+    session's creation, 20-100 ms for a small model)."""
+    global _cuda_unusable
     if device not in DEVICES:
         raise InputError("invalid_device", f"device must be one of {DEVICES}, not {device!r}")
-    if device != "cpu" and CUDA in ort.get_available_providers():
+    if device != "cpu" and CUDA in ort.get_available_providers() and not _cuda_unusable:
         session = _quiet_session(path, [CUDA, CPU])
         if session.get_providers()[0] == CUDA:
             return session
+        _cuda_unusable = True
     if device == "cuda":
         raise InputError("cuda_unavailable", "the CUDA execution provider is not usable "
                            "here (no GPU, or its CUDA/cuDNN libraries are missing)")
@@ -209,8 +215,9 @@ class OnnxClassifier:
 
 
 def _as_input(batch: np.ndarray, spec: InputSpec) -> np.ndarray:
-    """A batch in the input's dtype (strings as they are), contiguous, as ORT takes it."""
-    return np.ascontiguousarray(batch if spec.dtype.kind == "U" else batch.astype(spec.dtype))
+    """A batch in the input's dtype (strings as they are), contiguous, as ORT takes it: the
+    batch itself when it is so already (a slice of rows of the eval set), never a copy."""
+    return np.ascontiguousarray(batch, dtype=None if spec.dtype.kind == "U" else spec.dtype)
 
 
 def _length(feeds: Mapping[str, np.ndarray]) -> int:

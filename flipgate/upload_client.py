@@ -1,10 +1,10 @@
-"""`flipgate upload logits`: send a version's logits on an eval set to a server by the fast
-path, the file as the raw body of a PUT (no multipart form to build or parse)."""
+"""`flipgate upload logits|evalset|model`: send a file to a server by the fast path, as the
+raw body of a PUT (no multipart form to build or parse)."""
 
 import argparse
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -29,57 +29,108 @@ def file_chunks(path: Path, progress: Progress | None = None) -> Iterator[bytes]
                 progress(sent, total)
 
 
-def put_logits(server: str, reference: str, evalset: str, path: Path, *,
-               credentials: Credentials, scores: str = "logits",
-               progress: Progress | None = None) -> dict:
-    """PUT the .npy `path` as the logits (or probabilities) of `line:version` on `evalset`;
-    the server's record of them."""
-    line, _, version = reference.partition(":")
-    if not line or not version:
-        raise InputError("invalid_reference", f"{reference!r}: name a version as LINE:VERSION")
-    url = f"/models/{quote(line, safe='')}/versions/{quote(version, safe='')}/predictions"
+def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
+             credentials: Credentials, progress: Progress | None = None) -> dict:
+    """PUT the file `path` as the raw body of `url` (with query `params`) on `server`; the
+    server's JSON answer."""
     headers = {"Content-Type": "application/octet-stream",
                "Content-Length": str(path.stat().st_size), **credentials.headers()}
     with httpx.Client(base_url=server, timeout=UPLOAD_TIMEOUT) as http:
         try:
-            response = http.put(url, params={"evalset": evalset, "scores": scores},
-                                content=file_chunks(path, progress), headers=headers)
+            response = http.put(url, params=params, content=file_chunks(path, progress),
+                                headers=headers)
         except httpx.TransportError as error:
             raise InputError("unreachable", f"cannot reach {server}: "
                                f"{error or type(error).__name__}") from error
     return answer(response)
 
 
-def run_upload_logits(args: argparse.Namespace) -> int:
-    """Upload and print the stored record; exit 0, or 2 on a usage or HTTP error."""
+def version_url(reference: str) -> str:
+    """The URL path of the version `line:version`."""
+    line, _, version = reference.partition(":")
+    if not line or not version:
+        raise InputError("invalid_reference", f"{reference!r}: name a version as LINE:VERSION")
+    return f"/models/{quote(line, safe='')}/versions/{quote(version, safe='')}"
+
+
+Request = tuple[str, dict[str, str], Callable[[dict], str]]  # URL, query, summary of the answer
+
+
+def logits_request(args: argparse.Namespace) -> Request:
+    """PUT /models/{line}/versions/{version}/predictions?evalset=E&scores=S."""
+    return (f"{version_url(args.version)}/predictions",
+            {"evalset": args.evalset, "scores": args.scores},
+            lambda record: f"stored {args.version} on {args.evalset}: logits "
+                           f"{record.get('logits_sha256')}")
+
+
+def evalset_request(args: argparse.Namespace) -> Request:
+    """PUT /evalsets/{name}."""
+    return (f"/evalsets/{quote(args.name, safe='')}", {},
+            lambda record: f"registered eval set {args.name}: {record.get('n')} samples, "
+                           f"{record.get('num_classes')} classes")
+
+
+def model_request(args: argparse.Namespace) -> Request:
+    """PUT /models/{line}/versions/{version}?parent=&metadata=&output=&scores=."""
+    fields = {"parent": args.parent, "metadata": args.metadata, "output": args.output,
+              "scores": args.scores}
+    return (version_url(args.version),
+            {name: value for name, value in fields.items() if value is not None},
+            lambda record: f"registered {args.version}: artifact "
+                           f"{record.get('artifact_sha256')}")
+
+
+def run_upload(args: argparse.Namespace) -> int:
+    """Upload and print the server's record; exit 0, or 2 on a usage or HTTP error."""
     if not args.file.is_file():
         raise InputError("file_not_found", f"{args.file} is not a file")
+    url, params, summary = args.request(args)
     credentials = Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"))
     with progress_bars() as bars:
-        record = put_logits(args.server, args.version, args.evalset, args.file,
-                            credentials=credentials, scores=args.scores,
-                            progress=bars(f"uploading {args.file.name}"))
-    print(json.dumps(record) if args.json else
-          f"stored {args.version} on {args.evalset}: logits {record.get('logits_sha256')}")
+        record = put_file(args.server, url, args.file, params=params, credentials=credentials,
+                          progress=bars(f"uploading {args.file.name}"))
+    print(json.dumps(record) if args.json else summary(record))
     return 0
 
 
 def add_upload_command(commands: argparse._SubParsersAction) -> None:
-    """The `flipgate upload` subcommand and its `logits`."""
+    """The `flipgate upload` subcommand and its `logits`, `evalset` and `model`."""
     upload = commands.add_parser("upload", help="send files to a server by the fast path")
     kinds = upload.add_subparsers(dest="kind", required=True, parser_class=type(upload))
-    logits = kinds.add_parser(
-        "logits", help="a version's logits (or probabilities) on an eval set",
-        description="PUTs the .npy file as the raw request body of /models/{line}/versions/"
-                    "{version}/predictions: streamed, no multipart form. Exit 0, or 2 on a "
-                    "usage or HTTP error.")
+    logits = _kind(kinds, "logits", "a version's logits (or probabilities) on an eval set",
+                   "/models/{line}/versions/{version}/predictions", logits_request)
     logits.add_argument("version", metavar="LINE:VERSION")
     logits.add_argument("file", type=Path, metavar="FILE.npy", help="(N, C) float scores")
     logits.add_argument("--evalset", required=True, help="the eval set they score")
-    logits.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
-    logits.add_argument("--token", help="bearer token with scope write (default: "
-                                        "$FLIPGATE_TOKEN)")
     logits.add_argument("--scores", choices=("logits", "probabilities"), default="logits",
                         help="what the file holds (probabilities are stored as their logs)")
-    logits.add_argument("--json", action="store_true", help="print the server's JSON answer")
-    logits.set_defaults(run=run_upload_logits)
+    evalset = _kind(kinds, "evalset", "register a labeled eval set (.npz)",
+                    "/evalsets/{name}", evalset_request)
+    evalset.add_argument("name", metavar="NAME")
+    evalset.add_argument("file", type=Path, metavar="FILE.npz",
+                         help="named arrays: y and the inputs (x, or one per model input)")
+    model = _kind(kinds, "model", "register an ONNX version (.onnx, or .zip with its "
+                  "external data)", "/models/{line}/versions/{version}", model_request)
+    model.add_argument("version", metavar="LINE:VERSION")
+    model.add_argument("file", type=Path, metavar="FILE.onnx|FILE.zip")
+    model.add_argument("--parent", help="LINE:VERSION or LINE@ALIAS it replaces")
+    model.add_argument("--metadata", metavar="JSON", help="a JSON object kept with the version")
+    model.add_argument("--output", help="the output that holds the scores (default: chosen "
+                                        "from the graph)")
+    model.add_argument("--scores", choices=("logits", "probabilities"),
+                       help="what the scores are (default: detected from the graph)")
+
+
+def _kind(kinds: argparse._SubParsersAction, name: str, summary: str, url: str,
+          request: Callable[[argparse.Namespace], Request]) -> argparse.ArgumentParser:
+    """One kind of upload, with the options every kind shares."""
+    parser = kinds.add_parser(name, help=summary, description=f"{summary}: PUTs the file as "
+                              f"the raw request body of {url}, streamed, no multipart form. "
+                              "Exit 0, or 2 on a usage or HTTP error.")
+    parser.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
+    parser.add_argument("--token", help="bearer token with scope write (default: "
+                                        "$FLIPGATE_TOKEN)")
+    parser.add_argument("--json", action="store_true", help="print the server's JSON answer")
+    parser.set_defaults(run=run_upload, request=request)
+    return parser

@@ -1,19 +1,19 @@
 """A content-addressed file store: each artifact lives at sha256/ab/cdef… and never changes."""
 
+import asyncio
 import hashlib
 import os
 import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import anyio
-
+from flipgate.logits_scan import LogitsScan
 from service.config import Settings
 from service.errors import InvalidInput, NotFound, PayloadTooLarge
 
@@ -33,10 +33,12 @@ class StoredArtifact:
 
 @dataclass(frozen=True)
 class StagedFile:
-    """An upload written to staging, and the digest taken while it was written."""
+    """An upload written to staging, the digest taken while it was written and, for logits,
+    their scan (checks and argmax) taken in the same pass."""
 
     path: Path
     sha256: str
+    scan: LogitsScan | None = None
 
 
 class ArtifactStore:
@@ -151,21 +153,25 @@ class ArtifactStore:
         return artifact
 
     @contextmanager
-    def stage(self, readable: BinaryIO, *, filename: str, max_bytes: int) -> Iterator[Path]:
-        """An upload streamed (at most `max_bytes`) into a fresh folder of its own, so that
-        nothing it names relative to itself can reach other files; removed afterwards."""
+    def stage(self, readable: BinaryIO, *, filename: str,
+              max_bytes: int) -> Iterator[StagedFile]:
+        """An upload streamed (at most `max_bytes`) and hashed into a fresh folder of its
+        own, so that nothing it names relative to itself can reach other files; removed
+        afterwards."""
         self.staging.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.staging) as folder:
             path = Path(folder) / filename
             with path.open("wb") as handle:
-                _copy_hashing(readable, handle, max_bytes)
-            yield path
+                artifact = _copy_hashing(readable, handle, max_bytes)
+            yield StagedFile(path, artifact.sha256)
 
     @asynccontextmanager
     async def stage_chunks(self, chunks: AsyncIterator[bytes], *, filename: str,
-                           max_bytes: int) -> AsyncIterator[StagedFile]:
-        """`stage` for a body that arrives as chunks (a raw request body): written and
-        hashed as it comes, a megabyte at a time off the event loop, in one pass."""
+                           max_bytes: int,
+                           scan: LogitsScan | None = None) -> AsyncIterator[StagedFile]:
+        """`stage` for a body that arrives as chunks (a raw request body): written, hashed
+        and fed to `scan` as it comes, a megabyte at a time off the event loop, in one
+        pass."""
         self.staging.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.staging) as folder:
             path, digest = Path(folder) / filename, hashlib.sha256()
@@ -174,20 +180,11 @@ class ArtifactStore:
                 def keep(data: bytes) -> None:
                     digest.update(data)
                     handle.write(data)
+                    if scan is not None:
+                        scan.feed(data)
 
-                pending: list[bytes] = []
-                size = buffered = 0
-                async for chunk in chunks:
-                    size, buffered = size + len(chunk), buffered + len(chunk)
-                    if size > max_bytes:
-                        raise PayloadTooLarge("payload_too_large", "the upload is larger "
-                                              f"than the limit of {max_bytes} bytes")
-                    pending.append(chunk)
-                    if buffered >= WRITE_BATCH_BYTES:
-                        await anyio.to_thread.run_sync(keep, b"".join(pending))
-                        pending, buffered = [], 0
-                keep(b"".join(pending))
-            yield StagedFile(path, digest.hexdigest())
+                await _receive(chunks, keep, max_bytes)
+            yield StagedFile(path, digest.hexdigest(), scan)
 
     def _place(self, temporary: Path, sha256: str) -> None:
         """Rename a finished upload to its address unless an artifact is already there."""
@@ -201,6 +198,33 @@ class ArtifactStore:
         except OSError:  # another upload placed the same bundle first
             if not target.is_dir():
                 raise
+
+
+async def _receive(chunks: AsyncIterator[bytes], keep: Callable[[bytes], None],
+                   max_bytes: int) -> None:
+    """Hand the chunks to `keep` in order, a batch of WRITE_BATCH_BYTES at a time in a
+    worker thread while the next batch is received (at most one batch in the thread, none
+    left there when this returns or raises); more than `max_bytes` is PayloadTooLarge."""
+    loop, pending, size, buffered = asyncio.get_running_loop(), [], 0, 0
+    writing: asyncio.Future | None = None
+    try:
+        async for chunk in chunks:
+            size, buffered = size + len(chunk), buffered + len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLarge("payload_too_large", "the upload is larger than the "
+                                      f"limit of {max_bytes} bytes")
+            pending.append(chunk)
+            if buffered >= WRITE_BATCH_BYTES:
+                if writing is not None:
+                    await asyncio.shield(writing)
+                writing = loop.run_in_executor(None, keep, b"".join(pending))
+                pending, buffered = [], 0
+    finally:
+        if writing is not None:
+            await asyncio.wait([writing])  # the file is never closed under a write
+    if writing is not None:
+        writing.result()
+    keep(b"".join(pending))
 
 
 def upload_name(field: str, filename: str | None) -> str:

@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.datastructures import State
 
+from flipgate.logits_scan import LogitsScan
 from service.artifacts import ArtifactStore, StagedFile
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
@@ -19,6 +20,7 @@ from service.config import Settings
 from service.db import read_only
 from service.errors import Unauthorized, UnsupportedMediaType
 from service.jobs.enqueue import enqueue_after_commit
+from service.schemas import ErrorBody
 
 bearer = HTTPBearer(auto_error=False, description="an API token, or FLIPGATE_ADMIN_TOKEN")
 
@@ -34,23 +36,38 @@ def get_store(request: Request) -> ArtifactStore:
 
 
 RAW_BODY_TYPE = "application/octet-stream"
+RAW_BODY_ROUTE: dict[str, Any] = {  # the OpenAPI entry of a route that takes a raw body
+    "openapi_extra": {"requestBody": {"required": True, "content": {
+        RAW_BODY_TYPE: {"schema": {"type": "string", "format": "binary"}}}}},
+    "responses": {415: {"model": ErrorBody, "description": f"the body is not {RAW_BODY_TYPE} "
+                        "(unsupported_media_type)"}},
+}
 
 
-async def staged_body(request: Request) -> AsyncIterator[StagedFile]:
-    """The raw request body (Content-Type application/octet-stream) streamed to a staging
-    file in one pass, at most FLIPGATE_MAX_UPLOAD_MB (413 beyond); removed after the answer.
-    Another type is 415 `unsupported_media_type`, unread."""
-    content_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if content_type != RAW_BODY_TYPE:
-        raise UnsupportedMediaType("unsupported_media_type", f"send the file as the request "
-                                   f"body with Content-Type: {RAW_BODY_TYPE}")
-    store: ArtifactStore = request.app.state.store
-    async with store.stage_chunks(request.stream(), filename="body.npy",
-                                  max_bytes=request.app.state.settings.max_upload_bytes) as staged:
-        yield staged
+def raw_body(filename: str, *, logits: bool = False) -> Any:
+    """A dependency: the raw request body (Content-Type application/octet-stream) streamed
+    to the staging file `filename` and hashed (and with `logits`, scanned: LogitsScan) in
+    one pass, at most FLIPGATE_MAX_UPLOAD_MB (413 beyond); removed after the answer.
+    Another type is 415 `unsupported_media_type`, unread. Routes that take it add
+    RAW_BODY_ROUTE to their decorator."""
+
+    async def staged(request: Request) -> AsyncIterator[StagedFile]:
+        content_type = request.headers.get("content-type", "").partition(";")[0]
+        if content_type.strip().lower() != RAW_BODY_TYPE:
+            raise UnsupportedMediaType("unsupported_media_type", f"send the file as the "
+                                       f"request body with Content-Type: {RAW_BODY_TYPE}")
+        store: ArtifactStore = request.app.state.store
+        async with store.stage_chunks(request.stream(), filename=filename,
+                                      max_bytes=request.app.state.settings.max_upload_bytes,
+                                      scan=LogitsScan() if logits else None) as staged_file:
+            yield staged_file
+
+    return Depends(staged)
 
 
-StagedBody = Annotated[StagedFile, Depends(staged_body)]
+StagedLogits = Annotated[StagedFile, raw_body("body.npy", logits=True)]
+StagedNpz = Annotated[StagedFile, raw_body("body.npz")]
+StagedModel = Annotated[StagedFile, raw_body("upload")]
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

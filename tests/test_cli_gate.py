@@ -251,3 +251,27 @@ def test_upload_logits_puts_the_file_as_the_raw_body(gate, run_cli, tmp_path):
     wrong = run_cli("upload", "logits", "digits:llm", path, "--evalset", "nope",
                     "--server", gate.url, "--token", ADMIN_TOKEN)
     assert wrong.code == 2 and "dataset_not_found" in wrong.err
+
+
+def test_upload_model_and_evalset_put_the_files_as_raw_bodies(gate, run_cli, tmp_path):
+    rng = np.random.default_rng(2)
+    model = linear_onnx(tmp_path / "1.9.onnx", rng.normal(size=(FEATURES, CLASSES)),
+                        rng.normal(size=CLASSES), ("N", FEATURES))
+    result = run_cli("upload", "model", "digits:1.9", model, "--parent", "digits:1.0",
+                     "--metadata", '{"owner": "ci"}', "--server", gate.url, "--token",
+                     ADMIN_TOKEN, "--json")
+    assert result.code == 0, result.err
+    record = json.loads(result.out)
+    assert record["artifact_sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert record["metadata"] == {"owner": "ci"}
+    assert record["parent_id"] == checked(gate.admin.get("/models/digits/versions/1.0"))["id"]
+    evalset = tmp_path / "more.npz"
+    np.savez(evalset, x=rng.normal(size=(12, FEATURES)).astype(np.float32),
+             y=np.arange(12) % CLASSES)
+    result = run_cli("upload", "evalset", "more", evalset, "--server", gate.url, "--token",
+                     ADMIN_TOKEN)
+    assert result.code == 0, result.err
+    assert result.out.strip() == "registered eval set more: 12 samples, 3 classes"
+    again = run_cli("upload", "evalset", "more", evalset, "--server", gate.url, "--token",
+                    ADMIN_TOKEN)
+    assert again.code == 2 and "dataset_exists" in again.err

@@ -1,14 +1,17 @@
-"""Uncertainty of flip and churn rates: Wilson intervals and the exact McNemar test."""
+"""Uncertainty of flip and churn rates: Wilson intervals and the exact McNemar test.
+
+scipy.special is imported when a number is first computed, not with the package: the
+commands that compute none (`flipgate --help`, `gate`, `policy`) do not wait for it."""
 
 import math
-
-from scipy.special import bdtrc, ndtri
 
 
 def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion; (0, 1) when there are no trials."""
     if trials == 0:
         return (0.0, 1.0)
+    from scipy.special import ndtri
+
     z = float(ndtri(0.5 + confidence / 2))
     p = successes / trials
     denominator = 1 + z * z / trials
@@ -43,4 +46,6 @@ def cost_mcnemar_one_sided_p(
     if discordant == 0 or negative_flips == 0:
         return 1.0
     null_share = positive_flip_gain / (negative_flip_cost + positive_flip_gain)
+    from scipy.special import bdtrc
+
     return float(bdtrc(negative_flips - 1, discordant, null_share))  # P(X >= nf)

@@ -4,11 +4,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
 
-from service.artifacts import upload_name
+from service.artifacts import StagedFile, upload_name
 from service.datasets import service
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.schemas import DatasetRead
-from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
+from service.deps import (
+    RAW_BODY_ROUTE,
+    READ,
+    WRITE,
+    SessionDep,
+    SettingsDep,
+    StagedNpz,
+    StoreDep,
+)
 
 router = APIRouter(tags=["evalsets"])
 
@@ -28,14 +36,31 @@ def register_trainset(session: SessionDep, store: StoreDep, settings: SettingsDe
     return register(session, store, settings, name, data, DatasetRole.TRAIN)
 
 
+@router.put("/evalsets/{name}", status_code=201, response_model=DatasetRead,
+            dependencies=[WRITE], **RAW_BODY_ROUTE)
+def put_evalset(name: str, session: SessionDep, store: StoreDep, settings: SettingsDep,
+                body: StagedNpz) -> Dataset:
+    """POST /evalsets with the .npz as the raw request body (Content-Type
+    application/octet-stream): streamed to disk and hashed in one pass, no form to parse.
+    The same checks, limits and answers as the POST."""
+    return store_staged(session, store, settings, name, body, "data", DatasetRole.EVAL)
+
+
 def register(session: SessionDep, store: StoreDep, settings: SettingsDep, name: str,
              data: UploadFile, role: DatasetRole) -> Dataset:
     """Stage the upload under the size limit and store it as a data set of `role`."""
-    with store.stage(data.file, filename="data.npz", max_bytes=settings.max_upload_bytes) as path:
-        return service.register_dataset(
-            session=session, store=store, name=name, role=role, npz_path=path,
-            source=upload_name("data", data.filename),
-            max_decompressed_bytes=settings.max_decompressed_bytes)
+    with store.stage(data.file, filename="data.npz", max_bytes=settings.max_upload_bytes) as staged:
+        return store_staged(session, store, settings, name, staged,
+                            upload_name("data", data.filename), role)
+
+
+def store_staged(session: SessionDep, store: StoreDep, settings: SettingsDep, name: str,
+                 staged: StagedFile, source: str, role: DatasetRole) -> Dataset:
+    """Store a staged .npz (messages name it `source`) as the data set `name` of `role`."""
+    return service.register_dataset(
+        session=session, store=store, name=name, role=role, npz_path=staged.path,
+        sha256=staged.sha256, source=source,
+        max_decompressed_bytes=settings.max_decompressed_bytes)
 
 
 @router.get("/evalsets", response_model=list[DatasetRead], dependencies=[READ])

@@ -17,10 +17,11 @@ from service.names import check_name
 def register_dataset(
     *, session: Session, store: ArtifactStore, name: str, role: DatasetRole, npz_path: Path,
     num_classes: int | None = None, source: str | None = None,
-    max_decompressed_bytes: int | None = None,
+    max_decompressed_bytes: int | None = None, sha256: str | None = None,
 ) -> Dataset:
-    """Store a labeled .npz under a new name; classes default to the number of names in its
-    `classes`, else to the largest label + 1 (string labels need `classes`).
+    """Store a labeled .npz (whose digest is `sha256`, when taken already) under a new name;
+    classes default to the number of names in its `classes`, else to the largest label + 1
+    (string labels need `classes`).
     The file is validated (memory-mapped where it can be) and the row inserted before the
     file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
@@ -32,7 +33,7 @@ def register_dataset(
                                "array `classes` (one name per output column) to the eval set")
         num_classes = num_classes or (len(data.classes) if data.classes else None)
         check_labels(data.y, num_classes, source=name)
-    row = Dataset(name=name, role=role, sha256=file_sha256(npz_path), n=data.n,
+    row = Dataset(name=name, role=role, sha256=sha256 or file_sha256(npz_path), n=data.n,
                   num_classes=num_classes or int(data.y.max()) + 1,
                   sample_shape=list(data.sample_shape))
     insert_or_conflict(session, row, code="dataset_exists",

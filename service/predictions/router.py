@@ -1,6 +1,5 @@
 """Endpoint for the scores or labels that a team computed itself."""
 
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Query, UploadFile
@@ -8,10 +7,10 @@ from sqlalchemy.orm import Session
 
 from flipgate.scores import PROBABILITIES
 from service import flows
-from service.artifacts import ArtifactStore, upload_name
+from service.artifacts import ArtifactStore, StagedFile, upload_name
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
-from service.deps import RAW_BODY_TYPE, WRITE, SessionDep, SettingsDep, StagedBody, StoreDep
+from service.deps import RAW_BODY_ROUTE, WRITE, SessionDep, SettingsDep, StagedLogits, StoreDep
 from service.errors import InvalidInput
 from service.names import NAME_LENGTH
 from service.predictions import service
@@ -20,7 +19,6 @@ from service.predictions.schemas import PredictionRead
 from service.registry.models import ModelVersion
 from service.registry.schemas import ScoreKind
 from service.registry.service import find_version
-from service.schemas import ErrorBody
 
 router = APIRouter(tags=["predictions"])
 
@@ -46,28 +44,22 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
                            "`labels`")
     upload = labels or logits
     with store.stage(upload.file, filename="predictions.npy",
-                     max_bytes=settings.max_upload_bytes) as path:
+                     max_bytes=settings.max_upload_bytes) as staged:
         if labels is not None:
             prediction = service.store_labels_file(
-                session=session, store=store, version=row, dataset=dataset, npy_path=path,
-                name=upload_name("labels", labels.filename))
+                session=session, store=store, version=row, dataset=dataset,
+                npy_path=staged.path, name=upload_name("labels", labels.filename))
         else:
-            prediction = _store_scores(session, store, row, dataset, path, scores,
+            prediction = _store_scores(session, store, row, dataset, staged, scores,
                                        upload_name("logits", logits.filename))
     flows.logits_stored(session=session, version=row, dataset=dataset)
     return prediction
 
 
-RAW_NPY_BODY = {"requestBody": {"required": True, "content": {
-    RAW_BODY_TYPE: {"schema": {"type": "string", "format": "binary"}}}}}
-
-
 @router.put("/models/{name}/versions/{version}/predictions", status_code=201,
-            response_model=PredictionRead, dependencies=[WRITE], openapi_extra=RAW_NPY_BODY,
-            responses={415: {"model": ErrorBody, "description": "the body is not "
-                             f"{RAW_BODY_TYPE} (unsupported_media_type)"}})
+            response_model=PredictionRead, dependencies=[WRITE], **RAW_BODY_ROUTE)
 def put_predictions(name: str, version: str, session: SessionDep, store: StoreDep,
-                    body: StagedBody, evalset: Annotated[str, Query(max_length=NAME_LENGTH)],
+                    body: StagedLogits, evalset: Annotated[str, Query(max_length=NAME_LENGTH)],
                     scores: Annotated[ScoreKind, Query(description="what the uploaded scores "
                                                        "are")] = "logits") -> Prediction:
     """The POST's logits upload with the .npy file as the raw request body (Content-Type
@@ -75,21 +67,19 @@ def put_predictions(name: str, version: str, session: SessionDep, store: StoreDe
     checks, limits and answers as the POST."""
     row = find_version(session=session, line_name=name, version=version)
     dataset = get_dataset(session=session, name=evalset)
-    prediction = _store_scores(session, store, row, dataset, body.path, scores, "logits",
-                               sha256=body.sha256)
+    prediction = _store_scores(session, store, row, dataset, body, scores, "logits")
     flows.logits_stored(session=session, version=row, dataset=dataset)
     return prediction
 
 
 def _store_scores(session: Session, store: ArtifactStore, version: ModelVersion,
-                  dataset: Dataset, path: Path, scores: str, shown: str,
-                  sha256: str | None = None) -> Prediction:
-    """Store an uploaded scores file (its digest, if taken already) as the version's logits
-    (probabilities as their logs)."""
+                  dataset: Dataset, staged: StagedFile, scores: str, shown: str) -> Prediction:
+    """Store an uploaded scores file as the version's logits (probabilities as their logs)."""
+    path, sha256, scan = staged.path, staged.sha256, staged.scan
     if scores == PROBABILITIES:
-        path, sha256 = service.logits_of_probabilities(path, name=shown), None
+        path, sha256, scan = service.logits_of_probabilities(path, name=shown), None, None
     checked = service.check_logits_file(version=version, dataset=dataset, npy_path=path,
-                                        name=shown, sha256=sha256)
+                                        name=shown, sha256=sha256, scan=scan)
     return service.store_logits_file(session=session, store=store, version=version,
                                      dataset=dataset, logits=checked,
                                      source=PredictionSource.UPLOADED)

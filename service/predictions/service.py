@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from flipgate.formats import load_evalset, load_logits, row_chunks, validate_logits
 from flipgate.inference import OnnxClassifier, Progress
 from flipgate.labels import load_predicted_labels
+from flipgate.logits_scan import LogitsScan
 from flipgate.metrics import predicted_classes
 from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
 from flipgate.scores import PROBABILITIES, to_logits
@@ -158,15 +159,19 @@ class LogitsFile:
 
 
 def check_logits_file(*, version: ModelVersion, dataset: Dataset, npy_path: Path,
-                      name: str | None = None, sha256: str | None = None) -> LogitsFile:
+                      name: str | None = None, sha256: str | None = None,
+                      scan: LogitsScan | None = None) -> LogitsFile:
     """Check logits written to an .npy file (uploaded, or by an inference job) memory-mapped,
-    chunk by chunk, and take their digest (unless `sha256` was taken as it was written) and
-    predicted classes; needs no session (a job does it outside any transaction). Messages
-    name the file `name`."""
+    chunk by chunk, and take their digest and predicted classes, unless `sha256` and `scan`
+    took them as the file was written (then only its header is read); needs no session (a
+    job does it outside any transaction). Messages name the file `name`."""
+    scanned = scan.result() if scan is not None else None
     with library_input():
-        logits = load_logits(npy_path, mmap=True, source=name)
+        logits = load_logits(npy_path, mmap=True, source=name,
+                             non_finite=None if scanned is None else scanned[0])
     _check_shape(logits, version, dataset)
-    return LogitsFile(npy_path, sha256 or file_sha256(npy_path), predicted_classes(logits))
+    classes = predicted_classes(logits) if scanned is None else scanned[1]
+    return LogitsFile(npy_path, sha256 or file_sha256(npy_path), classes)
 
 
 def logits_of_probabilities(path: Path, *, name: str) -> Path:

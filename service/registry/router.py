@@ -1,15 +1,23 @@
 """Endpoints of model lines and versions."""
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
-from fastapi import APIRouter, Form, UploadFile
+from fastapi import APIRouter, Form, Query, UploadFile
 from pydantic import BaseModel, Field, StringConstraints
 
 from service import flows
-from service.artifacts import upload_name
+from service.artifacts import StagedFile, upload_name
 from service.datasets.service import get_dataset
-from service.deps import READ, WRITE, SessionDep, SettingsDep, StoreDep
+from service.deps import (
+    RAW_BODY_ROUTE,
+    READ,
+    WRITE,
+    SessionDep,
+    SettingsDep,
+    StagedModel,
+    StoreDep,
+)
 from service.errors import InvalidInput
 from service.registry import service
 from service.registry.models import ModelLine, ModelVersion
@@ -25,17 +33,21 @@ METADATA_MAX_CHARS = 64 * 1024
 METADATA_MAX_DEPTH = 32
 
 
+PARENT_HELP = "line:version or line@alias"
+METADATA_HELP = "a JSON object"
+OUTPUT_HELP = "the output that holds the scores (default: chosen from the graph)"
+SCORES_HELP = "what the scores are (default: detected from the graph)"
+
+
 @router.post("", status_code=201, response_model=ModelVersionRead, dependencies=[WRITE])
 def register_version(
     session: SessionDep, store: StoreDep, settings: SettingsDep,
     name: Annotated[str, Form()], version: Annotated[str, Form()],
     artifact: UploadFile | None = None,
-    parent: Annotated[str | None, Form(description="line:version or line@alias")] = None,
-    metadata: Annotated[str | None, Form(description="a JSON object")] = None,
-    output: Annotated[str | None, Form(description="the output that holds the scores "
-                                       "(default: chosen from the graph)")] = None,
-    scores: Annotated[ScoreKind | None, Form(description="what the scores are (default: "
-                                             "detected from the graph)")] = None,
+    parent: Annotated[str | None, Form(description=PARENT_HELP)] = None,
+    metadata: Annotated[str | None, Form(description=METADATA_HELP)] = None,
+    output: Annotated[str | None, Form(description=OUTPUT_HELP)] = None,
+    scores: Annotated[ScoreKind | None, Form(description=SCORES_HELP)] = None,
     num_classes: Annotated[int | None, Form(ge=2, description="an external version's new "
                                                  "line: its number of classes")] = None,
 ) -> ModelVersion:
@@ -48,15 +60,51 @@ def register_version(
         return service.register_external_version(
             session=session, line_name=name, version=version, num_classes=num_classes,
             parent=parent, metadata=parse_metadata(metadata))
-    source = upload_name("artifact", artifact.filename)
     with store.stage(artifact.file, filename="upload",
-                     max_bytes=settings.max_upload_bytes) as path:
-        onnx_path = service.model_upload(path, max_bytes=settings.max_decompressed_bytes,
-                                         source=source)
-        row = service.register_version(session=session, store=store, line_name=name,
-                                       version=version, onnx_path=onnx_path, parent=parent,
-                                       metadata=parse_metadata(metadata), source=source,
-                                       output=output, scores=scores)
+                     max_bytes=settings.max_upload_bytes) as staged:
+        return register_staged(session, store, settings, staged, name=name, version=version,
+                               source=upload_name("artifact", artifact.filename),
+                               fields=VersionFields(parent, metadata, output, scores))
+
+
+@router.put("/{name}/versions/{version}", status_code=201, response_model=ModelVersionRead,
+            dependencies=[WRITE], **RAW_BODY_ROUTE)
+def put_version(
+    name: str, version: str, session: SessionDep, store: StoreDep, settings: SettingsDep,
+    body: StagedModel,
+    parent: Annotated[str | None, Query(description=PARENT_HELP)] = None,
+    metadata: Annotated[str | None, Query(description=METADATA_HELP)] = None,
+    output: Annotated[str | None, Query(description=OUTPUT_HELP)] = None,
+    scores: Annotated[ScoreKind | None, Query(description=SCORES_HELP)] = None,
+) -> ModelVersion:
+    """POST /models with the `.onnx` (or model `.zip`) as the raw request body (Content-Type
+    application/octet-stream) and the other fields in the query: streamed to disk and
+    hashed in one pass, no form to parse. The same checks, limits and answers as the POST."""
+    return register_staged(session, store, settings, body, name=name, version=version,
+                           source="artifact",
+                           fields=VersionFields(parent, metadata, output, scores))
+
+
+class VersionFields(NamedTuple):
+    """What a registration may say beside the model file."""
+
+    parent: str | None
+    metadata: str | None
+    output: str | None
+    scores: str | None
+
+
+def register_staged(session: SessionDep, store: StoreDep, settings: SettingsDep,
+                    staged: StagedFile, *, name: str, version: str, source: str,
+                    fields: VersionFields) -> ModelVersion:
+    """Register a staged model file (messages name it `source`) as `name:version` and queue
+    what follows."""
+    onnx_path = service.model_upload(staged.path, max_bytes=settings.max_decompressed_bytes,
+                                     source=source)
+    row = service.register_version(session=session, store=store, line_name=name,
+                                   version=version, onnx_path=onnx_path, parent=fields.parent,
+                                   metadata=parse_metadata(fields.metadata), source=source,
+                                   output=fields.output, scores=fields.scores)
     flows.version_registered(session=session, version=row)
     return row
 

@@ -2,6 +2,8 @@
 
 from tests.service.api.conftest import (  # noqa: F401
     client,
+    send_evalset,
+    send_model,
     settings,
     upload_evalset,
     upload_model,

@@ -29,6 +29,8 @@ from tests.service.api.conftest import (  # noqa: F401 (fixtures)
     post_model,
     rolled_back_client,
     run_task,
+    send_evalset,
+    send_model,
     settings,
     upload_evalset,
     upload_logits,

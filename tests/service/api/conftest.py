@@ -127,16 +127,33 @@ def post_model(client: TestClient, name: str, version: str, content: bytes,
                        files={"artifact": ("model.onnx", content)})
 
 
+def put_model(client: TestClient, name: str, version: str, content: bytes,
+              **fields: str) -> Response:
+    """PUT /models/{name}/versions/{version}: the model as the raw body, the other fields in
+    the query (the fast path)."""
+    return put_raw(client, f"/models/{name}/versions/{version}", content, fields)
+
+
 def post_evalset(client: TestClient, name: str, path: Path) -> Response:
     return client.post("/evalsets", data={"name": name},
                        files={"data": ("data.npz", path.read_bytes())})
 
 
+def put_evalset(client: TestClient, name: str, path: Path) -> Response:
+    """PUT /evalsets/{name}: the .npz as the raw body (the fast path)."""
+    return put_raw(client, f"/evalsets/{name}", path.read_bytes(), {})
+
+
 def put_logits(client: TestClient, ref: str, evalset: str, logits: np.ndarray) -> Response:
     """The logits as the raw body of a PUT (the fast path)."""
     name, version = ref.split(":")
-    return client.put(f"/models/{name}/versions/{version}/predictions",
-                      params={"evalset": evalset}, content=npy_bytes(logits),
+    return put_raw(client, f"/models/{name}/versions/{version}/predictions",
+                   npy_bytes(logits), {"evalset": evalset})
+
+
+def put_raw(client: TestClient, url: str, content: bytes, params: dict[str, str]) -> Response:
+    """A file as the raw body of a PUT."""
+    return client.put(url, params=params, content=content,
                       headers={"Content-Type": "application/octet-stream"})
 
 
@@ -147,21 +164,44 @@ def post_logits(client: TestClient, ref: str, evalset: str, logits: np.ndarray) 
                        files={"logits": ("logits.npy", npy_bytes(logits))})
 
 
-@pytest.fixture
-def upload_model(client, onnx_file) -> Callable[..., Response]:
-    """POSTs a linear ONNX classifier as `name:version`."""
+def both_ways(post: Callable[..., Response], put: Callable[..., Response]) -> Callable:
+    """A fixture that gives `post`, then `put`: a module that sets send_model or send_evalset
+    to it runs its uploads as multipart POSTs and as raw PUTs."""
 
-    def post(name: str, version: str, *, num_classes: int = 3, seed: int = 0,
+    @pytest.fixture(params=[post, put], ids=["multipart", "raw"])
+    def sender(request: pytest.FixtureRequest) -> Callable[..., Response]:
+        return request.param
+
+    return sender
+
+
+@pytest.fixture
+def send_model() -> Callable[..., Response]:
+    """How upload_model sends: by POST (a module overrides this to run both ways)."""
+    return post_model
+
+
+@pytest.fixture
+def send_evalset() -> Callable[..., Response]:
+    """How upload_evalset sends: by POST (a module overrides this to run both ways)."""
+    return post_evalset
+
+
+@pytest.fixture
+def upload_model(client, onnx_file, send_model) -> Callable[..., Response]:
+    """Sends a linear ONNX classifier as `name:version`."""
+
+    def send(name: str, version: str, *, num_classes: int = 3, seed: int = 0,
              content: bytes | None = None, **fields: str) -> Response:
         data = content if content is not None else onnx_file(num_classes, seed).read_bytes()
-        return post_model(client, name, version, data, **fields)
+        return send_model(client, name, version, data, **fields)
 
-    return post
+    return send
 
 
 @pytest.fixture
-def upload_evalset(client) -> Callable[[str, Path], Response]:
-    return lambda name, path: post_evalset(client, name, path)
+def upload_evalset(client, send_evalset) -> Callable[[str, Path], Response]:
+    return lambda name, path: send_evalset(client, name, path)
 
 
 @pytest.fixture

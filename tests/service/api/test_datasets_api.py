@@ -3,14 +3,24 @@
 import numpy as np
 import pytest
 
-from tests.service.api.conftest import error_code, npy_bytes, post_logits, put_logits
+from tests.service.api.conftest import (
+    both_ways,
+    error_code,
+    npy_bytes,
+    post_evalset,
+    post_logits,
+    put_evalset,
+    put_logits,
+)
+
+send_evalset = both_ways(post_evalset, put_evalset)  # every eval set here, both ways
 
 
 @pytest.fixture
-def registered(npz_file, upload_model, upload_evalset):
+def registered(client, npz_file, upload_model):
     """digits:1.0 (3 classes) and the eval set `eval` of 30 samples."""
     upload_model("digits", "1.0")
-    assert upload_evalset("eval", npz_file(n=30, num_classes=3)).status_code == 201
+    assert post_evalset(client, "eval", npz_file(n=30, num_classes=3)).status_code == 201
 
 
 def test_an_eval_set_is_registered_and_listed(client, npz_file, upload_evalset):
@@ -60,8 +70,13 @@ def test_raw_and_multipart_uploads_store_the_same_file(registered, client):
     assert again.json()["logits_sha256"] == raw.json()["logits_sha256"]
 
 
-def test_a_raw_body_of_another_type_or_too_large_is_refused(registered, client):
-    url, params = "/models/digits/versions/1.0/predictions", {"evalset": "eval"}
+@pytest.mark.parametrize(("url", "params"), [
+    ("/models/digits/versions/1.0/predictions", {"evalset": "eval"}),
+    ("/evalsets/other", {}),
+    ("/models/digits/versions/2.0", {"parent": "digits:1.0"}),
+], ids=["logits", "evalset", "model"])
+def test_a_raw_body_of_another_type_or_too_large_is_refused(registered, client, url, params):
+    before = (client.get("/models/digits").json(), client.get("/evalsets").json())
     body = npy_bytes(np.zeros((30, 3), np.float32))
     as_form = client.put(url, params=params, content=body,
                          headers={"Content-Type": "multipart/form-data; boundary=x"})
@@ -74,3 +89,4 @@ def test_a_raw_body_of_another_type_or_too_large_is_refused(registered, client):
                       headers={"Content-Type": "application/octet-stream"})
     assert error_code(huge, 413) == "payload_too_large"
     assert not any(client.app.state.store.staging.iterdir())  # nothing left half-written
+    assert (client.get("/models/digits").json(), client.get("/evalsets").json()) == before

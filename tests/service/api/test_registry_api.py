@@ -7,7 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from tests.service.api.conftest import error_code
+from tests.service.api.conftest import both_ways, error_code, post_model, put_model
+
+send_model = both_ways(post_model, put_model)  # every registration here, both ways
 
 
 def test_registration_creates_the_line_and_returns_the_version(client, upload_model):

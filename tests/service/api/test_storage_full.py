@@ -10,9 +10,16 @@ import numpy as np
 import pytest
 
 from service.config import Settings
-from tests.service.api.conftest import ADMIN_TOKEN, error_code
+from tests.service.api.conftest import (
+    ADMIN_TOKEN,
+    both_ways,
+    error_code,
+    post_evalset,
+    put_evalset,
+)
 
 FILESYSTEM_BYTES = 2 << 20
+send_evalset = both_ways(post_evalset, put_evalset)  # the raw body is written in a thread
 
 
 @pytest.fixture
