@@ -113,10 +113,21 @@ def main() -> int:
     return run_tests(args)
 
 
+# The whole suite runs in two pytest processes: first every test not marked `serial` on
+# pytest-xdist's workers (a file's tests stay together, so each module's fixtures are built
+# once), then the `serial` ones (load holds, timing bounds) alone on a quiet machine.
+PARALLEL = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", "-m", "not serial"]
+SERIAL = ["-m", "serial"]
+
 
 def run_tests(args: list[str]) -> int:
-    """pytest with `args` (none: the whole suite)."""
-    return subprocess.call([str(BIN / "python"), "-m", "pytest", *args])
+    """pytest with `args`; none: the whole suite, in its parallel and serial parts."""
+    pytest = [str(BIN / "python"), "-m", "pytest"]
+    if args:
+        return subprocess.call([*pytest, *args])
+    parallel = subprocess.call([*pytest, *PARALLEL])
+    serial = subprocess.call([*pytest, *SERIAL])
+    return parallel or serial
 
 
 if __name__ == "__main__":

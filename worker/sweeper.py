@@ -73,9 +73,10 @@ def reconcile_mlflow(sessions: sessionmaker[Session], celery: Celery) -> None:
         queue_reconcile(session=session)
 
 
-def sweep_while_parent_lives(celery: Celery, settings: Settings) -> None:
-    """Sweep every settings.sweep_seconds until the process that started this one ends."""
-    parent, engine = os.getppid(), create_db_engine(settings)
+def sweep_while_parent_lives(celery: Celery, settings: Settings, parent: int) -> None:
+    """Sweep every settings.sweep_seconds until `parent`, the process that started this one,
+    ends (it is passed in: one that ended before this process started is not its parent)."""
+    engine = create_db_engine(settings)
     sessions, readers = create_session_factory(engine), sessionmaker(engine)
     reconcile_at = time.monotonic()
     while os.getppid() == parent:
@@ -93,8 +94,9 @@ def sweep_while_parent_lives(celery: Celery, settings: Settings) -> None:
 
 
 def start_sweeper() -> subprocess.Popen:
-    """This module's loop in a child process (sharing this one's output)."""
-    return subprocess.Popen([sys.executable, "-m", "worker.sweeper"])
+    """This module's loop in a child process (sharing this one's output) that ends with this
+    process."""
+    return subprocess.Popen([sys.executable, "-m", "worker.sweeper", str(os.getpid())])
 
 
 class SupervisedSweeper:
@@ -144,4 +146,4 @@ if __name__ == "__main__":
 
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s: %(levelname)s/sweeper] "
                                                    "%(message)s")
-    sweep_while_parent_lives(app, get_settings())
+    sweep_while_parent_lives(app, get_settings(), parent=int(sys.argv[1]))

@@ -3,12 +3,15 @@ sweeper that keeps dying is restarted after a growing pause, and `stop` ends the
 runs without starting another. tests/faults/test_worker_faults.py kills a real worker's."""
 
 import itertools
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import wait_for
 from worker.sweeper import FIRST_RESTART_SECONDS, SupervisedSweeper
 
 pytestmark = pytest.mark.slow
@@ -43,3 +46,25 @@ def test_stop_ends_the_running_sweeper_and_starts_no_other():
     time.sleep(2 * FIRST_RESTART_SECONDS)
     assert len(starts.processes) == 1
     assert starts.processes[0].poll() is not None
+
+
+def ended(pid: int) -> bool:
+    """The process is gone, or a zombie nobody reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_sweeper_whose_starter_ended_before_it_looked_stops_by_itself(tmp_path):
+    """The starter ends at once, so its sweeper is an orphan before its first look at its
+    parent: it must end anyway, not sweep for ever."""
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "from worker.sweeper import start_sweeper; "
+                               "print(start_sweeper().pid, flush=True)"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "FLIPGATE_DATA_DIR": str(tmp_path), "FLIPGATE_SWEEP_SECONDS": "0.2"})
+    sweeper = int(starter.stdout.readline())
+    starter.wait(30)
+    starter.stdout.close()
+    wait_for(lambda: ended(sweeper), "the orphaned sweeper's end", timeout=30)

@@ -50,6 +50,7 @@ def first_sent_again(running, job_id: int, since: float) -> float:
     return seconds_since(since, wait_for(requeued_and_sent, "the lost job sent again").sent_at)
 
 
+@pytest.mark.serial  # bounds a time
 def test_a_killed_pool_process_loses_nothing_on_the_folder_broker(tmp_path, workload):
     with system(tmp_path) as running:
         worker = running.start_worker()

@@ -14,7 +14,7 @@ from flipgate.signing import HEADER, signature
 from service.main import ADMITTED_REQUESTS
 from tests.load.conftest import AUTHORIZED, Server, read_response, serving
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 GRACE_SECONDS = 1.0  # the server's body grace in these tests
 ANSWER_WITHIN_SECONDS = 1.0
 

@@ -36,7 +36,11 @@ MLFLOW_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
 
 @contextmanager
 def mlflow_server(folder: Path) -> Iterator[str]:
-    """`mlflow server` on a free loopback port with one worker, once healthy: its URL."""
+    """`mlflow server` on a free loopback port with one worker, once healthy: its URL, made
+    this process's tracking and registry URI (`flipgate mlflow gate`, run in-process by the
+    tests, sets both; a module's server must not inherit the previous module's)."""
+    import mlflow
+
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     command = [str(Path(sys.executable).with_name("mlflow")), "server",
@@ -49,6 +53,8 @@ def mlflow_server(folder: Path) -> Iterator[str]:
                                    stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_for(lambda: healthy(url, process), "mlflow server /health", timeout=90)
+            mlflow.set_tracking_uri(url)
+            mlflow.set_registry_uri(url)
             yield url
         finally:
             stop_process(process)

@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass
 
 import httpx
-import mlflow
 import onnx
 import pytest
 from mlflow import MlflowClient
@@ -72,7 +71,6 @@ def connected(tmp_path_factory) -> Connected:
     with mlflow_server(folder / "mlflow") as mlflow_url, served(
             folder, TOKEN, FLIPGATE_MLFLOW_WEBHOOK_SECRET=SECRET,
             FLIPGATE_MLFLOW_TRACKING_URI=mlflow_url) as (url, client):
-        mlflow.set_tracking_uri(mlflow_url)
         tracking = MlflowClient(mlflow_url)
         # before any alias event: each MLflow server process caches its webhook list for 60 s
         webhook = tracking.create_webhook(

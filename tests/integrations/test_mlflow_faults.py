@@ -6,7 +6,6 @@ leaves one version, one decision and one promotion once another worker has taken
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import mlflow
 import onnx
 import pytest
 from mlflow import MlflowClient
@@ -35,7 +34,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def mlflow_url(tmp_path_factory) -> Iterator[str]:
     with mlflow_server(tmp_path_factory.mktemp("mlflow-faults")) as url:
-        mlflow.set_tracking_uri(url)
         yield url
 
 

@@ -7,7 +7,6 @@ import sys
 from dataclasses import dataclass
 
 import httpx
-import mlflow
 import onnx
 import pytest
 from mlflow import MlflowClient
@@ -63,7 +62,6 @@ def world(tmp_path_factory) -> World:
                                                                    scramble=1.5),
               "3": classifier(train, samples=len(train[1]))}
     with mlflow_server(folder / "mlflow") as mlflow_url, served(folder, TOKEN) as (url, client):
-        mlflow.set_tracking_uri(mlflow_url)
         for version, model in models.items():
             assert log_version("digits", model) == version
         response = client.post("/evalsets", data={"name": "holdout"}, files={

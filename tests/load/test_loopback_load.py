@@ -11,7 +11,7 @@ from benchmarks.gate_bench import client_tokens, hold, measured_pair, mixed_requ
 from flipgate.processes import free_port
 from service.config import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 CLIENTS, SECONDS, CLIENT_PROCESSES = 200, 20, 2
 
 

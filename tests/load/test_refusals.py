@@ -19,7 +19,7 @@ from service.main import ADMITTED_REQUESTS
 from tests.e2e.conftest import wait_for
 from tests.load.conftest import AUTHORIZED, Server, partial_upload, read_response
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 BUSY_WITHIN_SECONDS = 1.0
 STALLED_BYTES = 10 * 2**20  # each stalled upload declares this much and sends 64 KiB
 UNREAD_BYTES = 300 * 2**20

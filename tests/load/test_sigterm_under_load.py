@@ -22,7 +22,7 @@ from service.housekeeping import check_store
 from tests.e2e.conftest import alive, child_pids
 from tests.load.conftest import AUTHORIZED, Server, partial_upload, serving
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 # open requests get GRACEFUL_SHUTDOWN_SECONDS (10) and the worker's own shutdown (about 7 s)
 # overlaps them: 11-13 s measured on a busy 2-core machine, so 25 s is a bound, not a race
 CLIENTS, LOAD_SECONDS, EXIT_WITHIN_SECONDS = 100, 3.0, 25.0

@@ -133,6 +133,7 @@ def trickler() -> Iterator[tuple[str, threading.Event]]:
     listener.close()
 
 
+@pytest.mark.serial  # bounds a time
 def test_a_trickling_receiver_is_cut_off_at_the_deadline(trickler):
     address, hung_up = trickler
     settings = Settings(callback_allowlist=["127.0.0.1"], callback_timeout_seconds=1.5)

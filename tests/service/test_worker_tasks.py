@@ -169,6 +169,7 @@ def wedged(ctx, npz_file, tmp_path, monkeypatch) -> Callable[[], int]:
     return lambda: queue(ctx, JobKind.INFERENCE, version_id=version.id, evalset=evalset)
 
 
+@pytest.mark.serial  # bounds a time
 def test_a_wedging_model_is_stopped_by_the_time_limit(ctx, wedged):
     job_id = wedged()
     took = seconds_to_run(tasks.inference, job_id)
@@ -177,6 +178,7 @@ def test_a_wedging_model_is_stopped_by_the_time_limit(ctx, wedged):
     assert 1.5 <= took < 5, took
 
 
+@pytest.mark.serial  # bounds a time
 def test_a_cancel_stops_a_running_model_within_seconds(ctx, wedged):
     job_id = wedged()
 

@@ -17,6 +17,8 @@ from service.health import CHECK_SECONDS
 from service.main import create_app
 from tests.service.api.conftest import ADMIN_TOKEN, bearer
 
+pytestmark = pytest.mark.serial  # bounds how long a request waits
+
 
 @pytest.fixture(params=["frozen", "stopped"])
 def unreachable_database(request) -> Iterator[str]:

@@ -15,6 +15,8 @@ from service.queue import BROKER_SOCKET_SECONDS
 from tests.faults.conftest import spare_redis  # noqa: F401 (the fixture)
 from tests.service.api.conftest import ADMIN_TOKEN
 
+pytestmark = pytest.mark.serial  # bounds how long a request waits
+
 
 @pytest.fixture
 def settings(engine, tmp_path, spare_redis) -> Settings:  # noqa: F811
