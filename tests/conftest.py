@@ -17,6 +17,13 @@ from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """On pytest-xdist's workers the files with slow tests are handed out first, so that the
+    long tests start early and the short ones even out the end (one process keeps the order)."""
+    if hasattr(config, "workerinput"):  # this process is one of pytest-xdist's workers
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def linear_onnx(path: Path, weight: np.ndarray, bias: np.ndarray,
                 input_shape: tuple[int | str, ...]) -> Path:
     """An ONNX classifier logits = flatten(x) @ weight + bias, written with onnx.helper."""
