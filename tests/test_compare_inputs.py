@@ -1,5 +1,7 @@
-"""Every malformed input to `flipgate compare`: exit code 2, one clear line, no traceback."""
+"""Every malformed input to `flipgate compare`: exit code 2, one clear line, no traceback
+(with --json, also one JSON error object on stdout)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +85,8 @@ def rank3_output_model(folder: Path) -> Path:
 CASES = {
     "missing eval set": (lambda d: (model(d, "a.onnx"), model(d, "b.onnx"), d / "none.npz"),
                          "no such eval set file"),
+    "missing model": (lambda d: (d / "none.onnx", model(d, "b.onnx"), good_evalset(d)),
+                      "no such model file"),
     "corrupt eval set": (lambda d: (model(d, "a.onnx"), model(d, "b.onnx"),
                                     write_bytes(d / "e.npz", b"PK\x03\x04garbage")),
                          "not a readable .npz archive"),
@@ -177,6 +181,18 @@ def test_malformed_input_is_refused_with_one_clear_line(case, tmp_path, run_cli)
     assert message in result.err
     assert result.err.startswith("flipgate compare: error: ")
     assert result.err.count("\n") == 1 and result.out == ""
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_with_json_malformed_input_prints_a_json_error(case, tmp_path, run_cli):
+    build, message = CASES[case]
+    old, new, evalset = build(tmp_path)
+    result = run_cli("compare", old, new, "--evalset", evalset, "--json")
+    assert result.code == 2
+    error = json.loads(result.out)["error"]
+    assert set(error) == {"code", "message"} and error["code"]
+    assert message in error["message"]
+    assert "Traceback" not in result.err and result.err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
