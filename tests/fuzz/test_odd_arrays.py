@@ -12,7 +12,7 @@ import pytest
 
 from flipgate.formats import load_evalset, load_logits
 from tests.fuzz.test_hand_cases import row_counts, stored_files
-from tests.service.api.conftest import error_code, put_raw
+from tests.service.api.conftest import error_code, measure, put_raw
 
 pytestmark = pytest.mark.filterwarnings("ignore:Duplicate name")  # written on purpose
 N, FEATURES, CLASSES = 12, 4, 3
@@ -177,3 +177,22 @@ def test_odd_logits_are_read_as_their_plain_equivalent_or_refused(client, line, 
     assert response.json()["classes_sha256"] == plain.json()["classes_sha256"]
     logits = load_logits(stored(client, response.json()["logits_sha256"]))
     np.testing.assert_array_equal(np.asarray(logits, expected.dtype), expected)
+
+
+READABLE = [case for case, (_build, expected) in EVALSETS.items() if expected is SAME]
+
+
+@pytest.mark.parametrize("case", READABLE, ids=READABLE)
+def test_an_odd_eval_set_measures_as_its_plain_equivalent(client, line, case):
+    """The worker scores and measures the odd layout exactly as the plain one."""
+    assert put_raw(client, "/evalsets/plain", evalset(), {}).status_code == 201
+    assert put_raw(client, "/evalsets/odd", EVALSETS[case][0](), {}).status_code == 201
+    reports = [measure(client, "digits:1", "digits:2", name) for name in ("plain", "odd")]
+    assert reports[0]["nfr"] is not None
+    assert [strip(report) for report in reports] == [strip(reports[0])] * 2
+
+
+def strip(report: dict) -> dict:
+    """A report without what names its eval set or its jobs."""
+    return {key: value for key, value in report.items()
+            if key not in ("evalset", "evalset_sha256", "created_at", "job_ids", "id")}
