@@ -50,12 +50,12 @@ class Answer:
 
 
 def call(client, method: str, path: str, headers: list[tuple[bytes, bytes]],
-         body: bytes = b"") -> Answer:
+         body: bytes = b"", host: bytes = b"testserver") -> Answer:
     """One request straight to the app, header values as raw bytes."""
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
              "query_string": b"", "root_path": "", "client": ("127.0.0.1", 50000),
-             "server": ("testserver", 80), "headers": [(b"host", b"testserver"), *headers]}
+             "server": ("testserver", 80), "headers": [(b"host", host), *headers]}
     pending = [{"type": "http.request", "body": body, "more_body": False}]
     sent: list[dict] = []
 
@@ -132,31 +132,41 @@ def cookies(session_key: str):
                                st.integers(0, 100)))
 
 
+def case(cookie: bytes, origin: bytes | None, target: tuple[str, str], *,
+         source: bytes = b"origin", host: bytes = b"testserver") -> example:
+    """An explicit example of the session test (the sources and hosts have defaults)."""
+    return example(cookie=cookie, origin=origin, target=target, source=source, host=host)
+
+
 def test_the_session_cookie_and_origin(client, world):
     key = client.app.state.settings.session_key.get_secret_value()
+
+    def signed(payload: dict) -> bytes:
+        return session_cookie(key, json.dumps(payload).encode())
 
     @FUZZ
     @given(cookie=cookies(key), origin=st.one_of(st.none(), odd, st.sampled_from(
         [b"http://[", b"http://testserver", b"http://[::1", b"http://a:99999"])),
            target=st.sampled_from([("GET", "/ui"), ("GET", "/ui/jobs"),
-                                   ("POST", "/ui/signout"), ("POST", "/ui/signin")]))
-    @example(cookie=b"e30=.\xe9", origin=None, target=("GET", "/ui"))
-    @example(cookie=session_cookie(key, json.dumps({"sub": "9" * 40, "exp": 2**40, "sid": ""})
-                                   .encode()), origin=None, target=("GET", "/ui"))
-    @example(cookie=session_cookie(key, b'{"sub": "1", "exp": 1e400, "sid": ""}'), origin=None,
-             target=("GET", "/ui"))
-    @example(cookie=session_cookie(key, json.dumps({"sub": "1", "exp": 10**20, "sid": ""})
-                                   .encode()), origin=None, target=("POST", "/ui/signout"))
-    @example(cookie=b"", origin=b"http://[", target=("POST", "/ui/signin"))
-    @example(cookie=b"", origin=b"http://[", target=("POST", "/ui/signout"))
-    def send(cookie: bytes, origin: bytes | None, target: tuple[str, str]) -> None:
+                                   ("POST", "/ui/signout"), ("POST", "/ui/signin")]),
+           source=st.sampled_from([b"origin", b"referer"]),
+           host=st.one_of(st.just(b"testserver"), odd, st.just(b"[")))
+    @case(b"", None, ("GET", "/ui/jobs"), host=b"[")
+    @case(b"e30=.\xe9", None, ("GET", "/ui"))
+    @case(signed({"sub": "9" * 40, "exp": 2**40, "sid": ""}), None, ("GET", "/ui"))
+    @case(session_cookie(key, b'{"sub": "1", "exp": 1e400, "sid": ""}'), None, ("GET", "/ui"))
+    @case(signed({"sub": "1", "exp": 10**20, "sid": ""}), None, ("POST", "/ui/signout"))
+    @case(b"", b"http://[", ("POST", "/ui/signin"))
+    @case(b"", b"http://[", ("POST", "/ui/signout"), source=b"referer")
+    def send(cookie: bytes, origin: bytes | None, target: tuple[str, str], source: bytes,
+             host: bytes) -> None:
         before = snapshot(client)
         body = b"token=" + cookie[:20] if target[1] == "/ui/signin" else b""
         headers = [(b"cookie", COOKIE.encode() + b"=" + cookie),
                    (b"content-type", b"application/x-www-form-urlencoded"),
                    (b"content-length", str(len(body)).encode())]
-        headers += [] if origin is None else [(b"origin", origin)]
-        answer = call(client, *target, headers, body)
+        headers += [] if origin is None else [(source, origin)]
+        answer = call(client, *target, headers, body, host)
         # a sign-out records the session it ended; a sign-in is throttled after failures
         changes = target[1] == "/ui/signout" and answer.status == 303
         check(client, answer, snapshot(client) if changes else before, ok={200}, api=False)
