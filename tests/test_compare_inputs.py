@@ -81,6 +81,16 @@ def rank3_output_model(folder: Path) -> Path:
     return save_graph(graph, folder / "rank3.onnx")
 
 
+def reshape_failing_model(folder: Path) -> Path:
+    """Loads, but its Reshape fails on every batch of 4 features (run time, not load time)."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["logits"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(np.array([-1, 5], dtype=np.int64), "shape")])
+    return save_graph(graph, folder / "reshape.onnx")
+
+
 # Each case builds (old, new, evalset) in a folder and names the message it must produce.
 CASES = {
     "missing eval set": (lambda d: (model(d, "a.onnx"), model(d, "b.onnx"), d / "none.npz"),
@@ -166,6 +176,9 @@ CASES = {
     "graph ONNX Runtime rejects": (
         lambda d: (mistyped_model(d), model(d, "b.onnx"), good_evalset(d)),
         "ONNX Runtime cannot load the model"),
+    "model that fails at run time": (
+        lambda d: (model(d, "a.onnx"), reshape_failing_model(d), good_evalset(d)),
+        "ONNX Runtime failed to run the model"),
     "unknown model format": (lambda d: (write_bytes(d / "a.pt", b"x"), model(d, "b.onnx"),
                                         good_evalset(d)),
                              "a model must be an .onnx file or .npy logits"),
