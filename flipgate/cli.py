@@ -387,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except InputError as error:
+        if getattr(args, "json", False):  # the one JSON object a --json caller parses
+            print(json.dumps({"error": {"code": error.code, "message": error.message}}))
         print(f"flipgate {args.command}: error: {error.message}", file=sys.stderr)
         return 2
 

@@ -7,6 +7,7 @@ as protobuf. Every refusal is an InputError with a machine-readable code.
 import math
 import struct
 import zipfile
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -235,8 +236,20 @@ def npz_headers(path: Path, *, source: str) -> dict[str, _Header]:
             raise InputError("evalset_not_npz", f"{source}: expected an .npz archive holding "
                                "arrays 'x' and 'y', found a single array")
     with zipfile.ZipFile(path) as archive, path.open("rb") as raw:
+        _check_members(archive.infolist(), source)
         return {info.filename.removesuffix(".npy"): _member_header(archive, raw, info, source)
                 for info in archive.infolist() if info.filename.endswith(".npy")}
+
+
+def _check_members(members: list[zipfile.ZipInfo], source: str) -> None:
+    """No member encrypted, and no name twice (readers disagree on which of two they read)."""
+    if encrypted := [info.filename for info in members if info.flag_bits & 1]:
+        raise InputError("evalset_encrypted", f"{source}: members {encrypted} are encrypted; "
+                         "store the arrays without a password")
+    counts = Counter(info.filename for info in members)
+    if twice := sorted(name for name, count in counts.items() if count > 1):
+        raise InputError("evalset_duplicate_member", f"{source}: the archive holds "
+                         f"{twice} more than once")
 
 
 def _member_header(archive: zipfile.ZipFile, raw: BinaryIO, info: zipfile.ZipInfo,

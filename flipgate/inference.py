@@ -188,7 +188,11 @@ class OnnxClassifier:
         if self.spec.fixed_batch and rows < self.spec.fixed_batch:
             return self._run_padded(feeds, rows)
         feeds = {spec.name: _as_input(feeds[spec.name], spec) for spec in self.spec.inputs}
-        (out,) = self.session.run([self.spec.output_name], feeds, _run_options())
+        try:
+            (out,) = self.session.run([self.spec.output_name], feeds, _run_options())
+        except Exception as error:  # ORT's own exception types: a node fails on this input
+            raise InputError("onnx_run_failed", f"{self.path}: ONNX Runtime failed to run the "
+                             f"model ({str(error).strip().splitlines()[0]})") from error
         scores = self._zipmap_columns(out) if self.spec.output.zipmap else np.asarray(out)
         if scores.shape[0] != rows or scores.ndim > 2:
             raise InputError("onnx_output_shape", f"{self.path}: the model returned shape "

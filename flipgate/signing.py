@@ -34,7 +34,7 @@ class SignatureHeader:
         fields = [part.strip().partition("=") for part in header.split(",")]
         times = [value for key, _, value in fields if key == "t"]
         digests = tuple(value for key, _, value in fields if key == "v1")
-        if len(times) != 1 or not times[0].isdigit() or len(times[0]) > 12 or not digests:
+        if len(times) != 1 or not times[0].isdecimal() or len(times[0]) > 12 or not digests:
             raise SignatureError("malformed_signature", f"expected '{HEADER}: t=<unix "
                                  "seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\">'")
         return cls(int(times[0]), digests)

@@ -52,7 +52,7 @@ class BodyBudget:
     def __init__(self, receive: Receive, headers: Headers, settings: Settings, *,
                  max_bytes: int) -> None:
         declared = headers.get("content-length", "")
-        self.declared = int(declared) if declared.isdigit() else 0
+        self.declared = int(declared) if declared.isdecimal() else 0
         self.upstream, self.settings, self.max_bytes = receive, settings, max_bytes
         self.started, self.received, self.complete = time.monotonic(), 0, False
 
@@ -172,7 +172,7 @@ def _has_body(headers: Headers) -> bool:
     declared = headers.get("content-length")
     if declared is None:
         return "transfer-encoding" in headers
-    return not declared.strip().isdigit() or int(declared) > 0
+    return not declared.strip().isdecimal() or int(declared) > 0
 
 
 PROBES = frozenset({"/healthz", "/readyz"})

@@ -1,5 +1,7 @@
-"""Every malformed input to `flipgate compare`: exit code 2, one clear line, no traceback."""
+"""Every malformed input to `flipgate compare`: exit code 2, one clear line, no traceback
+(with --json, also one JSON error object on stdout)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -79,10 +81,22 @@ def rank3_output_model(folder: Path) -> Path:
     return save_graph(graph, folder / "rank3.onnx")
 
 
+def reshape_failing_model(folder: Path) -> Path:
+    """Loads, but its Reshape fails on every batch of 4 features (run time, not load time)."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["logits"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(np.array([-1, 5], dtype=np.int64), "shape")])
+    return save_graph(graph, folder / "reshape.onnx")
+
+
 # Each case builds (old, new, evalset) in a folder and names the message it must produce.
 CASES = {
     "missing eval set": (lambda d: (model(d, "a.onnx"), model(d, "b.onnx"), d / "none.npz"),
                          "no such eval set file"),
+    "missing model": (lambda d: (d / "none.onnx", model(d, "b.onnx"), good_evalset(d)),
+                      "no such model file"),
     "corrupt eval set": (lambda d: (model(d, "a.onnx"), model(d, "b.onnx"),
                                     write_bytes(d / "e.npz", b"PK\x03\x04garbage")),
                          "not a readable .npz archive"),
@@ -162,6 +176,9 @@ CASES = {
     "graph ONNX Runtime rejects": (
         lambda d: (mistyped_model(d), model(d, "b.onnx"), good_evalset(d)),
         "ONNX Runtime cannot load the model"),
+    "model that fails at run time": (
+        lambda d: (model(d, "a.onnx"), reshape_failing_model(d), good_evalset(d)),
+        "ONNX Runtime failed to run the model"),
     "unknown model format": (lambda d: (write_bytes(d / "a.pt", b"x"), model(d, "b.onnx"),
                                         good_evalset(d)),
                              "a model must be an .onnx file or .npy logits"),
@@ -177,6 +194,18 @@ def test_malformed_input_is_refused_with_one_clear_line(case, tmp_path, run_cli)
     assert message in result.err
     assert result.err.startswith("flipgate compare: error: ")
     assert result.err.count("\n") == 1 and result.out == ""
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_with_json_malformed_input_prints_a_json_error(case, tmp_path, run_cli):
+    build, message = CASES[case]
+    old, new, evalset = build(tmp_path)
+    result = run_cli("compare", old, new, "--evalset", evalset, "--json")
+    assert result.code == 2
+    error = json.loads(result.out)["error"]
+    assert set(error) == {"code", "message"} and error["code"]
+    assert message in error["message"]
+    assert "Traceback" not in result.err and result.err.count("\n") == 1
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,10 @@ def same_origin(request: Request, settings: Settings) -> bool:
     if source is None:
         return True
     own = {request.headers.get("host", ""), urlsplit(settings.public_url or "").netloc} - {""}
-    return urlsplit(source).netloc in own
+    try:
+        return urlsplit(source).netloc in own
+    except ValueError:  # not a URL (e.g. "http://["): no page of ours sent it
+        return False
 
 
 def cross_site(request: Request) -> HTMLResponse:

@@ -27,8 +27,10 @@ from service.auth.service import authenticate, require_scope
 from service.config import Settings
 from service.db import utcnow
 from service.errors import Forbidden
+from service.guard import INT32_MAX
 
 COOKIE = "flipgate_session"
+MAX_EXPIRY = 2**33  # unix seconds (the year 2242): any later expiry is no cookie of ours
 ADMIN = "admin"
 
 
@@ -76,7 +78,7 @@ def viewer(session: Session, settings: Settings, cookie: str | None) -> Viewer:
     subject = payload["sub"]
     if subject == _admin_subject(settings):
         return Viewer(ADMIN)
-    row = session.get(ApiToken, int(subject)) if subject.isdigit() else None
+    row = session.get(ApiToken, int(subject)) if _is_token_id(subject) else None
     if row is not None and row.expires_at is not None and row.expires_at <= utcnow():
         raise SignInRequired("expired")
     if row is None or row.revoked_at is not None:
@@ -115,6 +117,11 @@ def max_age(settings: Settings) -> int:
     return int(settings.session_hours * 3600)
 
 
+def _is_token_id(subject: str) -> bool:
+    """Whether a subject names a token row (a decimal id within the id column's range)."""
+    return subject.isdecimal() and int(subject) <= INT32_MAX
+
+
 def _is_admin_token(settings: Settings, token: str) -> bool:
     admin = settings.admin_token
     return admin is not None and secrets.compare_digest(
@@ -146,14 +153,18 @@ def _verified_payload(settings: Settings, cookie: str | None) -> dict:
     """The {sub, exp, sid} of a well-signed cookie (expired or not); SignInRequired (no
     reason) for a missing, forged or malformed one."""
     encoded, _, signature = (cookie or "").partition(".")
-    if not encoded or not hmac.compare_digest(signature, _signature(settings, encoded)):
+    if not encoded or not hmac.compare_digest(signature.encode(),
+                                              _signature(settings, encoded).encode()):
         raise SignInRequired
     try:
         payload = json.loads(base64.urlsafe_b64decode(encoded))
-        return {"sub": str(payload["sub"]), "exp": int(payload["exp"]),
-                "sid": str(payload["sid"])[:32]}
-    except (ValueError, KeyError, TypeError) as error:
+        verified = {"sub": str(payload["sub"]), "exp": int(payload["exp"]),
+                    "sid": str(payload["sid"])[:32]}
+    except (ValueError, KeyError, TypeError, OverflowError) as error:
         raise SignInRequired from error
+    if not 0 <= verified["exp"] < MAX_EXPIRY:
+        raise SignInRequired
+    return verified
 
 
 def _signature(settings: Settings, encoded: str) -> str:
