@@ -14,7 +14,12 @@ from flipgate.formats import load_evalset, load_logits
 from tests.fuzz.test_hand_cases import row_counts, stored_files
 from tests.service.api.conftest import error_code, measure, put_raw
 
-pytestmark = pytest.mark.filterwarnings("ignore:Duplicate name")  # written on purpose
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Duplicate name"),  # written on purpose
+    # reading a file does not depend on the database (tests/service/api's hostile uploads
+    # refuse bad files on both): SQLite only, half the time
+    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+]
 N, FEATURES, CLASSES = 12, 4, 3
 RNG = np.random.default_rng(7)
 X = RNG.standard_normal((N, FEATURES)).astype(np.float32)
