@@ -34,8 +34,8 @@ from service.predictions.service import (
     queue_missing_inference,
     versions_with_predictions,
 )
-from service.registry.models import Alias, ModelLine, ModelVersion
-from service.registry.service import PRODUCTION, get_version
+from service.registry.models import ModelLine, ModelVersion
+from service.registry.service import get_version, production_version_id
 
 
 def version_registered(*, session: Session, version: ModelVersion) -> list[Job]:
@@ -74,8 +74,7 @@ def _measure(session: Session, baselines: list[ModelVersion], version: ModelVers
 
 def _baselines(session: Session, version: ModelVersion) -> list[ModelVersion]:
     """The version's parent and its line's production version, each once, if comparable."""
-    production = session.scalar(select(Alias.version_id).where(
-        Alias.line_id == version.line_id, Alias.name == PRODUCTION))
+    production = production_version_id(session=session, line_id=version.line_id)
     ids = [id_ for id_ in dict.fromkeys([version.parent_id, production])
            if id_ not in (None, version.id)]
     return [baseline for baseline in (get_version(session=session, version_id=id_) for id_ in ids)
