@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from service.compare.matrix import queue_matrix
 from service.compare.service import Pair, queue_measurement
+from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.settling import settle_pending
@@ -81,27 +82,27 @@ def _baselines(session: Session, version: ModelVersion) -> list[ModelVersion]:
             if baseline.num_classes == version.num_classes]
 
 
-def finish_job(*, session: Session, job: Job, state: JobState, result: dict | None = None,
-               error: str | None = None) -> Job:
+def finish_job(*, session: Session, settings: Settings, job: Job, state: JobState,
+               result: dict | None = None, error: str | None = None) -> Job:
     """End a running job (service.jobs.service.finish_job: a failure also ends its family and
     cancels the jobs waiting for it); when it succeeded, the jobs waiting for it that are
     ready now are sent; the decisions waiting for it settle."""
     jobs.finish_job(session=session, job=job, state=state, result=result, error=error)
     if state == JobState.SUCCEEDED:
         release_waiting(session=session, job=job)
-    _settle(session, job)
+    _settle(session, settings, job)
     return job
 
 
-def cancel_job(*, session: Session, job_id: int) -> Job:
+def cancel_job(*, session: Session, settings: Settings, job_id: int) -> Job:
     """Cancel a queued or running job with its shards and the jobs waiting for it; the
     decisions waiting for it are blocked."""
     job = jobs.cancel_job(session=session, job_id=job_id)
-    _settle(session, job)
+    _settle(session, settings, job)
     return job
 
 
-def _settle(session: Session, job: Job) -> list[Decision]:
+def _settle(session: Session, settings: Settings, job: Job) -> list[Decision]:
     """Settle the pending decisions whose jobs have all ended. Those waiting for `job` (or its
     parent) are locked first, in a statement of their own: a transaction ending another of
     their jobs at the same time commits first, and then one of the two sees both ended."""
@@ -110,10 +111,11 @@ def _settle(session: Session, job: Job) -> list[Decision]:
     session.scalars(select(Decision.id).where(Decision.id.in_(waiting),
                                               Decision.verdict == Verdict.PENDING)
                     .order_by(Decision.id).with_for_update()).all()
-    return settle_pending(session=session)
+    return settle_pending(session=session, settings=settings)
 
 
-def reap_lost_jobs(*, session: Session, lease_seconds: float, max_attempts: int) -> list[Job]:
+def reap_lost_jobs(*, session: Session, settings: Settings, lease_seconds: float,
+                   max_attempts: int) -> list[Job]:
     """Queue again the running jobs whose lease expired (their worker was lost), or fail those
     that have had `max_attempts` runs, like any failure (the decisions waiting on them block)."""
     lost = lost_jobs(session=session, lease_seconds=lease_seconds)
@@ -123,7 +125,7 @@ def reap_lost_jobs(*, session: Session, lease_seconds: float, max_attempts: int)
         if job.attempts < max_attempts:
             requeue(session=session, job=job)
         else:
-            finish_job(session=session, job=job, state=JobState.FAILED,
+            finish_job(session=session, settings=settings, job=job, state=JobState.FAILED,
                        error=f"worker_lost: no heartbeat for {lease_seconds:g} s, "
                              f"{job.attempts} attempts made")
     return lost

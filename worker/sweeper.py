@@ -50,7 +50,8 @@ def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -
     """One pass: lost jobs queued again or failed, unsent jobs sent, due callbacks sent (a
     callback not attempted job_resend_seconds after its send is due again)."""
     with session_scope(sessions) as session:
-        lost = flows.reap_lost_jobs(session=session, lease_seconds=settings.job_lease_seconds,
+        lost = flows.reap_lost_jobs(session=session, settings=settings,
+                                    lease_seconds=settings.job_lease_seconds,
                                     max_attempts=settings.job_attempts)
         for job in lost:
             logger.warning("job %s lost its worker: %s", job.id, job.state)
