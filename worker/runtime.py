@@ -34,10 +34,10 @@ from service.artifacts import ArtifactStore
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import ServiceError
-from service.jobs.enqueue import enqueue_after_commit
 from service.jobs.leases import renew
 from service.jobs.models import Job, JobState
 from service.jobs.service import claim_job, lock_running_job, set_progress
+from service.outbox import enqueue_after_commit
 from worker.app import app
 
 PROGRESS_STEP = 0.05

@@ -27,8 +27,9 @@ from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.gate.callbacks import due_callbacks, due_now
 from service.integrations.mlflow.service import queue_reconcile
-from service.jobs.enqueue import enqueue_after_commit, send_task_after_commit, send_unsent
+from service.jobs.enqueue import send_unsent
 from service.jobs.leases import lost_jobs, unsent_jobs
+from service.outbox import enqueue_after_commit, send_task_after_commit
 from service.queue import CALLBACK_TASK
 
 # a sweeper that exits is started again after a pause that doubles, from FIRST to LAST
