@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service import flows
+from service import flows, urls
 from service.compare.matrix import matrix_inputs, store_pair_counts
 from service.compare.service import pair_from_params, pair_inputs, store_pair_metrics
 from service.datasets.models import Dataset
@@ -149,9 +149,9 @@ def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> Non
         give_classes(session=session, predictions=[inputs.old, inputs.new], classes=classes)
         row = store_pair_metrics(session=session, old=pair.old, new=pair.new,
                                  dataset=pair.dataset, report=report, html_sha256=html_sha256)
-        result.update(nfr=row.nfr, churn=row.churn, compare_url=(
-            f"/compare/{qualified_name(session=session, version=pair.old)}"
-            f"/{qualified_name(session=session, version=pair.new)}?evalset={pair.dataset.name}"))
+        result.update(nfr=row.nfr, churn=row.churn, compare_url=urls.compare(
+            qualified_name(session=session, version=pair.old),
+            qualified_name(session=session, version=pair.new), pair.dataset.name))
 
 
 def compute_matrix(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
@@ -166,14 +166,14 @@ def compute_matrix(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> N
     with finishing(ctx, job_id) as (session, result):
         give_classes(session=session, predictions=inputs.predictions, classes=classes)
         stored = store_pair_counts(session=session, rows=rows)
-        result.update(pairs_stored=len(stored), matrix_url=(
-            f"/models/{params['line']}/matrix?evalset={params['evalset']}"))
+        result.update(pairs_stored=len(stored), matrix_url=urls.matrix(
+            params["line"], params["evalset"]))
 
 
 def _version_url(session: Session, version: ModelVersion) -> str:
     """The API address of a version."""
     line, name = qualified_name(session=session, version=version).split(":", 1)
-    return f"/models/{line}/versions/{name}"
+    return urls.version(line, name)
 
 
 

@@ -17,7 +17,7 @@ from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from flipgate.train.recipes import ProgressFactory
-from service import flows
+from service import flows, urls
 from service.datasets.service import get_dataset
 from service.db import session_scope
 from service.gate.decisions import gate, get_decision
@@ -103,8 +103,8 @@ def finish_repair(ctx: WorkerContext, job_id: int, params: dict[str, Any], path:
         line = session.get_one(ModelLine, version.line_id).name
         result.update(version=version.version, decision_id=decision.id,
                       repaired_decision_id=params["decision_id"],
-                      version_url=f"/models/{line}/versions/{version.version}",
-                      decision_url=f"/gate/decisions/{decision.id}")
+                      version_url=urls.version(line, version.version),
+                      decision_url=urls.decision(decision.id))
 
 
 def phase_progress(ctx: WorkerContext, job_id: int, phases: int) -> ProgressFactory:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from service import urls
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.deps import (
@@ -177,7 +178,7 @@ def repair_candidate(decision_id: DecisionId, body: RepairRequest, session: Sess
     registers the new version and gates it again."""
     job = repair.request_repair(session=session, settings=settings, store=store,
                                 decision_id=decision_id, repair=body, requested_by=token.name)
-    return RepairQueued(job=JobRead.model_validate(job), status_url=f"/jobs/{job.id}")
+    return RepairQueued(job=JobRead.model_validate(job), status_url=urls.job(job.id))
 
 
 router.include_router(promotion_router)
