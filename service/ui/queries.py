@@ -11,7 +11,7 @@ from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.errors import NotFound
-from service.gate.decisions import waited_jobs
+from service.gate.decisions import get_decision, waited_jobs
 from service.gate.models import Callback, Decision, GatePolicy, Promotion, Verdict
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
@@ -347,9 +347,7 @@ class RepairChoice:
 
 def decision_page(session: Session, decision_id: int) -> DecisionPage:
     """The decision `decision_id` with its repair and its callback's delivery, if any."""
-    row = session.get(Decision, decision_id)
-    if row is None:
-        raise NotFound("decision_not_found", f"no decision {decision_id}")
+    row = get_decision(session=session, decision_id=decision_id)
     line = session.get(ModelLine, row.line_id)
     repair_jobs = [job for job in session.scalars(select(Job).where(Job.kind == JobKind.TRAIN)
                                                   .order_by(Job.id.desc()))
