@@ -19,7 +19,7 @@ from service.auth.service import authenticate, require_scope
 from service.config import Settings
 from service.db import read_only
 from service.errors import Unauthorized, UnsupportedMediaType
-from service.jobs.enqueue import enqueue_after_commit
+from service.outbox import enqueue_after_commit
 from service.schemas import ErrorBody
 
 bearer = HTTPBearer(auto_error=False, description="an API token, or FLIPGATE_ADMIN_TOKEN")

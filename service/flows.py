@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from service.compare.matrix import queue_matrix
 from service.compare.service import Pair, queue_measurement
+from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.settling import settle_pending
@@ -34,8 +35,8 @@ from service.predictions.service import (
     queue_missing_inference,
     versions_with_predictions,
 )
-from service.registry.models import Alias, ModelLine, ModelVersion
-from service.registry.service import PRODUCTION, get_version
+from service.registry.models import ModelLine, ModelVersion
+from service.registry.service import get_version, production_version_id
 
 
 def version_registered(*, session: Session, version: ModelVersion) -> list[Job]:
@@ -74,35 +75,34 @@ def _measure(session: Session, baselines: list[ModelVersion], version: ModelVers
 
 def _baselines(session: Session, version: ModelVersion) -> list[ModelVersion]:
     """The version's parent and its line's production version, each once, if comparable."""
-    production = session.scalar(select(Alias.version_id).where(
-        Alias.line_id == version.line_id, Alias.name == PRODUCTION))
+    production = production_version_id(session=session, line_id=version.line_id)
     ids = [id_ for id_ in dict.fromkeys([version.parent_id, production])
            if id_ not in (None, version.id)]
     return [baseline for baseline in (get_version(session=session, version_id=id_) for id_ in ids)
             if baseline.num_classes == version.num_classes]
 
 
-def finish_job(*, session: Session, job: Job, state: JobState, result: dict | None = None,
-               error: str | None = None) -> Job:
+def finish_job(*, session: Session, settings: Settings, job: Job, state: JobState,
+               result: dict | None = None, error: str | None = None) -> Job:
     """End a running job (service.jobs.service.finish_job: a failure also ends its family and
     cancels the jobs waiting for it); when it succeeded, the jobs waiting for it that are
     ready now are sent; the decisions waiting for it settle."""
     jobs.finish_job(session=session, job=job, state=state, result=result, error=error)
     if state == JobState.SUCCEEDED:
         release_waiting(session=session, job=job)
-    _settle(session, job)
+    _settle(session, settings, job)
     return job
 
 
-def cancel_job(*, session: Session, job_id: int) -> Job:
+def cancel_job(*, session: Session, settings: Settings, job_id: int) -> Job:
     """Cancel a queued or running job with its shards and the jobs waiting for it; the
     decisions waiting for it are blocked."""
     job = jobs.cancel_job(session=session, job_id=job_id)
-    _settle(session, job)
+    _settle(session, settings, job)
     return job
 
 
-def _settle(session: Session, job: Job) -> list[Decision]:
+def _settle(session: Session, settings: Settings, job: Job) -> list[Decision]:
     """Settle the pending decisions whose jobs have all ended. Those waiting for `job` (or its
     parent) are locked first, in a statement of their own: a transaction ending another of
     their jobs at the same time commits first, and then one of the two sees both ended."""
@@ -111,10 +111,11 @@ def _settle(session: Session, job: Job) -> list[Decision]:
     session.scalars(select(Decision.id).where(Decision.id.in_(waiting),
                                               Decision.verdict == Verdict.PENDING)
                     .order_by(Decision.id).with_for_update()).all()
-    return settle_pending(session=session)
+    return settle_pending(session=session, settings=settings)
 
 
-def reap_lost_jobs(*, session: Session, lease_seconds: float, max_attempts: int) -> list[Job]:
+def reap_lost_jobs(*, session: Session, settings: Settings, lease_seconds: float,
+                   max_attempts: int) -> list[Job]:
     """Queue again the running jobs whose lease expired (their worker was lost), or fail those
     that have had `max_attempts` runs, like any failure (the decisions waiting on them block)."""
     lost = lost_jobs(session=session, lease_seconds=lease_seconds)
@@ -124,7 +125,7 @@ def reap_lost_jobs(*, session: Session, lease_seconds: float, max_attempts: int)
         if job.attempts < max_attempts:
             requeue(session=session, job=job)
         else:
-            finish_job(session=session, job=job, state=JobState.FAILED,
+            finish_job(session=session, settings=settings, job=job, state=JobState.FAILED,
                        error=f"worker_lost: no heartbeat for {lease_seconds:g} s, "
                              f"{job.attempts} attempts made")
     return lost

@@ -7,7 +7,6 @@ from typing import Any
 from celery import Celery
 
 from service.config import Settings
-from service.jobs.models import JobKind
 
 INFERENCE_TASK = "flipgate.inference"
 METRICS_TASK = "flipgate.metrics"
@@ -15,9 +14,6 @@ MATRIX_TASK = "flipgate.matrix"
 TRAIN_TASK = "flipgate.train"
 CALLBACK_TASK = "flipgate.callback"
 MLFLOW_TASK = "flipgate.mlflow"
-JOB_TASKS = {JobKind.INFERENCE: INFERENCE_TASK, JobKind.METRICS: METRICS_TASK,
-             JobKind.MATRIX: MATRIX_TASK, JobKind.TRAIN: TRAIN_TASK,
-             JobKind.MLFLOW: MLFLOW_TASK}
 ROUTES = {INFERENCE_TASK: {"queue": "gpu"}, TRAIN_TASK: {"queue": "gpu"},
           METRICS_TASK: {"queue": "default"}, MATRIX_TASK: {"queue": "default"},
           MLFLOW_TASK: {"queue": "default"}, CALLBACK_TASK: {"queue": "callbacks"}}

@@ -11,7 +11,7 @@ from contextlib import contextmanager, suppress
 import httpx
 
 from flipgate.signing import HEADER, signature
-from service.config import Settings, get_settings
+from service.config import Settings
 from service.db import session_scope
 from service.errors import InvalidInput
 from service.gate.callbacks import delivery, queued_callback, record_attempt
@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 def deliver_callback(decision_id: int) -> None:
     """POST the status once; a failure is due again after a doubling delay (worker.sweeper)
     until the attempts allowed by FLIPGATE_CALLBACK_ATTEMPTS are spent."""
-    sessions, settings = context().sessions, get_settings()
+    ctx = context()
+    sessions, settings = ctx.sessions, ctx.settings
     with session_scope(sessions) as session:
         if queued_callback(session=session, decision_id=decision_id) is None:
             return

@@ -34,10 +34,10 @@ from service.artifacts import ArtifactStore
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import ServiceError
-from service.jobs.enqueue import enqueue_after_commit
 from service.jobs.leases import renew
 from service.jobs.models import Job, JobState
 from service.jobs.service import claim_job, lock_running_job, set_progress
+from service.outbox import enqueue_after_commit
 from worker.app import app
 
 PROGRESS_STEP = 0.05
@@ -47,18 +47,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WorkerContext:
-    """What a task works with: sessions on the server's database, its artifact store, and
-    the Celery app that sends the jobs a task creates or releases."""
+    """What a task works with: sessions on the server's database, its artifact store, the
+    Celery app that sends the jobs a task creates or releases, and the settings."""
 
     sessions: sessionmaker[Session]
     store: ArtifactStore
     celery: Celery
+    settings: Settings
 
     @classmethod
     def from_settings(cls, settings: Settings, celery: Celery) -> "WorkerContext":
         """A context on the database and artifact store of `settings` (a new engine)."""
         return cls(create_session_factory(create_db_engine(settings)),
-                   ArtifactStore.from_settings(settings), celery)
+                   ArtifactStore.from_settings(settings), celery, settings)
 
 
 class JobStopped(Exception):
@@ -78,7 +79,8 @@ Work = Callable[[WorkerContext, int, dict[str, Any]], None]
 
 @cache
 def context() -> WorkerContext:
-    """This process's context, from the FLIPGATE_* settings."""
+    """This process's context, from the FLIPGATE_* settings (the worker's one reading of
+    them: tasks take them from the context)."""
     return WorkerContext.from_settings(get_settings(), app)
 
 
@@ -111,10 +113,10 @@ def claim(ctx: WorkerContext, job_id: int) -> dict[str, Any] | None:
 def run_job(job_id: int, params: dict[str, Any], work: Work) -> None:
     """Run `work` on a claimed job while its lease is renewed; a failure (SystemExit
     included) is written to the job row, a database error leaves the job to its lease."""
-    ctx, settings = context(), get_settings()
+    ctx = context()
     try:
-        with heartbeat(ctx, job_id, settings.job_heartbeat_seconds,
-                       settings.job_time_limit_seconds):
+        with heartbeat(ctx, job_id, ctx.settings.job_heartbeat_seconds,
+                       ctx.settings.job_time_limit_seconds):
             work(ctx, job_id, params)
     except JobStopped:
         logger.info("job %s stopped running while it was worked on", job_id)
@@ -185,8 +187,10 @@ def finishing(ctx: WorkerContext, job_id: int) -> Iterator[tuple[Session, dict[s
 
 
 def succeed(session: Session, job: Job, result: dict[str, Any]) -> None:
-    """The job succeeds with `result`, and what follows happens (service.flows)."""
-    flows.finish_job(session=session, job=job, state=JobState.SUCCEEDED, result=result)
+    """The job succeeds with `result`, and what follows happens (service.flows, with the
+    settings of this process's context)."""
+    flows.finish_job(session=session, settings=context().settings, job=job,
+                     state=JobState.SUCCEEDED, result=result)
 
 
 def fail(ctx: WorkerContext, job_id: int, error: BaseException) -> None:
@@ -198,7 +202,8 @@ def fail(ctx: WorkerContext, job_id: int, error: BaseException) -> None:
     message = SERVER_PATH.sub("<server path>", message)
     try:
         with running_job(ctx, job_id) as (session, job):
-            flows.finish_job(session=session, job=job, state=JobState.FAILED, error=message)
+            flows.finish_job(session=session, settings=ctx.settings, job=job,
+                             state=JobState.FAILED, error=message)
     except JobStopped:
         logger.info("job %s ended elsewhere before its failure was recorded", job_id)
 

@@ -27,8 +27,9 @@ from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.gate.callbacks import due_callbacks, due_now
 from service.integrations.mlflow.service import queue_reconcile
-from service.jobs.enqueue import enqueue_after_commit, send_task_after_commit, send_unsent
+from service.jobs.enqueue import send_unsent
 from service.jobs.leases import lost_jobs, unsent_jobs
+from service.outbox import enqueue_after_commit, send_task_after_commit
 from service.queue import CALLBACK_TASK
 
 # a sweeper that exits is started again after a pause that doubles, from FIRST to LAST
@@ -50,7 +51,8 @@ def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -
     """One pass: lost jobs queued again or failed, unsent jobs sent, due callbacks sent (a
     callback not attempted job_resend_seconds after its send is due again)."""
     with session_scope(sessions) as session:
-        lost = flows.reap_lost_jobs(session=session, lease_seconds=settings.job_lease_seconds,
+        lost = flows.reap_lost_jobs(session=session, settings=settings,
+                                    lease_seconds=settings.job_lease_seconds,
                                     max_attempts=settings.job_attempts)
         for job in lost:
             logger.warning("job %s lost its worker: %s", job.id, job.state)

@@ -12,10 +12,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service import flows
+from service import flows, urls
 from service.compare.matrix import matrix_inputs, store_pair_counts
 from service.compare.service import pair_from_params, pair_inputs, store_pair_metrics
-from service.config import get_settings
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.db import session_scope
@@ -55,7 +54,7 @@ def infer(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
         dataset = get_dataset(session=session, name=params["evalset"])
     if "parent_id" in params:
         return infer_shard(ctx, job_id, params, version, dataset)
-    if dataset.n > get_settings().shard_size:
+    if dataset.n > ctx.settings.shard_size:
         return split(ctx, job_id, dataset)
     with scratch_file(ctx) as path:
         provider = score_version_to_file(store=ctx.store, version=version, dataset=dataset,
@@ -91,7 +90,7 @@ def keep_logits(ctx: WorkerContext, session: Session, params: dict[str, Any],
 
 def split(ctx: WorkerContext, job_id: int, dataset: Dataset) -> None:
     """Queue the shards of a running job (once: a job delivered again keeps its shards)."""
-    size = get_settings().shard_size
+    size = ctx.settings.shard_size
     with running_job(ctx, job_id) as (session, job):
         if not list_shards(session=session, job=job):
             create_shards(session=session, job=job, ranges=[
@@ -141,7 +140,7 @@ def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> Non
     with session_scope(ctx.sessions) as session:
         inputs = pair_inputs(session=session, pair=pair_from_params(session=session,
                                                                     params=params))
-    report, html_sha256 = inputs.measure(ctx.store, chunk_rows=get_settings().metrics_chunk_rows,
+    report, html_sha256 = inputs.measure(ctx.store, chunk_rows=ctx.settings.metrics_chunk_rows,
                                          progress=JobProgress(ctx, job_id))
     classes = [predicted_classes_artifact(store=ctx.store, prediction=side)
                for side in (inputs.old, inputs.new)]
@@ -150,9 +149,9 @@ def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> Non
         give_classes(session=session, predictions=[inputs.old, inputs.new], classes=classes)
         row = store_pair_metrics(session=session, old=pair.old, new=pair.new,
                                  dataset=pair.dataset, report=report, html_sha256=html_sha256)
-        result.update(nfr=row.nfr, churn=row.churn, compare_url=(
-            f"/compare/{qualified_name(session=session, version=pair.old)}"
-            f"/{qualified_name(session=session, version=pair.new)}?evalset={pair.dataset.name}"))
+        result.update(nfr=row.nfr, churn=row.churn, compare_url=urls.compare(
+            qualified_name(session=session, version=pair.old),
+            qualified_name(session=session, version=pair.new), pair.dataset.name))
 
 
 def compute_matrix(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
@@ -167,14 +166,14 @@ def compute_matrix(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> N
     with finishing(ctx, job_id) as (session, result):
         give_classes(session=session, predictions=inputs.predictions, classes=classes)
         stored = store_pair_counts(session=session, rows=rows)
-        result.update(pairs_stored=len(stored), matrix_url=(
-            f"/models/{params['line']}/matrix?evalset={params['evalset']}"))
+        result.update(pairs_stored=len(stored), matrix_url=urls.matrix(
+            params["line"], params["evalset"]))
 
 
 def _version_url(session: Session, version: ModelVersion) -> str:
     """The API address of a version."""
     line, name = qualified_name(session=session, version=version).split(":", 1)
-    return f"/models/{line}/versions/{name}"
+    return urls.version(line, name)
 
 
 

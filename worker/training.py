@@ -17,8 +17,7 @@ from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from flipgate.train.recipes import ProgressFactory
-from service import flows
-from service.config import get_settings
+from service import flows, urls
 from service.datasets.service import get_dataset
 from service.db import session_scope
 from service.gate.decisions import gate, get_decision
@@ -47,7 +46,8 @@ def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
 def retrain(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     """Retrain a blocked candidate with a flip-reducing method, then register the new version
     with its lineage and gate it like the original."""
-    allowed_architecture(params["arch"])  # checked when requested; again before any import
+    # checked when requested; again before any import
+    allowed_architecture(params["arch"], ctx.settings)
     with session_scope(ctx.sessions) as session:
         line = session.get_one(ModelLine, get_decision(
             session=session, decision_id=params["decision_id"]).line_id)
@@ -99,12 +99,12 @@ def finish_repair(ctx: WorkerContext, job_id: int, params: dict[str, Any], path:
     its result linking the new version and decision."""
     with finishing(ctx, job_id) as (session, result):
         version = register_repaired(ctx, session, job_id, params, path, produced_by, metadata)
-        decision = gate_again(session, job_id, version, params["decision_id"])
+        decision = gate_again(ctx, session, job_id, version, params["decision_id"])
         line = session.get_one(ModelLine, version.line_id).name
         result.update(version=version.version, decision_id=decision.id,
                       repaired_decision_id=params["decision_id"],
-                      version_url=f"/models/{line}/versions/{version.version}",
-                      decision_url=f"/gate/decisions/{decision.id}")
+                      version_url=urls.version(line, version.version),
+                      decision_url=urls.decision(decision.id))
 
 
 def phase_progress(ctx: WorkerContext, job_id: int, phases: int) -> ProgressFactory:
@@ -137,7 +137,7 @@ def register_repaired(ctx: WorkerContext, session: Session, job_id: int, params:
     return version
 
 
-def gate_again(session: Session, job_id: int, version: ModelVersion,
+def gate_again(ctx: WorkerContext, session: Session, job_id: int, version: ModelVersion,
                decision_id: int) -> Decision:
     """A new decision on the repaired version, against the same baseline and eval sets."""
     original = get_decision(session=session, decision_id=decision_id)
@@ -145,9 +145,9 @@ def gate_again(session: Session, job_id: int, version: ModelVersion,
         model=session.get_one(ModelLine, original.line_id).name, candidate=version.version,
         baseline=get_version(session=session, version_id=original.baseline_id).version,
         evalsets=original.evalsets, ci=original.ci,
-        callback_url=full_callback_url(get_settings(), original))
+        callback_url=full_callback_url(ctx.settings, original))
     body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
-    return gate(session=session, settings=get_settings(), request=request,
+    return gate(session=session, settings=ctx.settings, request=request,
                 requested_by=f"repair job {job_id}",
                 base_url=original.base_url, request_sha256=hashlib.sha256(body).hexdigest(),
                 repair_of=original)

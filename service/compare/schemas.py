@@ -2,6 +2,8 @@
 
 from pydantic import BaseModel
 
+from service import urls
+
 
 class MissingPair(BaseModel):
     """A pair of a matrix whose counts are not stored: the matrix job that stores them, if
@@ -34,4 +36,4 @@ class MeasurementQueued(BaseModel):
     @classmethod
     def for_jobs(cls, job_ids: list[int]) -> "MeasurementQueued":
         """The answer for a metrics job, the last of `job_ids`."""
-        return cls(job_id=job_ids[-1], status_url=f"/jobs/{job_ids[-1]}", job_ids=job_ids)
+        return cls(job_id=job_ids[-1], status_url=urls.job(job_ids[-1]), job_ids=job_ids)

@@ -12,6 +12,7 @@ from flipgate.metrics import compare_labels, measure_pair
 from flipgate.onnx_io import InputSpec
 from flipgate.progress import Progress
 from flipgate.reporting.html import render_html
+from service import urls
 from service.artifacts import ArtifactStore
 from service.compare.models import REPORT_SCALARS, PairMetrics
 from service.datasets.models import Dataset
@@ -220,7 +221,7 @@ def check_scorable(*, session: Session, pair: Pair) -> None:
         names = [qualified_name(session=session, version=version) for version in missing]
         raise Conflict("predictions_missing", f"{', '.join(names)} is external (no model "
                        f"file): upload its predictions on {pair.dataset.name!r} first (POST "
-                       "/models/{name}/versions/{version}/predictions)")
+                       f"{urls.predictions('{name}', '{version}')})")
 
 
 def open_measurement(*, session: Session, pair: Pair) -> Job | None:

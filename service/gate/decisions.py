@@ -23,8 +23,8 @@ from service.gate.schemas import GateRequest
 from service.gate.verdicts import finalize, note
 from service.jobs.models import Job
 from service.predictions.service import measured_datasets
-from service.registry.models import Alias, ModelLine, ModelVersion
-from service.registry.service import PRODUCTION, find_version, get_line, get_version
+from service.registry.models import ModelLine, ModelVersion
+from service.registry.service import find_version, get_line, production_version
 
 
 def gate(*, session: Session, settings: Settings, request: GateRequest, requested_by: str,
@@ -101,14 +101,6 @@ def _baseline(session: Session, line: ModelLine, version: str | None) -> ModelVe
     if version is not None:
         return find_version(session=session, line_name=line.name, version=version)
     return production_version(session=session, line=line)
-
-
-def production_version(*, session: Session, line: ModelLine,
-                       lock: bool = False) -> ModelVersion | None:
-    """The version the line's production alias points at, if any (`lock`: its alias row)."""
-    statement = select(Alias).where(Alias.line_id == line.id, Alias.name == PRODUCTION)
-    alias = session.scalars(statement.with_for_update() if lock else statement).one_or_none()
-    return None if alias is None else get_version(session=session, version_id=alias.version_id)
 
 
 def _compares(candidate: ModelVersion, baseline: ModelVersion | None) -> bool:

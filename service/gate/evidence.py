@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from service.artifacts import ArtifactStore
 from service.compare.service import find_pair_metrics
-from service.config import Settings, get_settings
+from service.config import Settings
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.gate.history import history_breaks
@@ -19,26 +19,26 @@ from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version
 
 
-def pair_evidence(*, session: Session, settings: Settings | None, policy: Policy,
+def pair_evidence(*, session: Session, settings: Settings, policy: Policy,
                   line: ModelLine, baseline: ModelVersion, candidate: ModelVersion,
                   datasets: list[Dataset], before: datetime | None = None,
                   ) -> dict[str, dict[str, Any]] | None:
     """The policy's numbers per eval set; None while a pair's metrics are not stored.
-    `settings` locate the artifact store for a history limit (None: the process's own);
+    `settings` locate the artifact store for a history limit;
     `before`: the production history as it was then (for replaying a past decision)."""
     rows = [find_pair_metrics(session=session, old=baseline, new=candidate, dataset=dataset)
             for dataset in datasets]
     if not all(rows):
         return None
     history = policy.max_nfr_vs_history
-    store = ArtifactStore.from_settings(settings or get_settings()) if history else None
+    store = ArtifactStore.from_settings(settings) if history else None
     return {dataset.name: measured_metrics(row, policy, history and history_breaks(
                 session=session, store=store, line=line, candidate=candidate, dataset=dataset,
                 limit=history, before=before), class_names=line.class_names)
             for dataset, row in zip(datasets, rows, strict=True)}
 
 
-def decision_evidence(*, session: Session, settings: Settings | None, decision: Decision,
+def decision_evidence(*, session: Session, settings: Settings, decision: Decision,
                       policy: Policy, before: datetime | None = None,
                       ) -> dict[str, dict[str, Any]] | None:
     """`pair_evidence` for the pair and eval sets of a stored decision."""

@@ -5,10 +5,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict
-from service.gate.decisions import production_version
 from service.gate.models import Decision, Promotion, Verdict
 from service.registry.models import ModelVersion
-from service.registry.service import PRODUCTION, find_version, get_line, set_alias
+from service.registry.service import (
+    PRODUCTION,
+    find_version,
+    get_line,
+    production_version,
+    set_alias,
+)
 
 
 def promote(*, session: Session, line_name: str, version: str, requested_by: str,

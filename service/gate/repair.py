@@ -26,7 +26,7 @@ from flipgate.train.config import TrainConfig, is_custom_architecture
 from flipgate.train.methods import METHODS, resolve_options
 from flipgate.train.zoo import build_model
 from service.artifacts import ArtifactStore
-from service.config import get_settings
+from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.errors import Conflict, InvalidInput, describe_problems
@@ -47,8 +47,8 @@ CALIBRATION_FIELDS = ("calibration", "max_nfr", "max_er_increase")
 STRUCTURE_CHECK_MAX_BYTES = 64 * 2**20  # larger pairs are compared by the job, not the request
 
 
-def request_repair(*, session: Session, store: ArtifactStore, decision_id: int,
-                   repair: RepairRequest, requested_by: str) -> Job:
+def request_repair(*, session: Session, settings: Settings, store: ArtifactStore,
+                   decision_id: int, repair: RepairRequest, requested_by: str) -> Job:
     """Queue the job that repairs the blocked candidate of a decision."""
     decision = get_decision(session=session, decision_id=decision_id)
     if decision.verdict != Verdict.BLOCK:
@@ -58,7 +58,7 @@ def request_repair(*, session: Session, store: ArtifactStore, decision_id: int,
     if repair.method in ONNX_REPAIRS:
         params = _onnx_repair_params(session, store, decision, repair)
     elif repair.method in METHODS:
-        params = _training_params(session, decision, repair)
+        params = _training_params(session, settings, decision, repair)
     else:
         raise InvalidInput("unknown_method", f"unknown method {repair.method!r}; choose from "
                            f"{', '.join([*METHODS, *ONNX_REPAIRS])}")
@@ -78,17 +78,18 @@ def _refuse_external(session: Session, decision: Decision) -> None:
                                "interpolated or ensembled; register a repaired version yourself")
 
 
-def _training_params(session: Session, decision: Decision,
+def _training_params(session: Session, settings: Settings, decision: Decision,
                      repair: RepairRequest) -> dict[str, Any]:
     """What a retraining job needs: options, settings, architecture, data, the old model."""
     _refuse_fields(repair, CALIBRATION_FIELDS)
     candidate = get_version(session=session, version_id=decision.candidate_id)
     baseline = get_version(session=session, version_id=decision.baseline_id)
     old = baseline if _targets_old_model(repair.method, baseline) else None
-    options, arch = _options(repair, has_old=old is not None), _arch(repair, candidate)
+    options, arch = _options(repair, has_old=old is not None), _arch(repair, candidate, settings)
     dataset = _training_dataset(session, repair, decision)
     if not is_custom_architecture(arch):  # the operator's own factories are not sized
-        _check_repair_size(repair.method, options, arch, candidate, dataset, has_old=bool(old))
+        _check_repair_size(settings, repair.method, options, arch, candidate, dataset,
+                           has_old=bool(old))
     return {"options": asdict(options), "config": asdict(_config(repair, candidate)),
             "arch": arch, "dataset": dataset.name, "old_version_id": old and old.id}
 
@@ -96,8 +97,8 @@ def _training_params(session: Session, decision: Decision,
 TRAINING_BYTES_PER_PARAMETER = 16  # float32 weights, gradients and Adam's two moments
 
 
-def _check_repair_size(method: str, options: Any, arch: str, candidate: ModelVersion,
-                       dataset: Dataset, *, has_old: bool) -> None:
+def _check_repair_size(settings: Settings, method: str, options: Any, arch: str,
+                       candidate: ModelVersion, dataset: Dataset, *, has_old: bool) -> None:
     """422 `repair_too_large` when the models training holds at once (each replica, the old
     model) and the training set, as float32, would take more than FLIPGATE_MAX_REPAIR_MB."""
     with torch.device("meta"):
@@ -106,7 +107,7 @@ def _check_repair_size(method: str, options: Any, arch: str, candidate: ModelVer
     models = METHODS[method].models(options) + has_old
     samples = dataset.n * math.prod(dataset.sample_shape) * 4
     needed = models * parameters * TRAINING_BYTES_PER_PARAMETER + samples
-    limit = get_settings().max_repair_mb * 2**20
+    limit = settings.max_repair_mb * 2**20
     if needed > limit:
         raise InvalidInput("repair_too_large", f"the repair would need about "
                            f"{needed / 2**30:.1f} GiB ({models} models of {parameters:,} "
@@ -249,13 +250,13 @@ def _config(repair: RepairRequest, candidate: ModelVersion) -> TrainConfig:
         raise InvalidInput("invalid_config", f"training settings: {error}") from error
 
 
-def _arch(repair: RepairRequest, candidate: ModelVersion) -> str:
+def _arch(repair: RepairRequest, candidate: ModelVersion, settings: Settings) -> str:
     """The architecture to retrain: the request's, else the candidate's recorded one."""
     arch = repair.arch or candidate.meta.get("arch") or training_record(candidate).get("arch")
     if not isinstance(arch, str) or not arch:
         raise InvalidInput("unknown_architecture", f"version {candidate.version} records no "
                            "architecture (metadata 'arch' or a run record); give 'arch'")
-    if not is_custom_architecture(allowed_architecture(arch)):
+    if not is_custom_architecture(allowed_architecture(arch, settings)):
         _check_zoo_architecture(arch, candidate)
     return arch
 
@@ -270,10 +271,10 @@ def _check_zoo_architecture(arch: str, candidate: ModelVersion) -> None:
         raise InvalidInput("invalid_architecture", f"architecture {arch!r}: {error}") from error
 
 
-def allowed_architecture(arch: str) -> str:
+def allowed_architecture(arch: str, settings: Settings) -> str:
     """`arch` if it names a zoo architecture, or a custom factory (package.module:function)
     that FLIPGATE_CUSTOM_ARCHITECTURES lists; nothing a request names is imported otherwise."""
-    if is_custom_architecture(arch) and arch not in get_settings().custom_architectures:
+    if is_custom_architecture(arch) and arch not in settings.custom_architectures:
         raise InvalidInput("architecture_not_allowed", f"architecture {arch!r} is a custom "
                            "factory the server does not allow; use a zoo architecture (mlp, "
                            "cnn, resnet) or ask the operator to list it in "

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from service import urls
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.deps import (
@@ -170,14 +171,14 @@ def list_decisions(name: str, session: SessionDep, candidate: str | None = None,
 @router.post("/gate/decisions/{decision_id}/repair", response_model=RepairQueued,
              status_code=202, dependencies=[WRITE])
 def repair_candidate(decision_id: DecisionId, body: RepairRequest, session: SessionDep,
-                     store: StoreDep, token: TokenDep) -> RepairQueued:
+                     settings: SettingsDep, store: StoreDep, token: TokenDep) -> RepairQueued:
     """Retrain a blocked candidate (default: ELODI, with the legacy term towards a baseline
     not trained with ELODI), or mix it with the baseline on their ONNX files (`interpolate`,
     `ensemble`, tuned on a `calibration` eval set the gate does not decide on); the job
     registers the new version and gates it again."""
-    job = repair.request_repair(session=session, store=store, decision_id=decision_id,
-                                repair=body, requested_by=token.name)
-    return RepairQueued(job=JobRead.model_validate(job), status_url=f"/jobs/{job.id}")
+    job = repair.request_repair(session=session, settings=settings, store=store,
+                                decision_id=decision_id, repair=body, requested_by=token.name)
+    return RepairQueued(job=JobRead.model_validate(job), status_url=urls.job(job.id))
 
 
 router.include_router(promotion_router)

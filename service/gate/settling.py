@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.config import Settings
 from service.gate.decisions import waited_jobs
 from service.gate.evidence import decision_evidence
 from service.gate.models import Decision, DecisionJob, Verdict
@@ -15,7 +16,8 @@ from service.jobs.models import Job, JobState
 from service.jobs.service import OPEN_STATES
 
 
-def settle_pending(*, session: Session, job_ids: Iterable[int] | None = None) -> list[Decision]:
+def settle_pending(*, session: Session, settings: Settings,
+                   job_ids: Iterable[int] | None = None) -> list[Decision]:
     """Make final the pending decisions (those waiting on `job_ids`; all when None) whose
     jobs have all ended."""
     still_open = (select(DecisionJob.decision_id).join(Job, Job.id == DecisionJob.job_id)
@@ -28,11 +30,11 @@ def settle_pending(*, session: Session, job_ids: Iterable[int] | None = None) ->
     decisions = list(session.scalars(statement.order_by(Decision.id).with_for_update()
                                      .execution_options(populate_existing=True)))
     for decision in decisions:
-        _decide(session, decision)
+        _decide(session, settings, decision)
     return decisions
 
 
-def _decide(session: Session, decision: Decision) -> None:
+def _decide(session: Session, settings: Settings, decision: Decision) -> None:
     """The final verdict from the stored pair metrics; a block if a measurement failed."""
     failed = [job for job in waited_jobs(session=session, decision=decision)
               if job.state != JobState.SUCCEEDED]
@@ -41,7 +43,7 @@ def _decide(session: Session, decision: Decision) -> None:
             note("measurement_failed", f"job {job.id} ({job.kind}) {job.state}: "
                  f"{job.error or 'no error recorded'}", blocking=True) for job in failed])
     policy = Policy.model_validate(decision.policy)
-    measured = decision_evidence(session=session, settings=None, decision=decision,
+    measured = decision_evidence(session=session, settings=settings, decision=decision,
                                  policy=policy)
     verdict, reasons = check(policy, measured)
     finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from service.db import utcnow
 from service.gate.models import Callback, Decision, Verdict
-from service.jobs.enqueue import send_task_after_commit
+from service.outbox import send_task_after_commit
 from service.queue import CALLBACK_TASK
 
 CALLBACK_RESEND_SECONDS = 60  # a queued callback not attempted by then is sent again

@@ -5,6 +5,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service import urls
 from service.gate.models import Callback, Decision, DecisionJob, Verdict
 from service.gate.schemas import CallbackRead, DecisionRead
 from service.jobs.models import Job
@@ -43,7 +44,7 @@ def _view(decision: Decision, line: str, versions: dict[int, ModelVersion],
         decision_id=decision.id, verdict=decision.verdict, reasons=decision.reasons,
         metrics={name: {**numbers, "report_url": reports[name]}
                  for name, numbers in decision.metrics.items()},
-        report_url=f"{decision.base_url}ui/decisions/{decision.id}", model=line,
+        report_url=urls.on(decision.base_url, urls.ui_decision(decision.id)), model=line,
         candidate=candidate,
         baseline=baseline, evalsets=decision.evalsets, policy_version=decision.policy_version,
         policy=decision.policy, requested_by=decision.requested_by, ci=decision.ci,
@@ -84,4 +85,5 @@ def _open_jobs(session: Session, decision_ids: list[int]) -> dict[int, list[int]
 
 
 def _report_url(base_url: str, line: str, baseline: str, candidate: str, evalset: str) -> str:
-    return f"{base_url}compare/{line}:{baseline}/{line}:{candidate}?evalset={evalset}&format=html"
+    return urls.on(base_url, urls.compare(f"{line}:{baseline}", f"{line}:{candidate}", evalset,
+                                          html=True))

@@ -8,6 +8,7 @@ from sqlalchemy import CheckConstraint, ForeignKey, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, Record, str_enum
+from service.queue import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK, MLFLOW_TASK, TRAIN_TASK
 
 
 class JobKind(StrEnum):
@@ -16,6 +17,11 @@ class JobKind(StrEnum):
     MATRIX = "matrix"
     TRAIN = "train"
     MLFLOW = "mlflow"  # the MLflow connector's work (worker.mlflow)
+
+
+JOB_TASKS = {JobKind.INFERENCE: INFERENCE_TASK, JobKind.METRICS: METRICS_TASK,
+             JobKind.MATRIX: MATRIX_TASK, JobKind.TRAIN: TRAIN_TASK,
+             JobKind.MLFLOW: MLFLOW_TASK}  # the Celery task that runs each kind of job
 
 
 class JobState(StrEnum):

@@ -3,7 +3,7 @@
 from fastapi import APIRouter
 
 from service import flows
-from service.deps import READ, WRITE, SessionDep
+from service.deps import READ, WRITE, SessionDep, SettingsDep
 from service.jobs import service
 from service.jobs.models import Job
 from service.jobs.schemas import JobRead
@@ -18,7 +18,7 @@ def read_job(job_id: int, session: SessionDep) -> Job:
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead, dependencies=[WRITE])
-def cancel_job(job_id: int, session: SessionDep) -> Job:
+def cancel_job(job_id: int, session: SessionDep, settings: SettingsDep) -> Job:
     """Cancel a queued or running job (409 when it has already finished); gate decisions
     that waited for it are blocked."""
-    return flows.cancel_job(session=session, job_id=job_id)
+    return flows.cancel_job(session=session, settings=settings, job_id=job_id)

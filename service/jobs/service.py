@@ -1,6 +1,7 @@
 """Moving jobs through their states, and reading them with their shards and dependencies.
 
-Creating and sending jobs is service.jobs.enqueue; what follows a job's end is service.flows."""
+Creating and sending jobs is service.jobs.enqueue (over service.outbox); what follows a job's
+end is service.flows."""
 
 from collections.abc import Sequence
 from typing import Any

@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
 from flipgate.formats import external_data_names, inspect_onnx
@@ -258,6 +258,26 @@ def get_alias(*, session: Session, line_name: str, alias: str) -> Alias:
                  .where(ModelLine.name == line_name, Alias.name == alias))
     return one_or_not_found(session, statement, code="alias_not_found",
                             message=f"no alias {line_name}@{alias}")
+
+
+def production_aliases() -> Select[tuple[int, int]]:
+    """(line id, version id) of every line's production alias; filter it for one line."""
+    return select(Alias.line_id, Alias.version_id).where(Alias.name == PRODUCTION)
+
+
+def production_version_id(*, session: Session, line_id: int, lock: bool = False) -> int | None:
+    """The id of the version the line's production alias points at, if any (`lock`: its
+    alias row)."""
+    statement = production_aliases().where(Alias.line_id == line_id)
+    row = session.execute(statement.with_for_update() if lock else statement).one_or_none()
+    return None if row is None else row.version_id
+
+
+def production_version(*, session: Session, line: ModelLine,
+                       lock: bool = False) -> ModelVersion | None:
+    """The version the line's production alias points at, if any (`lock`: its alias row)."""
+    version_id = production_version_id(session=session, line_id=line.id, lock=lock)
+    return None if version_id is None else get_version(session=session, version_id=version_id)
 
 
 def set_training_dataset(*, session: Session, line_name: str, dataset: Dataset) -> ModelLine:

@@ -11,15 +11,15 @@ from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.errors import NotFound
-from service.gate.decisions import waited_jobs
+from service.gate.decisions import get_decision, waited_jobs
 from service.gate.models import Callback, Decision, GatePolicy, Promotion, Verdict
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
 from service.predictions.service import versions_with_predictions
 from service.registry.models import Alias, ModelLine, ModelVersion
+from service.registry.service import PRODUCTION, get_line, production_aliases
 from service.ui.serves import JobView, job_views
 
-PRODUCTION = "production"
 DECISIONS_PER_PAGE = 20
 MATRIX_WINDOW = 12
 FAILED_JOBS_SHOWN = 50
@@ -102,8 +102,7 @@ def line_summaries(session: Session) -> list[LineSummary]:
                                   .group_by(ModelVersion.line_id)).all())
     latest = _names_by_line(session, select(ModelVersion.line_id, func.max(ModelVersion.id))
                             .group_by(ModelVersion.line_id))
-    production = _names_by_line(session, select(Alias.line_id, Alias.version_id)
-                                .where(Alias.name == PRODUCTION))
+    production = _names_by_line(session, production_aliases())
     last_decisions = select(func.max(Decision.id)).group_by(Decision.line_id)
     verdicts = dict(session.execute(select(Decision.line_id, Decision.verdict)
                                     .where(Decision.id.in_(last_decisions))).all())
@@ -124,20 +123,12 @@ def _value(verdict: Any) -> str | None:
     return None if verdict is None else str(verdict.value)
 
 
-def get_line(session: Session, name: str) -> ModelLine:
-    """The line called `name`, or NotFound."""
-    line = session.scalars(select(ModelLine).where(ModelLine.name == name)).one_or_none()
-    if line is None:
-        raise NotFound("line_not_found", f"no model line {name!r}")
-    return line
-
-
 def line_page(session: Session, name: str, evalset: str | None, page: int,
               whole_matrix: bool = False) -> LinePage:
     """The line's versions and history, matrix on `evalset` (default: the current policy's
     first eval set, else the first measured) over the last MATRIX_WINDOW versions (or all),
     policies, promotions and one page of its decision log."""
-    line = get_line(session, name)
+    line = get_line(session=session, name=name)
     versions = versions_of(session, line)
     evalsets = measured_evalsets(session, line)
     line_policies = policies(session, line)
@@ -356,9 +347,7 @@ class RepairChoice:
 
 def decision_page(session: Session, decision_id: int) -> DecisionPage:
     """The decision `decision_id` with its repair and its callback's delivery, if any."""
-    row = session.get(Decision, decision_id)
-    if row is None:
-        raise NotFound("decision_not_found", f"no decision {decision_id}")
+    row = get_decision(session=session, decision_id=decision_id)
     line = session.get(ModelLine, row.line_id)
     repair_jobs = [job for job in session.scalars(select(Job).where(Job.kind == JobKind.TRAIN)
                                                   .order_by(Job.id.desc()))
@@ -427,7 +416,7 @@ def pair_rows(session: Session, line_name: str, old: str, new: str, evalset: str
 def _pair_of(session: Session, line_name: str, old: str, new: str, evalset: str
              ) -> tuple[ModelLine, dict[str, ModelVersion], Dataset]:
     """The line, its versions `old` and `new` by name, and the eval set, or NotFound."""
-    line = get_line(session, line_name)
+    line = get_line(session=session, name=line_name)
     versions = {row.version: row for row in session.scalars(
         select(ModelVersion).where(ModelVersion.line_id == line.id,
                                    ModelVersion.version.in_([old, new])))}

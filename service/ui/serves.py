@@ -3,11 +3,11 @@ its params, each as text and a link to its dashboard page."""
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service import urls
 from service.jobs.models import Job, JobKind
 from service.registry.models import ModelLine, ModelVersion
 
@@ -40,27 +40,17 @@ def serves(kind: JobKind, params: dict[str, Any],
     on = f" on {evalset}" if evalset else ""
     if kind == JobKind.INFERENCE and params.get("version_id") in versions:
         line, version = versions[params["version_id"]]
-        return [(f"{line}:{version}{on}", _line_url(line))]
+        return [(f"{line}:{version}{on}", urls.ui_line(line))]
     if kind == JobKind.METRICS and {params.get("old_version_id"),
                                     params.get("new_version_id")} <= versions.keys():
         (line, old), (_, new) = (versions[params[key]]
                                  for key in ("old_version_id", "new_version_id"))
-        return [(f"{line}: {old} → {new}{on}", _pair_url(line, old, new, evalset))]
+        return [(f"{line}: {old} → {new}{on}", urls.ui_pair(line, old, new, evalset))]
     if kind == JobKind.MATRIX and params.get("line"):
         return [(f"{params['line']}: matrix{on}",
-                 _line_url(params["line"], evalset) + "#matrix")]
+                 urls.ui_line(params["line"], evalset) + "#matrix")]
     if kind == JobKind.TRAIN and params.get("decision_id"):
         made = f" → {params['version']}" if params.get("version") else ""
         return [(f"{params.get('method', 'repair')} repair of decision #{params['decision_id']}"
-                 f"{made}", f"/ui/decisions/{params['decision_id']}")]
+                 f"{made}", urls.ui_decision(params['decision_id']))]
     return []
-
-
-def _line_url(line: str, evalset: str | None = None) -> str:
-    query = f"?{urlencode({'evalset': evalset})}" if evalset else ""
-    return f"/ui/lines/{quote(line, safe='')}{query}"
-
-
-def _pair_url(line: str, old: str, new: str, evalset: str | None) -> str:
-    return (f"/ui/lines/{quote(line, safe='')}/pairs/{quote(old, safe='')}/"
-            f"{quote(new, safe='')}?{urlencode({'evalset': evalset or ''})}")

@@ -111,12 +111,13 @@ def test_a_lost_job_is_queued_again_then_fails_after_its_attempts(session):
         session=session, kind=JobKind.INFERENCE, params={"other": 1}).id)
     claim_job(session=session, job_id=job.id)
     age(job, seconds=60)
-    assert flows.reap_lost_jobs(session=session, lease_seconds=30, max_attempts=2) == [job]
+    assert flows.reap_lost_jobs(session=session, settings=Settings(), lease_seconds=30,
+                               max_attempts=2) == [job]
     assert (job.state, job.attempts, job.sent_at, fresh.state) == (
         JobState.QUEUED, 1, None, JobState.RUNNING)
     claim_job(session=session, job_id=job.id)
     age(job, seconds=60)
-    flows.reap_lost_jobs(session=session, lease_seconds=30, max_attempts=2)
+    flows.reap_lost_jobs(session=session, settings=Settings(), lease_seconds=30, max_attempts=2)
     assert (job.state, job.error) == (JobState.FAILED,
                                       "worker_lost: no heartbeat for 30 s, 2 attempts made")
 

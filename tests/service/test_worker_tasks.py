@@ -5,6 +5,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +36,10 @@ def ctx(engine, store, monkeypatch, tmp_path) -> Iterator[runtime.WorkerContext]
     folder broker, configured on first use, in a temporary folder)."""
     monkeypatch.setenv("FLIPGATE_DATA_DIR", str(tmp_path / "data"))
     get_settings.cache_clear()
-    context = runtime.WorkerContext(create_session_factory(engine), store, worker_app)
-    monkeypatch.setattr(runtime, "context", lambda: context)
+    context = runtime.WorkerContext(create_session_factory(engine), store, worker_app,
+                                    get_settings())
+    # the settings as the test has set them (FLIPGATE_* changed, then get_settings cleared)
+    monkeypatch.setattr(runtime, "context", lambda: replace(context, settings=get_settings()))
     yield context
     get_settings.cache_clear()
 

@@ -70,7 +70,7 @@ def client(engine, settings) -> Iterator[TestClient]:
 def worker_context(client: TestClient) -> runtime.WorkerContext:
     """A context for the tasks on the client's sessions, artifact store and Celery app."""
     state = client.app.state
-    return runtime.WorkerContext(state.sessions, state.store, state.celery)
+    return runtime.WorkerContext(state.sessions, state.store, state.celery, state.settings)
 
 
 @pytest.fixture

@@ -132,7 +132,7 @@ def test_a_failed_inference_cancels_the_measurement_and_asking_again_queues_anew
     url, params = "/compare/line:1.0/line:2.0", {"evalset": "eval"}
     inference, metrics = client.post(url, params=params).json()["job_ids"]
     with db() as session:
-        flows.finish_job(session=session, job=start_job(
+        flows.finish_job(session=session, settings=client.app.state.settings, job=start_job(
             session=session, job=get_job(session=session, job_id=inference)),
             state=JobState.FAILED, error="out of memory")
     assert client.get(f"/jobs/{metrics}").json()["state"] == JobState.CANCELLED

@@ -132,7 +132,7 @@ def test_policy_changes_need_the_admin_scope(line, mint):
     assert error_code(response, 403) == "missing_scope"
 
 
-def test_unmeasured_pairs_are_pending_and_a_failed_job_blocks(line, db):
+def test_unmeasured_pairs_are_pending_and_a_failed_job_blocks(line, db, settings):
     response = gate(line, candidate="2")
     assert response.status_code == 202
     decision = response.json()
@@ -141,7 +141,8 @@ def test_unmeasured_pairs_are_pending_and_a_failed_job_blocks(line, db):
         job = start_job(session=session, job=get_job(session=session,
                                                      job_id=decision["waiting_for"][0]))
         finish_job(session=session, job=job, state=JobState.FAILED, error="out of memory")
-        settle_pending(session=session, job_ids=[job.id])  # what the worker runs at a job's end
+        # what the worker runs at a job's end
+        settle_pending(session=session, settings=settings, job_ids=[job.id])
     final = line.get(f"/gate/decisions/{decision['decision_id']}").json()
     assert final["verdict"] == "block" and final["waiting_for"] == []
     assert final["reasons"][0]["code"] == "measurement_failed"

@@ -208,7 +208,7 @@ def test_a_small_eval_set_cannot_decide_without_the_policys_sets(line, counts, n
     assert gate(line, candidate="2").status_code in (200, 202)
 
 
-def test_reads_never_settle_a_decision_its_job_end_does(line, db):
+def test_reads_never_settle_a_decision_its_job_end_does(line, db, settings):
     replay = {"X-Flipgate-Delivery": "ci-1"}
     pending = gate(line, replay, candidate="2", evalsets=["ev"]).json()
     other = gate(line, candidate="2", baseline="2").json()  # final: the baseline itself
@@ -221,8 +221,8 @@ def test_reads_never_settle_a_decision_its_job_end_does(line, db):
     assert line.get("/models/digits/decisions").json()[1]["verdict"] == "pending"
     assert gate(line, replay, candidate="2", evalsets=["ev"]).json()["verdict"] == "pending"
     with db() as session:
-        assert settle_pending(session=session, job_ids=[job_id + 1000]) == []
-        settled = settle_pending(session=session, job_ids=[job_id])
+        assert settle_pending(session=session, settings=settings, job_ids=[job_id + 1000]) == []
+        settled = settle_pending(session=session, settings=settings, job_ids=[job_id])
         assert [decision.id for decision in settled] == [pending["decision_id"]]
     final = line.get(url).json()
     assert final["verdict"] == "block" and "disk full" in final["reasons"][0]["message"]

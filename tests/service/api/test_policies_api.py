@@ -143,9 +143,8 @@ def test_history_limit_counts_what_any_recent_production_version_got_right(line)
     assert decision["metrics"]["ev"]["history_nfr"] == pytest.approx(0.1)
 
 
-def test_a_pending_decision_settles_with_the_history_limit(line, settings, monkeypatch):
-    # The worker settles with its own process's settings: here, the test server's.
-    monkeypatch.setattr("service.gate.evidence.get_settings", lambda: settings)
+def test_a_pending_decision_settles_with_the_history_limit(line):
+    # The worker settles with its context's settings: here, the test server's.
     assert line.put("/models/digits/policy", json={
         "max_nfr_vs_history": {"versions": 2, "max": 0.12}, "evalsets": ["ev"]}).is_success
     pending = line.post("/gate", json={"model": "digits", "candidate": "2"})

@@ -1,0 +1,43 @@
+"""Every address service.urls builds is served by a route of the app: renaming a route
+without its builder fails here, not in a job's result or a callback's link."""
+
+from urllib.parse import unquote, urlsplit
+
+import pytest
+from starlette.routing import Match
+
+from service import urls
+from service.config import Settings
+from service.main import create_app
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("urls")
+    return create_app(Settings(database_url=f"sqlite:///{folder / 'db.sqlite'}",
+                               data_dir=folder / "data"))
+
+
+@pytest.mark.parametrize(("method", "address"), [
+    ("GET", urls.job(7)),
+    ("GET", urls.version("digits", "1.0")),
+    ("POST", urls.predictions("digits", "1.0")),
+    ("GET", urls.matrix("digits", "ev")),
+    ("GET", urls.compare("digits:1.0", "digits:2.0", "ev", html=True)),
+    ("GET", urls.decision(7)),
+    ("GET", urls.ui_decision(7)),
+    ("GET", urls.ui_line("a line", "ev")),
+    ("GET", urls.ui_pair("a line", "1.0", "2.0", "ev")),
+    ("GET", urls.on("https://gate.example/", urls.ui_decision(7))),
+])
+def test_each_built_address_is_a_route_of_the_app(app, method, address):
+    path = unquote(urlsplit(address).path)
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    assert [route for route in app.routes if route.matches(scope)[0] == Match.FULL], address
+
+
+def test_addresses_keep_their_shape():
+    assert urls.compare("l:1", "l:2", "ev") == "/compare/l:1/l:2?evalset=ev"
+    assert urls.on("https://gate.example/", urls.compare("l:1", "l:2", "ev", html=True)) == (
+        "https://gate.example/compare/l:1/l:2?evalset=ev&format=html")
+    assert urls.ui_line("a/b", "ev") == "/ui/lines/a%2Fb?evalset=ev"
