@@ -55,6 +55,14 @@ class Connected:
                            timeout=VERDICT_SECONDS)
         return verdict, time.monotonic() - started
 
+    def line_page(self) -> str:
+        """The line's dashboard page, signed in with the admin token."""
+        signin = self.flipgate.post("/ui/signin", data={"token": TOKEN})
+        assert signin.status_code == 303, signin.text
+        page = self.flipgate.get("/ui/lines/digits")
+        assert page.status_code == 200, page.text
+        return page.text
+
     def events(self) -> list[dict]:
         response = self.flipgate.get("/models/digits/mlflow-events")
         assert response.status_code == 200, response.text
@@ -108,14 +116,14 @@ def test_a_bad_signature_is_refused_and_nothing_is_queued(connected, signing, co
 
 
 def test_a_challenger_is_gated_and_promoted_or_blocked(connected):
-    verdict, _ = connected.move_and_wait_for_verdict("challenger", "1")
+    verdict, first = connected.move_and_wait_for_verdict("challenger", "1")
     assert verdict == "approve"
     wait_for(lambda: connected.champion() == "1", "champion on the first version")
     response = connected.flipgate.put("/models/digits/policy",
                                       json={"evalsets": ["holdout"], "significance": 0.05})
     assert response.status_code in (200, 201), response.text
 
-    verdict, _ = connected.move_and_wait_for_verdict("challenger", "2")
+    verdict, blocked = connected.move_and_wait_for_verdict("challenger", "2")
     tags = connected.mlflow.get_model_version("digits", "2").tags
     assert verdict == "block"
     assert float(tags["flipgate.nfr"]) == pytest.approx(
@@ -127,7 +135,8 @@ def test_a_challenger_is_gated_and_promoted_or_blocked(connected):
     verdict, seconds = connected.move_and_wait_for_verdict("challenger", "3")
     assert verdict == "approve"
     wait_for(lambda: connected.champion() == "3", "champion on version 3", timeout=5)
-    print(f"\nalias move to verdict tag (pair measured by the worker): {seconds:.1f} s")
+    print(f"\nalias move to verdict tag: {first:.1f} s (first version), {blocked:.1f} s "
+          f"(blocked), {seconds:.1f} s (approved; pairs measured by the worker)")
     production = connected.flipgate.get("/models/digits/promotions").json()
     assert [row["requested_by"] for row in production] == ["mlflow connector"] * 2
 
@@ -142,6 +151,9 @@ def test_a_hand_move_of_champion_is_reverted(connected):
     assert connected.tag("2") == "unapproved"
     reverted = [event for event in connected.events() if event["action"] == "reverted"]
     assert [(event["version"], event["alias"]) for event in reverted] == [("2", "champion")]
+    page = connected.line_page()  # the line's audit log on the dashboard shows the revert
+    assert 'id="mlflow-reverts"' in page
+    assert "champion moved by hand to unapproved version 2; moved back to 3" in page
 
 
 def test_a_delivery_is_acted_on_once(connected):
