@@ -117,6 +117,20 @@ def test_better_version_becomes_champion(world, capsys):
     assert world.production() == "3"
 
 
+def test_a_baseline_version_is_gated_against_in_the_given_line(world, capsys):
+    assert world.gate("models:/digits/2", "--baseline", "models:/digits/3",
+                      "--line", "digits-pairs", "--promote", "champion", "--json") == 1
+    decision = json.loads(capsys.readouterr().out)
+    assert (decision["model"], decision["candidate"], decision["baseline"]) == (
+        "digits-pairs", "2", "3")
+    assert float(world.tags("2")["flipgate.nfr"]) == pytest.approx(
+        nfr(world.models["3"], world.models["2"], world.evalset), abs=1e-6)
+    line = world.flipgate.get("/models/digits-pairs").json()
+    assert sorted(v["version"] for v in line["versions"]) == ["2", "3"]
+    assert line["aliases"] == []
+    assert world.mlflow.get_model_version_by_alias("digits", "champion").version == "3"
+
+
 def test_other_bytes_under_the_same_version_are_refused(world, tmp_path, capsys):
     other = tmp_path / "other.onnx"
     onnx.save(world.models["2"], str(other))
