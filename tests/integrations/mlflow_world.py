@@ -90,6 +90,19 @@ def signed_in_as(patch: pytest.MonkeyPatch, username: str, password: str) -> Non
     patch.setenv("MLFLOW_TRACKING_PASSWORD", password)
 
 
+def mlflow_account(url: str, username: str, password: str, model: str) -> dict[str, str]:
+    """A new MLflow user (made by the admin) who may manage the new registered model `model`:
+    the environment that signs a process in as that user."""
+    from mlflow import MlflowClient
+    from mlflow.server import get_app_client
+
+    auth = get_app_client("basic-auth", tracking_uri=url)
+    auth.create_user(username, password)
+    MlflowClient(url).create_registered_model(model)
+    auth.grant_user_permission(username, "registered_model", model, "MANAGE")
+    return {"MLFLOW_TRACKING_USERNAME": username, "MLFLOW_TRACKING_PASSWORD": password}
+
+
 def healthy(url: str, process: subprocess.Popen) -> bool:
     assert process.poll() is None, "mlflow server exited"
     try:

@@ -1,10 +1,12 @@
-"""The MLflow connector against a real `mlflow server` whose webhook calls a real `flipgate
-serve` (embedded, with its worker and sweeper): a `challenger` is gated and, approved, becomes
+"""The MLflow connector against a real `mlflow server` (with MLflow's authentication: the
+connector signs in as an MLflow user of its own) whose webhook calls a real `flipgate serve`
+(embedded, with its worker and sweeper): a `challenger` is gated and, approved, becomes
 `champion`; a regressed one is blocked; a hand move of `champion` is reverted; MLflow's test
 delivery is answered; a bad signature is refused."""
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import onnx
@@ -18,6 +20,7 @@ from tests.integrations.mlflow_world import (
     classifier,
     digits_split,
     log_version,
+    mlflow_account,
     mlflow_server,
     nfr,
     save,
@@ -76,21 +79,28 @@ def connected(tmp_path_factory) -> Connected:
     models = {"1": classifier(train, samples=500),
               "2": classifier(train, samples=500, scramble=1.5),
               "3": classifier(train, samples=len(train[1]))}
-    with mlflow_server(folder / "mlflow") as mlflow_url, served(
-            folder, TOKEN, FLIPGATE_MLFLOW_WEBHOOK_SECRET=SECRET,
-            FLIPGATE_MLFLOW_TRACKING_URI=mlflow_url) as (url, client):
-        tracking = MlflowClient(mlflow_url)
-        # before any alias event: each MLflow server process caches its webhook list for 60 s
-        webhook = tracking.create_webhook(
-            "flipgate", f"{url}/integrations/mlflow/webhook",
-            events=["model_version_alias.created"], secret=SECRET)
-        for version, model in models.items():
-            assert log_version("digits", model) == version
-        response = client.post("/evalsets", data={"name": "holdout"}, files={
-            "data": ("holdout.npz", save(evalset, folder / "holdout.npz").read_bytes())})
-        assert response.status_code == 201, response.text
-        yield Connected(f"{url}/integrations/mlflow/webhook", client, tracking,
-                        webhook.webhook_id, evalset, models)
+    with mlflow_server(folder / "mlflow", basic_auth=True) as mlflow_url:
+        account = mlflow_account(mlflow_url, "flipgate", "flipgate-mlflow-password-01", "digits")
+        with served(folder, TOKEN, FLIPGATE_MLFLOW_WEBHOOK_SECRET=SECRET,
+                    FLIPGATE_MLFLOW_TRACKING_URI=mlflow_url, **account) as (url, client):
+            yield connect(folder, mlflow_url, url, client, evalset, models)
+
+
+def connect(folder: Path, mlflow_url: str, url: str, client: httpx.Client, evalset: EvalSet,
+            models: dict[str, onnx.ModelProto]) -> Connected:
+    """The webhook registered on MLflow, the versions logged, the eval set on flipgate."""
+    tracking = MlflowClient(mlflow_url)
+    # before any alias event: each MLflow server process caches its webhook list for 60 s
+    webhook = tracking.create_webhook(
+        "flipgate", f"{url}/integrations/mlflow/webhook",
+        events=["model_version_alias.created"], secret=SECRET)
+    for version, model in models.items():
+        assert log_version("digits", model) == version
+    response = client.post("/evalsets", data={"name": "holdout"}, files={
+        "data": ("holdout.npz", save(evalset, folder / "holdout.npz").read_bytes())})
+    assert response.status_code == 201, response.text
+    return Connected(f"{url}/integrations/mlflow/webhook", client, tracking,
+                     webhook.webhook_id, evalset, models)
 
 
 def test_mlflow_test_delivery_is_answered_and_changes_nothing(connected):
