@@ -117,6 +117,15 @@ def test_better_version_becomes_champion(world, capsys):
     assert world.production() == "3"
 
 
+def test_a_verdict_still_pending_at_the_timeout_is_exit_3_and_tags_nothing(world, capsys):
+    before = world.tags("3")
+    assert world.gate("models:/digits/3", "--baseline", "models:/digits/1", "--line",
+                      "digits-pending", "--promote", "champion", "--timeout", "0") == 3
+    assert "pending" in capsys.readouterr().err
+    assert world.tags("3") == before
+    assert world.flipgate.get("/models/digits-pending").json()["aliases"] == []
+
+
 def test_a_baseline_version_is_gated_against_in_the_given_line(world, capsys):
     assert world.gate("models:/digits/2", "--baseline", "models:/digits/3",
                       "--line", "digits-pairs", "--promote", "champion", "--json") == 1
