@@ -27,6 +27,7 @@ from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.db import read_only
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
+from service.integrations.mlflow.service import list_events
 from service.ui import docs, queries, samples
 from service.ui.ci import ci_links
 from service.ui.curve import repair_curve_svg
@@ -170,7 +171,8 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
                                                    view.limits.get(key), pair_url)))
                 for key in shown]
     return render(request, "line.html", who, view=view, heatmaps=heatmaps, metrics=shown,
-                  history=Markup(history_svg(view.history, view.limits)))
+                  history=Markup(history_svg(view.history, view.limits)),
+                  reverts=list_events(session=session, model=name, action="reverted"))
 
 
 @router.get("/lines/{name}/pairs/{old}/{new}", response_class=HTMLResponse)

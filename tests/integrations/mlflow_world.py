@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import onnx
 import onnxruntime
+import pytest
 import torch
 from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
@@ -32,13 +33,28 @@ MLFLOW_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
               "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
               "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
               "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": WEBHOOK_ENCRYPTION_KEY}
+ADMIN = ("admin", "mlflow-admin-password-0123")
+# `--app-name basic-auth` (needs mlflow[auth]): its settings (a checked password is cached for
+# a minute: else each request hashes it again, ~0.1 s here), the admin's password on a new
+# user store, and the fixed key its CSRF protection refuses to start without
+AUTH_CONFIG = f"""[mlflow]
+default_permission = READ
+database_uri = sqlite:///basic_auth.db
+admin_username = {ADMIN[0]}
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+auth_cache_ttl_seconds = 60
+"""
+AUTH_ENV = {"MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN[1],
+            "MLFLOW_FLASK_SERVER_SECRET_KEY": "flipgate-tests-flask-secret-key"}
 
 
 @contextmanager
-def mlflow_server(folder: Path) -> Iterator[str]:
+def mlflow_server(folder: Path, *, basic_auth: bool = False) -> Iterator[str]:
     """`mlflow server` on a free loopback port with one worker, once healthy: its URL, made
     this process's tracking and registry URI (`flipgate mlflow gate`, run in-process by the
-    tests, sets both; a module's server must not inherit the previous module's)."""
+    tests, sets both; a module's server must not inherit the previous module's). With
+    `basic_auth`, MLflow's authentication is on (its user store in `folder`) and this process
+    signs in as its admin until the server stops."""
     import mlflow
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -46,18 +62,45 @@ def mlflow_server(folder: Path) -> Iterator[str]:
     command = [str(Path(sys.executable).with_name("mlflow")), "server",
                "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
                "--artifacts-destination", str(folder / "artifacts"),
-               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+               "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+               *(["--app-name", "basic-auth"] if basic_auth else [])]
+    env = {**os.environ, **MLFLOW_ENV}
+    if basic_auth:
+        (folder / "basic_auth.ini").write_text(AUTH_CONFIG)
+        env.update(AUTH_ENV, MLFLOW_AUTH_CONFIG_PATH=str(folder / "basic_auth.ini"))
     url = f"http://127.0.0.1:{port}"
-    with (folder / "mlflow.log").open("wb") as log:
-        process = subprocess.Popen(command, env={**os.environ, **MLFLOW_ENV}, cwd=folder,
-                                   stdout=log, stderr=subprocess.STDOUT)
+    with ((folder / "mlflow.log").open("wb") as log, pytest.MonkeyPatch.context() as patch):
+        process = subprocess.Popen(command, env=env, cwd=folder, stdout=log,
+                                   stderr=subprocess.STDOUT)
         try:
             wait_for(lambda: healthy(url, process), "mlflow server /health", timeout=90)
             mlflow.set_tracking_uri(url)
             mlflow.set_registry_uri(url)
+            if basic_auth:
+                signed_in_as(patch, *ADMIN)
             yield url
         finally:
             stop_process(process)
+
+
+def signed_in_as(patch: pytest.MonkeyPatch, username: str, password: str) -> None:
+    """MLflow's clients in this process send `username`'s credentials from now on (MLflow
+    reads them from the environment on each request)."""
+    patch.setenv("MLFLOW_TRACKING_USERNAME", username)
+    patch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+
+
+def mlflow_account(url: str, username: str, password: str, model: str) -> dict[str, str]:
+    """A new MLflow user (made by the admin) who may manage the new registered model `model`:
+    the environment that signs a process in as that user."""
+    from mlflow import MlflowClient
+    from mlflow.server import get_app_client
+
+    auth = get_app_client("basic-auth", tracking_uri=url)
+    auth.create_user(username, password)
+    MlflowClient(url).create_registered_model(model)
+    auth.grant_user_permission(username, "registered_model", model, "MANAGE")
+    return {"MLFLOW_TRACKING_USERNAME": username, "MLFLOW_TRACKING_PASSWORD": password}
 
 
 def healthy(url: str, process: subprocess.Popen) -> bool:

@@ -1,10 +1,12 @@
-"""The MLflow connector against a real `mlflow server` whose webhook calls a real `flipgate
-serve` (embedded, with its worker and sweeper): a `challenger` is gated and, approved, becomes
+"""The MLflow connector against a real `mlflow server` (with MLflow's authentication: the
+connector signs in as an MLflow user of its own) whose webhook calls a real `flipgate serve`
+(embedded, with its worker and sweeper): a `challenger` is gated and, approved, becomes
 `champion`; a regressed one is blocked; a hand move of `champion` is reverted; MLflow's test
 delivery is answered; a bad signature is refused."""
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import onnx
@@ -18,6 +20,7 @@ from tests.integrations.mlflow_world import (
     classifier,
     digits_split,
     log_version,
+    mlflow_account,
     mlflow_server,
     nfr,
     save,
@@ -55,6 +58,14 @@ class Connected:
                            timeout=VERDICT_SECONDS)
         return verdict, time.monotonic() - started
 
+    def line_page(self) -> str:
+        """The line's dashboard page, signed in with the admin token."""
+        signin = self.flipgate.post("/ui/signin", data={"token": TOKEN})
+        assert signin.status_code == 303, signin.text
+        page = self.flipgate.get("/ui/lines/digits")
+        assert page.status_code == 200, page.text
+        return page.text
+
     def events(self) -> list[dict]:
         response = self.flipgate.get("/models/digits/mlflow-events")
         assert response.status_code == 200, response.text
@@ -68,21 +79,28 @@ def connected(tmp_path_factory) -> Connected:
     models = {"1": classifier(train, samples=500),
               "2": classifier(train, samples=500, scramble=1.5),
               "3": classifier(train, samples=len(train[1]))}
-    with mlflow_server(folder / "mlflow") as mlflow_url, served(
-            folder, TOKEN, FLIPGATE_MLFLOW_WEBHOOK_SECRET=SECRET,
-            FLIPGATE_MLFLOW_TRACKING_URI=mlflow_url) as (url, client):
-        tracking = MlflowClient(mlflow_url)
-        # before any alias event: each MLflow server process caches its webhook list for 60 s
-        webhook = tracking.create_webhook(
-            "flipgate", f"{url}/integrations/mlflow/webhook",
-            events=["model_version_alias.created"], secret=SECRET)
-        for version, model in models.items():
-            assert log_version("digits", model) == version
-        response = client.post("/evalsets", data={"name": "holdout"}, files={
-            "data": ("holdout.npz", save(evalset, folder / "holdout.npz").read_bytes())})
-        assert response.status_code == 201, response.text
-        yield Connected(f"{url}/integrations/mlflow/webhook", client, tracking,
-                        webhook.webhook_id, evalset, models)
+    with mlflow_server(folder / "mlflow", basic_auth=True) as mlflow_url:
+        account = mlflow_account(mlflow_url, "flipgate", "flipgate-mlflow-password-01", "digits")
+        with served(folder, TOKEN, FLIPGATE_MLFLOW_WEBHOOK_SECRET=SECRET,
+                    FLIPGATE_MLFLOW_TRACKING_URI=mlflow_url, **account) as (url, client):
+            yield connect(folder, mlflow_url, url, client, evalset, models)
+
+
+def connect(folder: Path, mlflow_url: str, url: str, client: httpx.Client, evalset: EvalSet,
+            models: dict[str, onnx.ModelProto]) -> Connected:
+    """The webhook registered on MLflow, the versions logged, the eval set on flipgate."""
+    tracking = MlflowClient(mlflow_url)
+    # before any alias event: each MLflow server process caches its webhook list for 60 s
+    webhook = tracking.create_webhook(
+        "flipgate", f"{url}/integrations/mlflow/webhook",
+        events=["model_version_alias.created"], secret=SECRET)
+    for version, model in models.items():
+        assert log_version("digits", model) == version
+    response = client.post("/evalsets", data={"name": "holdout"}, files={
+        "data": ("holdout.npz", save(evalset, folder / "holdout.npz").read_bytes())})
+    assert response.status_code == 201, response.text
+    return Connected(f"{url}/integrations/mlflow/webhook", client, tracking,
+                     webhook.webhook_id, evalset, models)
 
 
 def test_mlflow_test_delivery_is_answered_and_changes_nothing(connected):
@@ -108,14 +126,14 @@ def test_a_bad_signature_is_refused_and_nothing_is_queued(connected, signing, co
 
 
 def test_a_challenger_is_gated_and_promoted_or_blocked(connected):
-    verdict, _ = connected.move_and_wait_for_verdict("challenger", "1")
+    verdict, first = connected.move_and_wait_for_verdict("challenger", "1")
     assert verdict == "approve"
     wait_for(lambda: connected.champion() == "1", "champion on the first version")
     response = connected.flipgate.put("/models/digits/policy",
                                       json={"evalsets": ["holdout"], "significance": 0.05})
     assert response.status_code in (200, 201), response.text
 
-    verdict, _ = connected.move_and_wait_for_verdict("challenger", "2")
+    verdict, blocked = connected.move_and_wait_for_verdict("challenger", "2")
     tags = connected.mlflow.get_model_version("digits", "2").tags
     assert verdict == "block"
     assert float(tags["flipgate.nfr"]) == pytest.approx(
@@ -127,7 +145,8 @@ def test_a_challenger_is_gated_and_promoted_or_blocked(connected):
     verdict, seconds = connected.move_and_wait_for_verdict("challenger", "3")
     assert verdict == "approve"
     wait_for(lambda: connected.champion() == "3", "champion on version 3", timeout=5)
-    print(f"\nalias move to verdict tag (pair measured by the worker): {seconds:.1f} s")
+    print(f"\nalias move to verdict tag: {first:.1f} s (first version), {blocked:.1f} s "
+          f"(blocked), {seconds:.1f} s (approved; pairs measured by the worker)")
     production = connected.flipgate.get("/models/digits/promotions").json()
     assert [row["requested_by"] for row in production] == ["mlflow connector"] * 2
 
@@ -142,6 +161,9 @@ def test_a_hand_move_of_champion_is_reverted(connected):
     assert connected.tag("2") == "unapproved"
     reverted = [event for event in connected.events() if event["action"] == "reverted"]
     assert [(event["version"], event["alias"]) for event in reverted] == [("2", "champion")]
+    page = connected.line_page()  # the line's audit log on the dashboard shows the revert
+    assert 'id="mlflow-reverts"' in page
+    assert "champion moved by hand to unapproved version 2; moved back to 3" in page
 
 
 def test_a_delivery_is_acted_on_once(connected):

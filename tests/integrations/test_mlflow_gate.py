@@ -1,6 +1,7 @@
-"""`flipgate mlflow gate` against a real `mlflow server` and a real `flipgate serve` (embedded,
-with its worker): versions logged with mlflow.onnx.log_model (weights as external data) are
-registered on flipgate, gated, tagged, and promoted only on an approval."""
+"""`flipgate mlflow gate` against a real `mlflow server` (with MLflow's authentication, as the
+README's enforcement recipe has it) and a real `flipgate serve` (embedded, with its worker):
+versions logged with mlflow.onnx.log_model (weights as external data) are registered on
+flipgate, gated, tagged, and promoted only on an approval."""
 
 import json
 import sys
@@ -10,6 +11,8 @@ import httpx
 import onnx
 import pytest
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from mlflow.server import get_app_client
 
 from flipgate.cli import main
 from flipgate.formats import EvalSet
@@ -21,9 +24,12 @@ from tests.integrations.mlflow_world import (
     mlflow_server,
     nfr,
     save,
+    signed_in_as,
 )
 
 TOKEN = "mlflow-gate-admin-token-0123456789"
+FLIPGATE_ACCOUNT = ("flipgate", "flipgate-mlflow-password-01")  # MLflow users of the recipe
+SCIENTIST = ("alice", "alice-mlflow-password-0123")
 pytestmark = pytest.mark.slow
 
 
@@ -44,8 +50,8 @@ class World:
                      "--tracking-uri", self.mlflow_url, "--evalset", "holdout", "--poll", "0.2",
                      "--timeout", "120", *args])
 
-    def tags(self, version: str) -> dict[str, str]:
-        return self.mlflow.get_model_version("digits", version).tags
+    def tags(self, version: str, model: str = "digits") -> dict[str, str]:
+        return self.mlflow.get_model_version(model, version).tags
 
     def production(self) -> str | None:
         line = self.flipgate.get("/models/digits").json()
@@ -61,7 +67,8 @@ def world(tmp_path_factory) -> World:
     models = {"1": classifier(train, samples=500), "2": classifier(train, samples=500,
                                                                    scramble=1.5),
               "3": classifier(train, samples=len(train[1]))}
-    with mlflow_server(folder / "mlflow") as mlflow_url, served(folder, TOKEN) as (url, client):
+    with mlflow_server(folder / "mlflow", basic_auth=True) as mlflow_url, \
+            served(folder, TOKEN) as (url, client):
         for version, model in models.items():
             assert log_version("digits", model) == version
         response = client.post("/evalsets", data={"name": "holdout"}, files={
@@ -110,6 +117,29 @@ def test_better_version_becomes_champion(world, capsys):
     assert world.production() == "3"
 
 
+def test_a_verdict_still_pending_at_the_timeout_is_exit_3_and_tags_nothing(world, capsys):
+    before = world.tags("3")
+    assert world.gate("models:/digits/3", "--baseline", "models:/digits/1", "--line",
+                      "digits-pending", "--promote", "champion", "--timeout", "0") == 3
+    assert "pending" in capsys.readouterr().err
+    assert world.tags("3") == before
+    assert world.flipgate.get("/models/digits-pending").json()["aliases"] == []
+
+
+def test_a_baseline_version_is_gated_against_in_the_given_line(world, capsys):
+    assert world.gate("models:/digits/2", "--baseline", "models:/digits/3",
+                      "--line", "digits-pairs", "--promote", "champion", "--json") == 1
+    decision = json.loads(capsys.readouterr().out)
+    assert (decision["model"], decision["candidate"], decision["baseline"]) == (
+        "digits-pairs", "2", "3")
+    assert float(world.tags("2")["flipgate.nfr"]) == pytest.approx(
+        nfr(world.models["3"], world.models["2"], world.evalset), abs=1e-6)
+    line = world.flipgate.get("/models/digits-pairs").json()
+    assert sorted(v["version"] for v in line["versions"]) == ["2", "3"]
+    assert line["aliases"] == []
+    assert world.mlflow.get_model_version_by_alias("digits", "champion").version == "3"
+
+
 def test_other_bytes_under_the_same_version_are_refused(world, tmp_path, capsys):
     other = tmp_path / "other.onnx"
     onnx.save(world.models["2"], str(other))
@@ -136,15 +166,43 @@ def test_a_malformed_model_uri_is_a_usage_error(capsys):
     assert "models:/NAME@ALIAS" in capsys.readouterr().err
 
 
-def test_enforcement_recipe_copies_an_approved_candidate_to_production(world):
-    """README's recipe: candidates gated in their own registered model, the approved one
-    copied to the production model that only flipgate's account may write."""
-    assert log_version("digits-candidates", world.models["1"]) == "1"
+def test_enforcement_recipe_only_flipgates_account_writes_production(world, monkeypatch):
+    """README's recipe under MLflow's authentication: a data scientist logs candidates to
+    `digits-candidates` and cannot write `digits-production`; flipgate's account gates a
+    candidate and copies the approved one there."""
+    auth = get_app_client("basic-auth", tracking_uri=world.mlflow_url)
+    for username, password in (FLIPGATE_ACCOUNT, SCIENTIST):
+        auth.create_user(username, password)
+    for model in ("digits-candidates", "digits-production"):
+        world.mlflow.create_registered_model(model)
+    auth.grant_user_permission("flipgate", "registered_model", "digits-production", "MANAGE")
+    for username in ("flipgate", "alice"):
+        auth.grant_user_permission(username, "registered_model", "digits-candidates", "EDIT")
+    experiment = world.mlflow.create_experiment("alice")
+    auth.grant_user_permission("alice", "experiment", experiment, "EDIT")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", experiment)
+
+    signed_in_as(monkeypatch, *SCIENTIST)
+    assert [log_version("digits-candidates", world.models[v]) for v in ("1", "2")] == ["1", "2"]
+    signed_in_as(monkeypatch, *FLIPGATE_ACCOUNT)
     assert world.gate("models:/digits-candidates/1", "--promote", "approved") == 0
     copy = world.mlflow.copy_model_version("models:/digits-candidates/1", "digits-production")
     world.mlflow.set_registered_model_alias("digits-production", "champion", copy.version)
-    line = world.flipgate.get("/models/digits-candidates").json()
-    assert [alias["name"] for alias in line["aliases"]] == ["production"]
-    champion = world.mlflow.get_model_version_by_alias("digits-production", "champion")
-    assert world.mlflow.get_model_version_download_uri("digits-production", champion.version) \
-        == world.mlflow.get_model_version_download_uri("digits-candidates", "1")
+
+    signed_in_as(monkeypatch, *SCIENTIST)
+    with pytest.raises(MlflowException, match="403"):  # MLflow words it INTERNAL_ERROR
+        world.mlflow.copy_model_version("models:/digits-candidates/2", "digits-production")
+    for change in (lambda: world.mlflow.set_registered_model_alias("digits-production",
+                                                                   "champion", "1"),
+                   lambda: world.mlflow.delete_registered_model_alias("digits-production",
+                                                                      "champion")):
+        with pytest.raises(MlflowException) as denied:
+            change()
+        assert denied.value.error_code == "PERMISSION_DENIED"
+    assert world.tags("1", model="digits-candidates")["flipgate.verdict"] == "approve"
+    production = world.mlflow.get_registered_model("digits-production")
+    assert production.aliases == {"champion": "1"}
+    assert [v.version for v in world.mlflow.search_model_versions(
+        "name='digits-production'")] == ["1"]
+    assert world.mlflow.get_model_version_download_uri("digits-production", "1") == \
+        world.mlflow.get_model_version_download_uri("digits-candidates", "1")

@@ -93,8 +93,10 @@ def log_action(*, session: Session, move: dict[str, str], action: str, message: 
     return row
 
 
-def list_events(*, session: Session, model: str, limit: int = 100) -> list[MlflowEvent]:
-    """The connector's log on a registered model, newest first."""
-    statement = (select(MlflowEvent).where(MlflowEvent.model == model)
-                 .order_by(MlflowEvent.id.desc()).limit(limit))
-    return list(session.scalars(statement))
+def list_events(*, session: Session, model: str, limit: int = 100,
+                action: str | None = None) -> list[MlflowEvent]:
+    """The connector's log on a registered model (its lines of one `action`), newest first."""
+    statement = select(MlflowEvent).where(MlflowEvent.model == model)
+    if action is not None:
+        statement = statement.where(MlflowEvent.action == action)
+    return list(session.scalars(statement.order_by(MlflowEvent.id.desc()).limit(limit)))
