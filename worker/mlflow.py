@@ -28,9 +28,9 @@ from flipgate.mlflow_gate import (
 )
 from service import flows
 from service.artifacts import ArtifactStore
-from service.config import Settings, get_settings
+from service.config import Settings
 from service.errors import Conflict, NotFound
-from service.gate.decisions import gate, get_decision, production_version, waited_jobs
+from service.gate.decisions import gate, get_decision, waited_jobs
 from service.gate.models import Decision, Verdict
 from service.gate.promotion import promote
 from service.gate.schemas import GateRequest
@@ -38,7 +38,12 @@ from service.gate.views import decision_view
 from service.integrations.mlflow.service import log_action, queue_alias_job
 from service.queue import MLFLOW_TASK
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import find_version, get_line, register_version
+from service.registry.service import (
+    find_version,
+    get_line,
+    production_version,
+    register_version,
+)
 from worker.runtime import WorkerContext, finishing, job_task, running_job, succeed
 
 CONNECTOR = "mlflow connector"
@@ -46,7 +51,7 @@ CONNECTOR = "mlflow connector"
 
 def act(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     """Reconcile, guard the promote alias, or gate a candidate, as the job's params say."""
-    settings = get_settings()
+    settings = ctx.settings
     if params.get("reconcile"):
         return reconcile(ctx, job_id, settings)
     if params["alias"] == settings.mlflow_promote_alias:
@@ -88,7 +93,7 @@ def import_and_gate(ctx: WorkerContext, job_id: int, params: dict[str, Any],
                                                                 decision.id},
                                         waits_for=waited_jobs(session=session,
                                                               decision=decision))
-            succeed(session, job, {"decision_id": decision.id, "settled_by": follow_up.id})
+            succeed(ctx, session, job, {"decision_id": decision.id, "settled_by": follow_up.id})
     return None
 
 

@@ -183,13 +183,12 @@ def finishing(ctx: WorkerContext, job_id: int) -> Iterator[tuple[Session, dict[s
     with running_job(ctx, job_id) as (session, job):
         result: dict[str, Any] = {}
         yield session, result
-        succeed(session, job, result)
+        succeed(ctx, session, job, result)
 
 
-def succeed(session: Session, job: Job, result: dict[str, Any]) -> None:
-    """The job succeeds with `result`, and what follows happens (service.flows, with the
-    settings of this process's context)."""
-    flows.finish_job(session=session, settings=context().settings, job=job,
+def succeed(ctx: WorkerContext, session: Session, job: Job, result: dict[str, Any]) -> None:
+    """The job succeeds with `result`, and what follows happens (service.flows)."""
+    flows.finish_job(session=session, settings=ctx.settings, job=job,
                      state=JobState.SUCCEEDED, result=result)
 
 

@@ -129,7 +129,7 @@ def merge(ctx: WorkerContext, session: Session, parent: Job, parts: list[str],
         dataset = get_dataset(session=session, name=parent.params["evalset"])
         logits = check_logits_file(version=version, dataset=dataset, npy_path=path)
         keep_logits(ctx, session, parent.params, logits, result)
-    succeed(session, parent, result)
+    succeed(ctx, session, parent, result)
 
 
 def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:

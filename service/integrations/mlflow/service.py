@@ -32,7 +32,7 @@ def check_signature(*, settings: Settings, delivery_id: str | None, timestamp: s
     if not (delivery_id and timestamp and signature):
         raise Unauthorized("missing_signature", "send X-MLflow-Delivery-Id, "
                            "X-MLflow-Timestamp and X-MLflow-Signature")
-    if not timestamp.isdigit() or abs(time.time() - int(timestamp)) > \
+    if not timestamp.isdecimal() or abs(time.time() - int(timestamp)) > \
             settings.signature_tolerance_seconds:
         raise Unauthorized("stale_signature", "X-MLflow-Timestamp is not within "
                            f"{settings.signature_tolerance_seconds} s of the server's clock")
