@@ -2,10 +2,12 @@
 measured on, then metrics against its parent and `production` once both logits exist. The
 tasks run directly on the client's database and send through its Celery app (folder broker)."""
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from celery import Celery
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits
@@ -43,9 +45,18 @@ def _next(queue):
         return None
 
 
-def jobs(db) -> list[Job]:
+@pytest.fixture(autouse=True)
+def jobs(db) -> Callable[[], list[Job]]:
+    """The jobs this test made, in order: the worker's tests commit theirs to the same
+    database, so a module that ran before this one on the same process leaves jobs behind."""
     with db() as session:
-        return list(session.scalars(select(Job).order_by(Job.id)))
+        before = session.scalar(select(func.max(Job.id))) or 0
+
+    def made() -> list[Job]:
+        with db() as session:
+            return list(session.scalars(select(Job).where(Job.id > before).order_by(Job.id)))
+
+    return made
 
 
 @pytest.fixture
@@ -63,11 +74,11 @@ def measured_line(db, npz_file, upload_model, upload_evalset, upload_logits) -> 
 
 
 def test_a_version_is_scored_then_compared_with_its_parent_and_production(
-        client, db, worker, measured_line, upload_model):
+        client, db, jobs, worker, measured_line, upload_model):
     response = upload_model("line", "1.1", seed=1, parent="line:1.0")
     assert response.status_code == 201 and response.json()["version"] == "1.1"
     old_id, new_id = measured_line["old_id"], response.json()["id"]
-    inference, metrics = jobs(db)
+    inference, metrics = jobs()
     assert (inference.kind, inference.params["version_id"], inference.params["evalset"]) == (
         JobKind.INFERENCE, new_id, "eval")
     assert metrics.kind == JobKind.METRICS and metrics.params == {
@@ -78,7 +89,7 @@ def test_a_version_is_scored_then_compared_with_its_parent_and_production(
 
     tasks.inference(inference.id)
     assert client.get(f"/jobs/{metrics.id}").json()["state"] == JobState.QUEUED
-    matrix = jobs(db)[-1]  # the stored logits add the version to its line's matrix
+    matrix = jobs()[-1]  # the stored logits add the version to its line's matrix
     assert (matrix.kind, matrix.params) == (JobKind.MATRIX, {"line": "line", "evalset": "eval"})
     assert sorted(sent(worker.celery)) == [("flipgate.matrix", matrix.id),
                                            ("flipgate.metrics", metrics.id)]
@@ -96,16 +107,16 @@ def test_a_version_is_scored_then_compared_with_its_parent_and_production(
         [expected["nfr"], expected["pfr"], expected["churn"]])
 
 
-def test_a_version_of_a_line_without_logits_queues_nothing(client, db, worker, upload_model):
+def test_a_version_of_a_line_without_logits_queues_nothing(client, db, jobs, worker, upload_model):
     assert upload_model("line", "1.0").status_code == 201
     assert upload_model("line", "1.1", seed=1, parent="line:1.0").status_code == 201
-    assert jobs(db) == [] and sent(worker.celery) == []
+    assert jobs() == [] and sent(worker.celery) == []
 
 
 def test_a_cancelled_inference_cancels_the_metrics_waiting_for_it(
-        client, db, worker, measured_line, upload_model):
+        client, db, jobs, worker, measured_line, upload_model):
     assert upload_model("line", "1.1", seed=1, parent="line:1.0").status_code == 201
-    inference, metrics = jobs(db)
+    inference, metrics = jobs()
     assert client.post(f"/jobs/{inference.id}/cancel").status_code == 200
     waiting = client.get(f"/jobs/{metrics.id}").json()
     assert waiting["state"] == JobState.CANCELLED
@@ -140,15 +151,15 @@ def test_a_failed_inference_cancels_the_measurement_and_asking_again_queues_anew
     assert inference not in again and metrics not in again
 
 
-def test_uploaded_logits_are_measured_against_the_parent(client, db, worker, measured_line,
+def test_uploaded_logits_are_measured_against_the_parent(client, db, jobs, worker, measured_line,
                                                           upload_model, upload_logits):
     assert upload_model("line", "2.0", seed=2, parent="line:1.0").status_code == 201
-    inference, metrics = jobs(db)
+    inference, metrics = jobs()
     sent(worker.celery)
     logits = np.random.default_rng(1).normal(size=(N, 3))
     assert client.post(f"/jobs/{inference.id}/cancel").is_success  # the team uploads instead
     assert upload_logits("line:2.0", "eval", logits).status_code == 201
-    measuring, matrix = jobs(db)[-2:]
+    measuring, matrix = jobs()[-2:]
     assert measuring.kind == JobKind.METRICS and measuring.id != metrics.id
     assert matrix.kind == JobKind.MATRIX
     assert sorted(sent(worker.celery)) == [("flipgate.matrix", matrix.id),
@@ -163,10 +174,10 @@ def test_uploaded_logits_are_measured_against_the_parent(client, db, worker, mea
 
 
 def test_a_version_without_baselines_is_still_scored_on_the_measured_sets(
-        client, db, worker, measured_line, upload_model):
+        client, db, jobs, worker, measured_line, upload_model):
     with db() as session:
         session.execute(delete(Alias))  # no production version
     assert upload_model("line", "2.0", seed=2).status_code == 201  # and no parent
-    [inference] = jobs(db)
+    [inference] = jobs()
     assert (inference.kind, inference.params["version"]) == (JobKind.INFERENCE, "line:2.0")
     assert sent(worker.celery) == [("flipgate.inference", inference.id)]
