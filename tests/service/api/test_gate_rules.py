@@ -7,12 +7,23 @@ whose worker is lost blocks when the sweeper gives the job up."""
 import math
 from datetime import timedelta
 
+import numpy as np
 import pytest
 
 from service.config import Settings
 from service.db import utcnow
 from service.jobs.service import get_job, start_job
-from tests.service.api.test_gate_api import P_VALUE, N, gate, line, measured  # noqa: F401
+from tests.service.api.conftest import measure
+from tests.service.api.test_gate_api import (  # noqa: F401
+    CLASSES,
+    P_VALUE,
+    N,
+    gate,
+    line,
+    logits_wrong_on,
+    measured,
+)
+from tests.service.conftest import FEATURES
 from worker.sweeper import sweep
 
 NEGATIVE_FLIPS, ER_OLD, ER_NEW, WORST_CLASS_NFR = 10, 0.10, 0.15, 4 / 33
@@ -97,3 +108,49 @@ def test_a_candidate_exactly_at_a_bound_is_approved(line, rule, value):  # noqa:
     """"At most" and "at least" include the bound (the same float the server computes)."""
     assert measured(line).status_code == 200
     assert verdict_under(line, {rule: value}) == ("approve", [])
+
+
+# The same two versions on `gv`, an eval set with groups: `a` (samples 0-14: 5 negative flips
+# of 15, error 10/15 before and after), `tiny` (15-19: 5 of 5, error 0 -> 1) and `rest`.
+GROUPS = np.array(["a"] * 15 + ["tiny"] * 5 + ["rest"] * (N - 20))
+GROUP_NFR = {"a": 5 / 15, "tiny": 5 / 5}
+
+
+@pytest.fixture
+def grouped(line, upload_evalset, upload_logits, tmp_path):  # noqa: F811
+    path = tmp_path / "gv.npz"
+    np.savez(path, x=np.zeros((N, FEATURES), np.float32), y=np.arange(N) % CLASSES,
+             groups=GROUPS)
+    assert upload_evalset("gv", path).status_code == 201
+    for version, wrong in (("1", range(0, 10)), ("2", range(5, 20))):
+        assert upload_logits(f"digits:{version}", "gv", logits_wrong_on(wrong)).status_code == 201
+    assert measure(line, "digits:1", "digits:2", "gv")["n"] == N
+    return line
+
+
+def group_reasons(client, policy: dict) -> tuple[str, list[tuple[str, str, float]]]:
+    """Gate 2 against 1 on `gv` under `policy`: the verdict and each reason's code, group and
+    measured value."""
+    assert client.put("/models/digits/policy", json={**policy, "evalsets": ["gv"]}).is_success
+    decision = gate(client, candidate="2").json()
+    return decision["verdict"], [(reason["code"], reason.get("group"), reason["measured"])
+                                 for reason in decision["reasons"]]
+
+
+def test_a_group_over_its_nfr_limit_blocks_naming_it_and_small_groups_are_not_gated(grouped):
+    at_bound = {"max_group_nfr": GROUP_NFR["a"], "min_group_size": 10}
+    assert group_reasons(grouped, at_bound) == ("approve", [])  # `tiny` (n = 5) not gated
+    verdict, reasons = group_reasons(grouped, {**at_bound, "max_group_nfr": GROUP_NFR["a"]
+                                               - EPSILON})
+    assert (verdict, reasons) == ("block", [("max_group_nfr", "a", pytest.approx(5 / 15))])
+    verdict, reasons = group_reasons(grouped, {**at_bound, "min_group_size": 5})
+    assert (verdict, reasons) == ("block", [("max_group_nfr", "tiny", pytest.approx(1.0))])
+
+
+def test_a_group_whose_error_rises_over_its_limit_blocks_naming_it(grouped):
+    verdict, reasons = group_reasons(grouped, {"max_group_er_increase": 0.0,
+                                               "min_group_size": 5})
+    assert (verdict, reasons) == ("block", [("max_group_er_increase", "tiny",
+                                             pytest.approx(1.0))])
+    assert group_reasons(grouped, {"max_group_er_increase": 1.0, "min_group_size": 5}) == (
+        "approve", [])
