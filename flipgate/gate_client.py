@@ -8,13 +8,14 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urljoin
-
-import httpx
 
 from flipgate.errors import InputError
 from flipgate.signing import signature
+
+if TYPE_CHECKING:
+    import httpx
 
 RETRIES = 3
 BACKOFF_SECONDS = 0.5
@@ -81,7 +82,7 @@ class GateClient:
     5xx answers with exponential backoff; 4xx answers raise InputError with the server's
     error code and message."""
 
-    def __init__(self, http: httpx.Client, credentials: Credentials, *, retries: int = RETRIES,
+    def __init__(self, http: "httpx.Client", credentials: Credentials, *, retries: int = RETRIES,
                  backoff: float = BACKOFF_SECONDS) -> None:
         self.http = http
         self.credentials = credentials
@@ -114,6 +115,8 @@ class GateClient:
 
     def _send(self, method: str, url: str, **options) -> dict:
         """The JSON body of the first answer that is not a transport error or a 5xx."""
+        import httpx
+
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
@@ -129,7 +132,7 @@ class GateClient:
         raise failure
 
 
-def answer(response: httpx.Response) -> dict:
+def answer(response: "httpx.Response") -> dict:
     """The JSON object of a 2xx answer; a 4xx raises its error as InputError."""
     if response.is_error:
         raise refusal(response)
@@ -149,7 +152,7 @@ def as_decision(body: dict) -> dict:
     return body
 
 
-def refusal(response: httpx.Response) -> InputError:
+def refusal(response: "httpx.Response") -> InputError:
     """The server's `{"error": {"code", "message"}}` (or the raw body) as InputError."""
     try:
         error = response.json()["error"]
@@ -192,11 +195,19 @@ def with_absolute_links(decision: dict, server: str) -> dict:
     return {**decision, "report_url": absolute(decision.get("report_url")), "metrics": metrics}
 
 
+def http_client(server: str, timeout: "float | httpx.Timeout") -> "httpx.Client":
+    """An HTTP client of `server`. httpx is imported here, not with the package: the commands
+    that call no server (compare, --help) do not wait for it."""
+    import httpx
+
+    return httpx.Client(base_url=server, timeout=timeout)
+
+
 def ask(server: str, request: dict, credentials: Credentials, *, delivery: str | None,
         timeout: float, poll: float, on_pending: PendingCallback | None = None) -> dict:
     """The final decision of the gate at `server` on `request`; with no delivery id, a
     random one keeps the retries of this call idempotent."""
-    with httpx.Client(base_url=server, timeout=REQUEST_TIMEOUT_SECONDS) as http:
+    with http_client(server, REQUEST_TIMEOUT_SECONDS) as http:
         return decide(GateClient(http, credentials), request, delivery or str(uuid.uuid4()),
                       timeout=timeout, poll=poll, on_pending=on_pending)
 

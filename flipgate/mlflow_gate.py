@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
-
 from flipgate import gate_client
 from flipgate.commands import add_wait_flags, check_wait_flags
 from flipgate.errors import InputError
@@ -166,8 +164,7 @@ def run_mlflow_gate(args: argparse.Namespace) -> int:
     for uri in filter(None, (args.model_uri, args.baseline)):
         parse_model_uri(uri)  # a usage error before MLflow is touched
     client = mlflow_client(tracking_uri)
-    with httpx.Client(base_url=args.server,
-                      timeout=gate_client.REQUEST_TIMEOUT_SECONDS) as http:
+    with gate_client.http_client(args.server, gate_client.REQUEST_TIMEOUT_SECONDS) as http:
         gate = gate_client.GateClient(http, credentials)
         registry = FlipgateRegistry(gate)
         candidate, line = register_from_mlflow(client, registry, args.model_uri, args.line,

@@ -6,10 +6,13 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
-
 from flipgate.errors import InputError
-from flipgate.gate_client import REQUEST_TIMEOUT_SECONDS, Credentials, GateClient
+from flipgate.gate_client import (
+    REQUEST_TIMEOUT_SECONDS,
+    Credentials,
+    GateClient,
+    http_client,
+)
 
 
 def read_policy(path: Path) -> dict:
@@ -26,7 +29,7 @@ def read_policy(path: Path) -> dict:
 
 def dry_run(server: str, model: str, policy: dict, token: str | None) -> dict:
     """The server's replay of `policy` on the line's past decisions."""
-    with httpx.Client(base_url=server, timeout=REQUEST_TIMEOUT_SECONDS) as http:
+    with http_client(server, REQUEST_TIMEOUT_SECONDS) as http:
         client = GateClient(http, Credentials(token=token))
         return client.post_json(f"/models/{quote(model, safe='')}/policy/dry-run", policy)
 

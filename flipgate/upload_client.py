@@ -8,14 +8,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
-
 from flipgate.errors import InputError
-from flipgate.gate_client import Credentials, answer
+from flipgate.gate_client import Credentials, answer, http_client
 from flipgate.progress import Progress, progress_bars
 
 CHUNK_BYTES = 1 << 20
-UPLOAD_TIMEOUT = httpx.Timeout(60.0, write=300.0)  # per read / per write, not in all
+READ_SECONDS, WRITE_SECONDS = 60.0, 300.0  # per read / per write of a chunk, not in all
 
 
 def file_chunks(path: Path, progress: Progress | None = None) -> Iterator[bytes]:
@@ -35,7 +33,9 @@ def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
     server's JSON answer."""
     headers = {"Content-Type": "application/octet-stream",
                "Content-Length": str(path.stat().st_size), **credentials.headers()}
-    with httpx.Client(base_url=server, timeout=UPLOAD_TIMEOUT) as http:
+    import httpx
+
+    with http_client(server, httpx.Timeout(READ_SECONDS, write=WRITE_SECONDS)) as http:
         try:
             response = http.put(url, params=params, content=file_chunks(path, progress),
                                 headers=headers)
