@@ -18,6 +18,7 @@ ROUTES = {INFERENCE_TASK: {"queue": "gpu"}, TRAIN_TASK: {"queue": "gpu"},
           METRICS_TASK: {"queue": "default"}, MATRIX_TASK: {"queue": "default"},
           MLFLOW_TASK: {"queue": "default"}, CALLBACK_TASK: {"queue": "callbacks"}}
 FILESYSTEM_POLL_SECONDS = 0.1
+FOLDER_TRANSPORT = "service.folder_broker:Transport"  # kombu's, with atomic writes
 # a send to a broker that does not answer gives up after this (once: the job row is the
 # message, and the sweeper sends what was not sent), so no request waits on the broker
 BROKER_SOCKET_SECONDS = 2.0
@@ -53,10 +54,11 @@ def _broker(settings: Settings) -> dict[str, Any]:
     messages, processed, control = root / "messages", root / "processed", root / "control"
     for folder in (messages, processed, control):
         folder.mkdir(parents=True, exist_ok=True)
-    return {"broker_url": "filesystem://", "broker_transport_options": {
-        "data_folder_in": str(messages), "data_folder_out": str(messages),
-        "processed_folder": str(processed), "store_processed": False,
-        "control_folder": str(control), "polling_interval": FILESYSTEM_POLL_SECONDS}}
+    return {"broker_url": "filesystem://", "broker_transport": FOLDER_TRANSPORT,
+            "broker_transport_options": {
+                "data_folder_in": str(messages), "data_folder_out": str(messages),
+                "processed_folder": str(processed), "store_processed": False,
+                "control_folder": str(control), "polling_interval": FILESYSTEM_POLL_SECONDS}}
 
 
 def create_celery_app(settings: Settings, include: list[str] | None = None) -> Celery:
