@@ -38,10 +38,15 @@ def wilson_upper(successes: int, n: int, z: float = 1.959963984540054) -> float:
     return (centre + spread) / (1 + z * z / n)
 
 
+def decided_under(client, policy: dict) -> dict:
+    """The decision on 2 against 1 under `policy`."""
+    assert client.put("/models/digits/policy", json=policy).status_code == 200
+    return gate(client, candidate="2").json()
+
+
 def verdict_under(client, policy: dict) -> tuple[str, list[tuple[str, float, bool]]]:
     """Gate 2 against 1 under `policy`: the verdict and each reason's code, measured, blocking."""
-    assert client.put("/models/digits/policy", json=policy).status_code == 200
-    decision = gate(client, candidate="2").json()
+    decision = decided_under(client, policy)
     return decision["verdict"], [(reason["code"], reason["measured"], reason["blocking"])
                                  for reason in decision["reasons"]]
 
@@ -113,7 +118,7 @@ def test_a_candidate_exactly_at_a_bound_is_approved(line, rule, value):  # noqa:
 # The same two versions on `gv`, an eval set with groups: `a` (samples 0-14: 5 negative flips
 # of 15, error 10/15 before and after), `tiny` (15-19: 5 of 5, error 0 -> 1) and `rest`.
 GROUPS = np.array(["a"] * 15 + ["tiny"] * 5 + ["rest"] * (N - 20))
-GROUP_NFR = {"a": 5 / 15, "tiny": 5 / 5}
+GROUP_A_NFR = 5 / 15
 
 
 @pytest.fixture
@@ -131,18 +136,17 @@ def grouped(line, upload_evalset, upload_logits, tmp_path):  # noqa: F811
 def group_reasons(client, policy: dict) -> tuple[str, list[tuple[str, str, float]]]:
     """Gate 2 against 1 on `gv` under `policy`: the verdict and each reason's code, group and
     measured value."""
-    assert client.put("/models/digits/policy", json={**policy, "evalsets": ["gv"]}).is_success
-    decision = gate(client, candidate="2").json()
+    decision = decided_under(client, {**policy, "evalsets": ["gv"]})
     return decision["verdict"], [(reason["code"], reason.get("group"), reason["measured"])
                                  for reason in decision["reasons"]]
 
 
 def test_a_group_over_its_nfr_limit_blocks_naming_it_and_small_groups_are_not_gated(grouped):
-    at_bound = {"max_group_nfr": GROUP_NFR["a"], "min_group_size": 10}
+    at_bound = {"max_group_nfr": GROUP_A_NFR, "min_group_size": 10}
     assert group_reasons(grouped, at_bound) == ("approve", [])  # `tiny` (n = 5) not gated
-    verdict, reasons = group_reasons(grouped, {**at_bound, "max_group_nfr": GROUP_NFR["a"]
+    verdict, reasons = group_reasons(grouped, {**at_bound, "max_group_nfr": GROUP_A_NFR
                                                - EPSILON})
-    assert (verdict, reasons) == ("block", [("max_group_nfr", "a", pytest.approx(5 / 15))])
+    assert (verdict, reasons) == ("block", [("max_group_nfr", "a", pytest.approx(GROUP_A_NFR))])
     verdict, reasons = group_reasons(grouped, {**at_bound, "min_group_size": 5})
     assert (verdict, reasons) == ("block", [("max_group_nfr", "tiny", pytest.approx(1.0))])
 
