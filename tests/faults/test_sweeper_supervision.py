@@ -7,11 +7,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import alive, wait_for
 from worker.sweeper import FIRST_RESTART_SECONDS, SupervisedSweeper
 
 pytestmark = pytest.mark.slow
@@ -48,14 +47,6 @@ def test_stop_ends_the_running_sweeper_and_starts_no_other():
     assert starts.processes[0].poll() is not None
 
 
-def ended(pid: int) -> bool:
-    """The process is gone, or a zombie nobody reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def test_a_sweeper_whose_starter_ended_before_it_looked_stops_by_itself(tmp_path):
     """The starter ends at once, so its sweeper is an orphan before its first look at its
     parent: it must end anyway, not sweep for ever."""
@@ -67,4 +58,4 @@ def test_a_sweeper_whose_starter_ended_before_it_looked_stops_by_itself(tmp_path
     sweeper = int(starter.stdout.readline())
     starter.wait(30)
     starter.stdout.close()
-    wait_for(lambda: ended(sweeper), "the orphaned sweeper's end", timeout=30)
+    wait_for(lambda: not alive(sweeper), "the orphaned sweeper's end", timeout=30)
