@@ -1,4 +1,4 @@
-"""The limits the README documents, at their boundary: the limit itself is accepted, one more
+"""The limits docs/server.md documents, at their boundary: the limit itself is accepted, one more
 is refused with its code (65,536 fixed batch, 2^26 values per sample, 2^20 classes in a model
 and in logits, 100,000 initializers)."""
 

@@ -14,7 +14,7 @@ BODY = b'{"model":"m","candidate":"2"}'
 def test_the_header_carries_the_time_inside_the_signed_material():
     header = signature("s3cret", BODY, timestamp=1_700_000_000)
     assert re.fullmatch(r"t=1700000000,v1=[0-9a-f]{64}", header)
-    # what the README's openssl recipe computes: HMAC-SHA256 of "<t>." + body
+    # what docs/gate.md's openssl recipe computes: HMAC-SHA256 of "<t>." + body
     assert header.endswith(hmac.new(b"s3cret", b"1700000000." + BODY,
                                     hashlib.sha256).hexdigest())
     assert signature("s3cret", BODY, 1_700_000_001) != header

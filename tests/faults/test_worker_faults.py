@@ -27,7 +27,7 @@ from tests.service.conftest import POSTGRES_URL, postgres_schema
 
 pytestmark = pytest.mark.slow
 BOUND = 120  # seconds: the lease, a sweep, and a worker starting on a loaded machine
-# The README's bound for a killed pool process: sent again within the lease plus one sweep
+# docs/operations.md's bound for a killed pool process: sent again within the lease plus one sweep
 # (plus the sweep's own transactions on a loaded machine).
 LEASE_PLUS_SWEEP = LEASE + SWEEP + 2.0
 

@@ -1,5 +1,5 @@
 """`flipgate mlflow gate` against a real `mlflow server` (with MLflow's authentication, as the
-README's enforcement recipe has it) and a real `flipgate serve` (embedded, with its worker):
+docs/mlflow.md's enforcement recipe has it) and a real `flipgate serve` (embedded, with its worker):
 versions logged with mlflow.onnx.log_model (weights as external data) are registered on
 flipgate, gated, tagged, and promoted only on an approval."""
 
@@ -167,7 +167,7 @@ def test_a_malformed_model_uri_is_a_usage_error(capsys):
 
 
 def test_enforcement_recipe_only_flipgates_account_writes_production(world, monkeypatch):
-    """README's recipe under MLflow's authentication: a data scientist logs candidates to
+    """docs/mlflow.md's recipe under MLflow's authentication: a data scientist logs candidates to
     `digits-candidates` and cannot write `digits-production`; flipgate's account gates a
     candidate and copies the approved one there."""
     auth = get_app_client("basic-auth", tracking_uri=world.mlflow_url)

@@ -4,7 +4,7 @@ scikit-learn's 8x8 digits: sign in, read the line's heatmap and check it against
 flipgate.metrics, count the pair's gallery images against its negative flips, and find the
 blocked decision's reason.
 
-Set DASHBOARD_SCREENSHOT_DIR to keep the pages' screenshots there (the README shows
+Set DASHBOARD_SCREENSHOT_DIR to keep the pages' screenshots there (docs/dashboard.md shows
 docs/dashboard-line.png, taken this way).
 """
 
