@@ -1,6 +1,7 @@
 """The README and docs/ as a newcomer walks them: every relative link reaches a file (and a
-heading), the README's test command is the one CI runs, the tour's commands are the CLI's,
-every subcommand has a row in docs/cli.md, and the test suite's -m filters name real markers."""
+heading) and every repository file they name exists, the README's test command is the one CI
+runs, the tour's commands are the CLI's, every subcommand has a row in docs/cli.md, and the
+test suite's -m filters name declared markers."""
 
 import argparse
 import re
@@ -16,6 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+# a file (name.ext) or folder (name/) of the repository, named in text or code
+REPOSITORY_PATH = re.compile(r"(?<![\w/.<])((?:tests|benchmarks|service|worker|flipgate|scripts|"
+                             r"migrations|docs)/[\w/.-]*(?:\.\w+|/))")
 
 
 def prose(page: Path) -> str:
@@ -73,6 +77,12 @@ def broken_links(page: Path) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_relative_link_resolves(page):
     assert broken_links(page) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_file_the_page_names_exists(page):
+    named = set(REPOSITORY_PATH.findall(page.read_text(encoding="utf-8")))
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []
 
 
 def test_the_readme_links_every_docs_page():
