@@ -14,6 +14,8 @@ import pytest
 import torch
 from scipy.stats import binomtest
 
+from flipgate.processes import free_port
+
 pytestmark = pytest.mark.slow
 
 
@@ -155,18 +157,55 @@ def check_demo_numbers(stdout: str, predicted: dict[str, np.ndarray], labels: np
     assert repaired[:2] == ("2", "approve") and float(repaired[2].rstrip("%")) <= 1.0
 
 
-def test_demo_command_runs_end_to_end(tmp_path):
-    flipgate = Path(sys.executable).with_name("flipgate")
-    done = subprocess.run([flipgate, "demo", "--data-dir", tmp_path], capture_output=True,
-                          text=True, check=False, timeout=600,
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """`flipgate demo` run once, as the README's first command runs it; its output and its
+    data folder (flipgate-data, beside which the README's tour starts)."""
+    data = tmp_path_factory.mktemp("demo") / "flipgate-data"
+    done = subprocess.run([Path(sys.executable).with_name("flipgate"), "demo", "--data-dir", data],
+                          capture_output=True, text=True, check=False, timeout=600,
                           env={**os.environ, "COLUMNS": "200"})
+    return done, data
+
+
+def test_demo_command_runs_end_to_end(demo_run):
+    done, data = demo_run
     assert done.returncode == 0, done.stderr
     local, _, served = done.stdout.partition("The same update through flipgate serve")
     assert "Verdict hints" in local and served, done.stdout
-    folder = tmp_path / "demo"
+    folder = data / "demo"
     assert {p.name for p in folder.iterdir()} >= {"old.onnx", "new.onnx", "fd.onnx",
                                                   "mnist-eval.npz", "mnist-train.npz",
                                                   "report.html", "server"}
     check_demo_numbers(done.stdout, *demo_predictions(folder))
     assert "mnist: NFR (churn) for every pair of versions" in served
     assert "The dashboard of this line: http://127.0.0.1:8000/ui/lines/mnist" in served
+
+
+def readme_tour(port: int) -> str:
+    """The README's five-minute tour as a script, its server on `port` instead of 8000."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    tour = re.search(r"\n## A five-minute tour\n.*?```sh\n(.*?)```", readme, re.S).group(1)
+    return (tour.replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+            .replace("flipgate serve &", f"flipgate serve --port {port} &"))
+
+
+def test_the_readme_tour_walks_on_the_demo(demo_run):
+    """Every command of the tour succeeds on the demo's files, and its last, `flipgate gate`,
+    ends with a verdict on the repair it registered: exit 0 approve, 1 block."""
+    done, data = demo_run
+    assert done.returncode == 0, done.stderr
+    *commands, gate = readme_tour(free_port()).rstrip("\n").split("\n")
+    assert gate.startswith("flipgate gate ")
+    script = "\n".join(["trap 'kill %1; wait' EXIT", "set -e", *commands,
+                        f"{gate} || code=$?", 'echo "gate exit ${code:-0}"'])
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    environment = {name: value for name, value in os.environ.items()
+                   if not name.startswith("FLIPGATE_")} | {"PATH": path, "COLUMNS": "200"}
+    walked = subprocess.run(["bash", "-c", script], cwd=data.parent, capture_output=True,
+                            text=True, check=False, timeout=300, env=environment)
+    assert walked.returncode == 0, walked.stdout + walked.stderr
+    verdict = re.search(r"^(APPROVE|BLOCK): mnist:4 against mnist:3-elodi", walked.stdout, re.M)
+    assert verdict, walked.stdout + walked.stderr
+    assert f"gate exit {['APPROVE', 'BLOCK'].index(verdict.group(1))}" in walked.stdout
+    assert (data / "demo" / "ensemble.onnx").is_file()
