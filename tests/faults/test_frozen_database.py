@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -25,6 +26,7 @@ from service.config import Settings
 from service.db import CONNECT_SECONDS, POOL_OVERFLOW, POOL_SIZE, settings_session
 from service.db_watchdog import TICK_SECONDS
 from service.health import CHECK_SECONDS
+from service.limits import LOOKUP_WAIT_SECONDS, TOKEN_LOOKUPS
 from service.main import create_app
 from service.migrate import upgrade
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, timed
@@ -123,12 +125,11 @@ def frozen_setup(tmp_path) -> Iterator[FrozenSetup]:
         relayed = direct.model_copy(update={
             "database_url": url.set(port=relay.port).render_as_string(hide_password=False),
             "db_statement_seconds": ROUND_TRIP_SECONDS})
-        app = create_app(relayed)
-        try:
-            yield FrozenSetup(TestClient(app, raise_server_exceptions=False), relay, token)
+        try:  # one event loop serves every request, as in `flipgate serve`
+            with TestClient(create_app(relayed), raise_server_exceptions=False) as client:
+                yield FrozenSetup(client, relay, token)
         finally:
             relay.close()
-            app.state.engine.dispose()
 
 
 def test_requests_on_a_frozen_database_are_answered_503_within_the_bound_then_recover(
@@ -171,3 +172,28 @@ def test_a_commit_frozen_mid_transaction_fails_within_the_bound(frozen_setup):
     relay.thaw()
     with engine.connect() as connection:
         assert connection.execute(text("SELECT 1")).scalar() == 1
+
+
+def test_requests_waiting_on_a_frozen_database_hold_up_no_other_request(frozen_setup):
+    client, relay, token = frozen_setup.client, frozen_setup.relay, frozen_setup.token
+    assert client.get("/models", headers=bearer(token)).status_code == 200
+    relay.freeze()
+    with ThreadPoolExecutor(1 + 4 * TOKEN_LOOKUPS) as pool:
+        # the admin's request waits in its session's check-out; the minted tokens' four
+        # times as many as can be looked up at once queue for their lookups
+        waiting = [pool.submit(timed, client, "/models", ADMIN_TOKEN)]
+        time.sleep(0.3)
+        waiting += [pool.submit(timed, client, "/models", token)
+                    for _ in range(4 * TOKEN_LOOKUPS)]
+        time.sleep(0.3)
+        for probe in ("/healthz", "/readyz"):
+            _, _, took = timed(client, probe, "")
+            assert took < CHECK_SECONDS + 0.5, (probe, took)
+        answers = [request.result() for request in waiting]
+    assert {status for status, _, _ in answers} == {503}, answers
+    codes = [body["error"]["code"] for _, body, _ in answers]
+    assert set(codes) == {"database_unavailable", "server_busy"}, codes
+    slowest = max(took for _, _, took in answers)
+    assert slowest < LOOKUP_WAIT_SECONDS + REQUEST_BOUND + SLACK_SECONDS, answers
+    relay.thaw()
+    assert client.get("/models", headers=bearer(token)).status_code == 200
