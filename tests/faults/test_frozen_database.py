@@ -37,7 +37,7 @@ pytestmark = pytest.mark.serial  # bounds how long a request waits
 ROUND_TRIP_SECONDS = 1.0  # FLIPGATE_DB_STATEMENT_SECONDS in these tests
 # a pooled connection's ping is cut, then the pool's new connection times out
 REQUEST_BOUND = ROUND_TRIP_SECONDS + TICK_SECONDS + CONNECT_SECONDS
-SLACK_SECONDS = 1.0  # a loaded test machine's scheduling
+SLACK_SECONDS = 1.5  # a loaded test machine's scheduling
 MOST_FROZEN_SECONDS = 30  # the relay thaws by itself then
 
 
