@@ -28,7 +28,7 @@ def run_online() -> None:
     if connection is not None:
         run(connection=connection)
         return
-    engine = create_db_engine(get_settings())
+    engine = create_db_engine(get_settings(), bound_round_trips=False)
     with engine.connect() as connection:
         run(connection=connection)
     engine.dispose()

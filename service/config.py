@@ -23,6 +23,11 @@ class Settings(BaseSettings):
     data_dir: Path = Path("flipgate-data")
     database_url: str = ""  # empty: the SQLite file <data_dir>/flipgate.db
     redis_url: str | None = None
+    # PostgreSQL: a statement, commit or check-out ping that gets no answer for this long (a
+    # frozen server or network path) fails, and the request is answered 503
+    # `database_unavailable` (service.db_watchdog); the longest a request waits for a frozen
+    # database is this plus the 3 s connect timeout
+    db_statement_seconds: float = Field(default=30.0, gt=0)
     admin_token: SecretStr | None = None
     max_upload_mb: int = Field(default=512, ge=1)  # request bodies (uploads) at most
     max_decompressed_mb: int = Field(default=2048, ge=1)  # .npz arrays, model .zips, expanded

@@ -20,7 +20,7 @@ from sqlalchemy import (
     event,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -87,13 +87,13 @@ def str_enum(enum_type: type[StrEnum], name: str) -> Enum:
                 values_callable=lambda members: [member.value for member in members])
 
 
-def create_db_engine(settings: Settings) -> Engine:
-    """An engine for settings.database_url; SQLite gets foreign keys, WAL and real savepoints."""
+def create_db_engine(settings: Settings, *, bound_round_trips: bool = True) -> Engine:
+    """An engine for settings.database_url; SQLite gets foreign keys, WAL and real savepoints.
+    With `bound_round_trips` (all but migrations, whose DDL may run long), a PostgreSQL round
+    trip that gets no answer within settings.db_statement_seconds fails."""
     url = make_url(settings.database_url)
     if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE,
-                             max_overflow=POOL_OVERFLOW, pool_timeout=POOL_WAIT_SECONDS,
-                             connect_args={"connect_timeout": CONNECT_SECONDS})
+        return _server_engine(url, settings.db_statement_seconds if bound_round_trips else None)
     pool: dict[str, int] = {}
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
@@ -101,6 +101,19 @@ def create_db_engine(settings: Settings) -> Engine:
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS}, **pool)
     event.listen(engine, "connect", _configure_sqlite_connection)
     event.listen(engine, "begin", _begin_sqlite)
+    return engine
+
+
+def _server_engine(url: URL, round_trip_seconds: float | None) -> Engine:
+    """A pooled engine whose connections open within CONNECT_SECONDS and, on psycopg with
+    `round_trip_seconds`, whose every round trip ends within it (service.db_watchdog)."""
+    engine = create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE,
+                           max_overflow=POOL_OVERFLOW, pool_timeout=POOL_WAIT_SECONDS,
+                           connect_args={"connect_timeout": CONNECT_SECONDS})
+    if round_trip_seconds is not None and url.get_driver_name() == "psycopg":
+        from service.db_watchdog import bounded_connector  # SQLite never loads psycopg
+
+        event.listen(engine, "do_connect", bounded_connector(round_trip_seconds))
     return engine
 
 

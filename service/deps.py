@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
@@ -80,7 +81,8 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     the workers after the commit.
 
     The session connects on its first query, in the endpoint (a safe method's at once, to
-    begin without the write lock), and its transaction ends
+    begin without the write lock: in a thread, never on the event loop, which a database
+    that stops answering would hold for every request), and its transaction ends
     before the response is validated in another pool thread: no request holds a connection
     or SQLite's write lock while it waits for a thread. Safe methods only read: on SQLite
     their transactions take no write lock.
@@ -88,7 +90,7 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     state = request.app.state
     with state.sessions() as session:
         if request.method in SAFE_METHODS:
-            read_only(session)
+            await anyio.to_thread.run_sync(read_only, session)
         enqueue_after_commit(session=session, celery=state.celery)
         current = _request_session.set(session)
         try:

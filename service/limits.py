@@ -86,7 +86,9 @@ class Admission:
 
     - Credentials are checked from the headers before anything reads the body and before a
       slot is taken: a bearer token (on its own short read-only session, at most
-      TOKEN_LOOKUPS at once), the signature headers of a SIGNED_ROUTES webhook (the gate's
+      TOKEN_LOOKUPS at once; one that waits LOOKUP_WAIT_SECONDS for its turn, behind lookups
+      that a database which stopped answering holds, is answered 503 `server_busy`), the
+      signature headers of a SIGNED_ROUTES webhook (the gate's
       must parse, with its timestamp in the window; the endpoint checks digests), or on /ui a
       well-signed session cookie. Bad credentials, and a body sent without any (except the
       dashboard's small forms), are refused with 401 unread. The checked token waits in
@@ -118,6 +120,9 @@ class Admission:
             refusal = error_response(401, error.code, error.message, UNREAD_BODY_CHALLENGE)
             await refusal(scope, receive, send)
             return
+        except LookupsBusy:
+            await BUSY(scope, receive, send)
+            return
         except (OperationalError, PoolTimeout) as error:  # the token's lookup: 503, not 500
             refusal = database_refusal(error)
             refusal.headers["Connection"] = "close"  # the body, if any, was not read
@@ -141,8 +146,7 @@ class Admission:
         headers, path = Headers(scope=scope), scope["path"]
         scheme, _, presented = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and presented.strip():
-            token = await anyio.to_thread.run_sync(self.authenticate, presented.strip(),
-                                                   limiter=self.lookups)
+            token = await self.look_up(presented.strip())
             scope.setdefault("state", {})["token"] = token
             return True
         signed = SIGNED_ROUTES.get(path)
@@ -158,6 +162,18 @@ class Admission:
             raise Unauthorized(refusal.missing_code, f"{refusal.hint}; the body was not read")
         return False
 
+    async def look_up(self, presented: str) -> object:
+        """The presented token's lookup, in a thread, at most TOKEN_LOOKUPS at once;
+        LookupsBusy when no turn comes within LOOKUP_WAIT_SECONDS."""
+        with anyio.move_on_after(LOOKUP_WAIT_SECONDS) as waiting:
+            await self.lookups.acquire()
+        if waiting.cancelled_caught:
+            raise LookupsBusy
+        try:
+            return await anyio.to_thread.run_sync(self.authenticate, presented)
+        finally:
+            self.lookups.release()
+
     def check_signature_time(self, header: str) -> None:
         """Unauthorized unless the signature header parses and is within the window."""
         tolerance = self.state.settings.signature_tolerance_seconds
@@ -165,6 +181,10 @@ class Admission:
             fresh_header(header, tolerance_seconds=tolerance)
         except SignatureError as error:
             raise Unauthorized(error.code, f"{error.message}; the body was not read") from error
+
+
+class LookupsBusy(Exception):
+    """Every token lookup is taken and none freed in time."""
 
 
 def _has_body(headers: Headers) -> bool:
@@ -201,6 +221,7 @@ SIGNED_ROUTES = {
 COOKIE_SIGNED_PREFIX = "/ui"
 DASHBOARD_FORM_BYTES = 4096  # the sign-in form's token (and sign-out's empty form) fit
 TOKEN_LOOKUPS = 2  # bearer tokens looked up in the database at once, outside the slots
+LOOKUP_WAIT_SECONDS = 5  # a bearer token waits this long for a lookup, then 503 server_busy
 BEARER_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 # answered before the body was read: the connection closes, so no client reuses it while the
 # unread body is still arriving (a reused one would end in a transport error)

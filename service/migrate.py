@@ -42,7 +42,7 @@ def current_revision(connection: Connection) -> str | None:
 
 def upgrade(settings: Settings) -> str:
     """Bring the database of `settings` to the newest revision and return that revision."""
-    engine = create_db_engine(settings)
+    engine = create_db_engine(settings, bound_round_trips=False)
     try:
         with engine.begin() as connection:
             config = alembic_config(connection)

@@ -8,6 +8,7 @@ test sees an empty store without migrating a database per module.
 """
 
 import io
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -30,6 +31,13 @@ ADMIN_TOKEN = "test-admin-token-0123456789"
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def timed(client: TestClient, path: str, token: str) -> tuple[int, dict, float]:
+    """GET `path` with `token`: the status, the JSON body and the seconds it took."""
+    started = time.monotonic()
+    response = client.get(path, headers=bearer(token))
+    return response.status_code, response.json(), time.monotonic() - started
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

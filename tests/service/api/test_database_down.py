@@ -4,7 +4,6 @@ answers within a second. "Frozen" is a port that accepts connections and never a
 a PostgreSQL stopped with SIGSTOP does for new connections); "stopped" refuses them."""
 
 import socket
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ from service.config import Settings
 from service.db import CONNECT_SECONDS
 from service.health import CHECK_SECONDS
 from service.main import create_app
-from tests.service.api.conftest import ADMIN_TOKEN, bearer
+from tests.service.api.conftest import ADMIN_TOKEN, timed
 
 pytestmark = pytest.mark.serial  # bounds how long a request waits
 
@@ -38,12 +37,6 @@ def client(unreachable_database, tmp_path) -> TestClient:
     settings = Settings(database_url=unreachable_database, data_dir=tmp_path / "data",
                         admin_token=ADMIN_TOKEN)
     return TestClient(create_app(settings), raise_server_exceptions=False)
-
-
-def timed(client: TestClient, path: str, token: str) -> tuple[int, dict, float]:
-    started = time.monotonic()
-    response = client.get(path, headers=bearer(token))
-    return response.status_code, response.json(), time.monotonic() - started
 
 
 @pytest.mark.parametrize("token", ["fg_a-minted-token-its-lookup-needs-the-database",
