@@ -27,6 +27,7 @@ from service.main import create_app
 from worker import runtime, tasks
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
+ONE_DAY = 86_400.0
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -56,8 +57,11 @@ def settings(engine, tmp_path) -> Settings:
 @contextmanager
 def rolled_back_client(engine: Engine, settings: Settings) -> Iterator[TestClient]:
     """A client that sends the admin token, on an app whose sessions share one connection
-    (`app.state.connection`) inside a transaction rolled back when the block ends."""
-    app = create_app(settings)
+    (`app.state.connection`) inside a transaction rolled back when the block ends. One
+    connection serves one session at a time, so a task run in the test renews no lease: a
+    heartbeat thread would open a second session on it (seen under load: a savepoint released
+    twice)."""
+    app = create_app(settings.model_copy(update={"job_heartbeat_seconds": ONE_DAY}))
     with engine.connect() as connection:
         transaction = connection.begin()
         app.state.connection = connection
