@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import venv
 from pathlib import Path
@@ -121,12 +122,18 @@ SERIAL = ["-m", "serial"]
 
 
 def run_tests(args: list[str]) -> int:
-    """pytest with `args`; none: the whole suite, in its parallel and serial parts."""
+    """pytest with `args`; none: the whole suite, in its parallel and serial parts (the
+    parallel run lists the serial tests it left out, so the serial run collects only their
+    files; without the list it collects every file)."""
     pytest = [str(BIN / "python"), "-m", "pytest"]
     if args:
         return subprocess.call([*pytest, *args])
-    parallel = subprocess.call([*pytest, *PARALLEL])
-    serial = subprocess.call([*pytest, *SERIAL])
+    with tempfile.TemporaryDirectory() as folder:
+        listed = Path(folder) / "serial-tests.txt"
+        parallel = subprocess.call([*pytest, *PARALLEL],
+                                   env={**os.environ, "FLIPGATE_SERIAL_TESTS": str(listed)})
+        serial_ids = listed.read_text(encoding="utf-8").split() if listed.exists() else []
+        serial = subprocess.call([*pytest, *SERIAL, *serial_ids])
     return parallel or serial
 
 

@@ -1,5 +1,6 @@
 """Shared fixtures: small ONNX graphs built by hand, and real MNIST models trained once."""
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,18 @@ from flipgate.export import export_onnx
 from flipgate.formats import EvalSet
 from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
+
+
+def pytest_deselected(items) -> None:
+    """In scripts/dev.py's parallel run, the first worker writes the ids of the `serial`
+    tests it leaves out to $FLIPGATE_SERIAL_TESTS (one per line), so that the serial run
+    collects their files only."""
+    listed = os.environ.get("FLIPGATE_SERIAL_TESTS")
+    if not listed or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    serial = [item.nodeid for item in items if item.get_closest_marker("serial")]
+    with Path(listed).open("a", encoding="utf-8") as out:
+        out.writelines(f"{nodeid}\n" for nodeid in serial)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
