@@ -56,24 +56,42 @@ def no_flipgate_environment(monkeypatch) -> None:
         monkeypatch.delenv(name)
 
 
-@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
-def database_url(request, tmp_path_factory) -> Iterator[str]:
-    """The URL of an empty database of each backend, kept for the whole test session."""
-    if request.param == "sqlite":
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@contextmanager
+def empty_database(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a new, empty database of `backend` (a SQLite file or a PostgreSQL schema)."""
+    if backend == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'store.db'}"
         return
     with postgres_schema() as url:
         yield url
 
 
-@pytest.fixture(scope="session")
-def engine(database_url) -> Iterator[Engine]:
+@contextmanager
+def migrated_engine(database_url: str) -> Iterator[Engine]:
     """An engine on the database, migrated to the newest revision."""
     settings = Settings(database_url=database_url)
     upgrade(settings)
     engine = create_db_engine(settings)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database_url(request, tmp_path_factory) -> Iterator[str]:
+    """The URL of an empty database of each backend, kept for the whole test session."""
+    with empty_database(request.param, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def engine(database_url) -> Iterator[Engine]:
+    """An engine on the database, migrated to the newest revision; every test's work on it is
+    rolled back, so each module finds it empty."""
+    with migrated_engine(database_url) as engine:
+        yield engine
 
 
 @pytest.fixture

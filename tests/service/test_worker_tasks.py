@@ -1,5 +1,5 @@
-"""The worker's tasks called directly (no broker) on the migrated SQLite and PostgreSQL
-databases; their data is committed, so every name is unique to its test."""
+"""The worker's tasks called directly (no broker) on migrated SQLite and PostgreSQL databases
+of this module's own; their data is committed, so every name is unique to its test."""
 
 import threading
 import time
@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from sqlalchemy import Engine
 
 from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
@@ -25,9 +26,18 @@ from service.jobs.service import cancel_job, get_job, list_shards
 from service.predictions.service import get_predictions, read_logits
 from service.registry.service import get_version, register_version
 from tests.conftest import save_graph
-from tests.service.conftest import FEATURES
+from tests.service.conftest import BACKENDS, FEATURES, empty_database, migrated_engine
 from worker import runtime, tasks
 from worker.app import app as worker_app
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def engine(request, tmp_path_factory) -> Iterator[Engine]:
+    """Databases of this module's own: its tasks commit what they do, and the other modules
+    on the same process expect the shared ones empty."""
+    with (empty_database(request.param, tmp_path_factory) as url,
+          migrated_engine(url) as engine):
+        yield engine
 
 
 @pytest.fixture
