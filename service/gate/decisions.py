@@ -5,6 +5,9 @@ it waits for the inference and metrics jobs it queued (gate_decision_jobs) and i
 (service.gate.settling) when they end. A final decision is never changed.
 """
 
+import hashlib
+import json
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -68,6 +71,17 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
     _measure_or_decide(session, settings, decision, line, candidate, baseline, policy,
                        datasets)
     return decision
+
+
+def gate_request(*, session: Session, settings: Settings, request: GateRequest,
+                 requested_by: str, base_url: str, delivery_id: str | None = None,
+                 repair_of: Decision | None = None) -> Decision:
+    """The decision on a request the server makes itself (a repair job, a connector), with no
+    body of its own: its digest is that of the request's canonical JSON."""
+    body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
+    return gate(session=session, settings=settings, request=request, requested_by=requested_by,
+                base_url=base_url, request_sha256=hashlib.sha256(body).hexdigest(),
+                delivery_id=delivery_id, repair_of=repair_of)
 
 
 def _delivered(session: Session, line: ModelLine, delivery_id: str) -> Decision | None:

@@ -27,6 +27,18 @@ def list_shards(*, session: Session, job: Job) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.parent_id == job.id).order_by(Job.id)))
 
 
+def last_shard_parts(*, session: Session, shard_id: int, part: str,
+                     key: str) -> tuple[Job, list[str]] | None:
+    """When shard `shard_id`, ending now with `part`, is the last of its parent's shards to
+    end: the parent and every shard's part in order (the others' under `key` in their
+    results), to be merged into the parent's output. None while another shard is open."""
+    parent = get_job(session=session, job_id=get_job(session=session, job_id=shard_id).parent_id)
+    shards = list_shards(session=session, job=parent)
+    if any(other.id != shard_id and other.state != JobState.SUCCEEDED for other in shards):
+        return None
+    return parent, [part if other.id == shard_id else other.result[key] for other in shards]
+
+
 def find_open_job(*, session: Session, kind: JobKind, params: dict[str, Any],
                   states: Sequence[JobState] = OPEN_STATES) -> Job | None:
     """The oldest job of this kind with exactly these params in one of `states` (by default
