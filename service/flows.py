@@ -104,10 +104,10 @@ def _baselines(session: Session, version: ModelVersion) -> list[ModelVersion]:
 
 def finish_job(*, session: Session, settings: Settings, job: Job, state: JobState,
                result: dict | None = None, error: str | None = None) -> Job:
-    """End a running job (service.jobs.service.finish_job: a failure also ends its family and
-    cancels the jobs waiting for it); when it succeeded, the jobs waiting for it that are
+    """End a running job (service.jobs.service.mark_finished: a failure also ends its family
+    and cancels the jobs waiting for it); when it succeeded, the jobs waiting for it that are
     ready now are sent; the decisions waiting for it settle."""
-    jobs.finish_job(session=session, job=job, state=state, result=result, error=error)
+    jobs.mark_finished(session=session, job=job, state=state, result=result, error=error)
     if state == JobState.SUCCEEDED:
         release_waiting(session=session, job=job)
     _settle(session, settings, job)
@@ -117,7 +117,7 @@ def finish_job(*, session: Session, settings: Settings, job: Job, state: JobStat
 def cancel_job(*, session: Session, settings: Settings, job_id: int) -> Job:
     """Cancel a queued or running job with its shards and the jobs waiting for it; the
     decisions waiting for it are blocked."""
-    job = jobs.cancel_job(session=session, job_id=job_id)
+    job = jobs.mark_cancelled(session=session, job_id=job_id)
     _settle(session, settings, job)
     return job
 

@@ -42,8 +42,8 @@ from service.integrations.mlflow.service import (
 from service.queue import MLFLOW_TASK
 from service.registry.models import ModelVersion
 from service.registry.service import (
-    find_version,
     get_line,
+    get_named_version,
     production_version,
     register_version,
 )
@@ -105,8 +105,8 @@ def import_version(session: Session, store: ArtifactStore, version: MlflowVersio
     are the same (409 `version_conflict` when not), else a new one, measured as usual."""
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     try:
-        existing = find_version(session=session, line_name=version.name,
-                                version=version.version)
+        existing = get_named_version(session=session, line_name=version.name,
+                                     version=version.version)
     except NotFound:
         registered = register_version(
             session=session, store=store, line_name=version.name, version=version.version,

@@ -27,7 +27,7 @@ from service.gate.verdicts import finalize, note
 from service.jobs.models import Job
 from service.predictions.service import measured_datasets
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import find_version, get_line, production_version
+from service.registry.service import get_line, get_named_version, production_version
 
 
 def gate(*, session: Session, settings: Settings, request: GateRequest, requested_by: str,
@@ -46,7 +46,7 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
     if callback_url is not None:
         check_callback_url(callback_url, settings.callback_allowlist)
     shown_callback_url, sealed_callback_url = stored_callback_url(settings, callback_url)
-    candidate = find_version(session=session, line_name=line.name, version=request.candidate)
+    candidate = get_named_version(session=session, line_name=line.name, version=request.candidate)
     baseline = _baseline(session, line, request.baseline)
     stored_policy = current_policy(session=session, line=line)
     policy = Policy.model_validate(stored_policy.rules) if stored_policy else DEFAULT_POLICY
@@ -113,7 +113,7 @@ def _replayed(decision: Decision, request_sha256: str) -> Decision:
 def _baseline(session: Session, line: ModelLine, version: str | None) -> ModelVersion | None:
     """The named version of the line, else its production version (None if it has none)."""
     if version is not None:
-        return find_version(session=session, line_name=line.name, version=version)
+        return get_named_version(session=session, line_name=line.name, version=version)
     return production_version(session=session, line=line)
 
 
@@ -194,7 +194,7 @@ def list_decisions(*, session: Session, line_name: str, candidate: str | None = 
     line = get_line(session=session, name=line_name)
     statement = select(Decision).where(Decision.line_id == line.id)
     if candidate is not None:
-        version = find_version(session=session, line_name=line_name, version=candidate)
+        version = get_named_version(session=session, line_name=line_name, version=candidate)
         statement = statement.where(Decision.candidate_id == version.id)
     if before is not None:
         statement = statement.where(Decision.id < before)

@@ -21,8 +21,8 @@ from service.jobs.service import (
     OPEN_STATES,
     dependencies,
     find_open_job,
-    finish_job,
     list_shards,
+    mark_finished,
     waiting_for,
 )
 from service.outbox import send_now, send_task_after_commit
@@ -81,8 +81,8 @@ def _send_or_cancel(session: Session, job: Job) -> None:
                                                                     JobState.SUCCEEDED}]
     if ended_badly:
         other = ended_badly[0]
-        finish_job(session=session, job=job, state=JobState.CANCELLED,
-                   error=f"job {other.id}, which it waited for, {other.state}")
+        mark_finished(session=session, job=job, state=JobState.CANCELLED,
+                      error=f"job {other.id}, which it waited for, {other.state}")
     elif all(other.state == JobState.SUCCEEDED for other in others):
         send_after_commit(session=session, job=job)
 

@@ -166,7 +166,7 @@ def read_line(name: str, session: SessionDep) -> ModelLineDetail:
 @router.get("/{name}/versions/{version}", response_model=ModelVersionRead, dependencies=[READ])
 def read_version(name: str, version: str, session: SessionDep) -> ModelVersion:
     """One version of a line."""
-    return service.find_version(session=session, line_name=name, version=version)
+    return service.get_named_version(session=session, line_name=name, version=version)
 
 
 class TrainingDatasetChoice(BaseModel):
