@@ -3,7 +3,8 @@
 import functools
 import inspect
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Annotated, Any
 
@@ -99,6 +100,15 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
             raise
         finally:
             _request_session.reset(current)
+
+
+@contextmanager
+def reading(request: Request) -> Iterator[Session]:
+    """A read-only session of the request's own, closed when the block ends: for what an
+    endpoint reads before its session's transaction (with SQLite's write lock) begins."""
+    with request.app.state.sessions() as session:
+        read_only(session)
+        yield session
 
 
 def commit_in_endpoint_thread(app: FastAPI) -> None:
