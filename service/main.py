@@ -33,6 +33,7 @@ from service.errors import (
     describe_problems,
     error_response,
 )
+from service.gate.promotion_router import router as promotion_router
 from service.gate.router import router as gate_router
 from service.gate.webhook_secrets import require_secret_key
 from service.guard import check_request_scalars
@@ -49,7 +50,7 @@ from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
-           jobs_router, auth_router, mlflow_router, health.router)
+           promotion_router, jobs_router, auth_router, mlflow_router, health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
     {"name": "evalsets", "description": "labeled eval sets and training sets (.npz)"},

@@ -11,6 +11,7 @@ import json
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.callbacks.targets import check_callback_url, stored_callback_url
 from service.compare.service import Pair, check_scorable, queue_measurement
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
@@ -20,7 +21,6 @@ from service.errors import Conflict, InvalidInput, ServiceError, Unauthorized
 from service.gate.evidence import HistoryRead, history_plan, pair_evidence
 from service.gate.history import HistoryInputs
 from service.gate.models import Decision, DecisionJob, GatePolicy, Verdict
-from service.gate.outbound import check_callback_url, stored_callback_url
 from service.gate.policies import current_policy
 from service.gate.rules import DEFAULT_POLICY, Policy, check
 from service.gate.schemas import GateRequest

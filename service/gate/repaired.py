@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.artifacts import ArtifactStore
+from service.callbacks.targets import full_callback_url
 from service.config import Settings
 from service.gate.decisions import gate_request, get_decision
 from service.gate.models import Decision
-from service.gate.outbound import full_callback_url
 from service.gate.schemas import GateRequest
 from service.jobs.models import Job
 from service.registry.models import ModelLine, ModelVersion

@@ -1,5 +1,5 @@
 """Endpoints of the deploy gate: policies, webhook secrets, the CI webhook, decisions and
-repair (promotion: service.gate.promotion_router)."""
+repair (promotion: service.gate.promotion_router, beside it in service.main.ROUTERS)."""
 
 import hashlib
 import time
@@ -28,7 +28,6 @@ from service.errors import InvalidInput, describe_problems
 from service.gate import decisions, dry_run, history, policies, repair, webhook_secrets
 from service.gate.evidence import read_history
 from service.gate.models import Verdict
-from service.gate.promotion_router import router as promotion_router
 from service.gate.rules import Policy
 from service.gate.schemas import (
     DecisionRead,
@@ -187,6 +186,3 @@ def repair_candidate(decision_id: DecisionId, body: RepairRequest, session: Sess
     job = repair.request_repair(session=session, settings=settings, store=store,
                                 decision_id=decision_id, repair=body, requested_by=token.name)
     return RepairQueued(job=JobRead.model_validate(job), status_url=urls.job(job.id))
-
-
-router.include_router(promotion_router)

@@ -15,14 +15,10 @@ import pytest
 from sqlalchemy import event, func, select
 
 from flipgate.signing import signature
+from service.callbacks.delivery import callback_body
+from service.callbacks.queue import due_callbacks, queued_callback, record_attempt
 from service.config import Settings
 from service.db import utcnow
-from service.gate.callbacks import (
-    callback_body,
-    due_callbacks,
-    queued_callback,
-    record_attempt,
-)
 from service.gate.models import Decision
 from service.gate.settling import settle_pending
 from service.jobs.models import Job, JobState

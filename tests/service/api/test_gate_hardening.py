@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from flipgate.signing import HEADER, signature
+from service.callbacks.delivery import delivery
 from service.config import Settings
 from service.db import utcnow
-from service.gate.callbacks import delivery
 from service.gate.models import Decision, DecisionJob, GatePolicy, WebhookSecret
 from service.gate.settling import settle_pending
 from service.gate.webhook_secrets import MissingSecretKey, cipher
