@@ -25,7 +25,7 @@ from service.db import (
     create_db_engine,
     create_session_factory,
 )
-from service.deps import commit_in_endpoint_thread, token_checker
+from service.deps import CommittingRoute, token_checker
 from service.errors import (
     ServiceError,
     Unauthorized,
@@ -115,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   lifespan=lifespan, description="A regression gate for classifier updates.",
                   dependencies=[Depends(check_request_scalars)],
                   docs_url=None, redoc_url=None)  # offline copies: service.ui.docs
+    app.router.route_class = CommittingRoute
     app.add_middleware(RequestBodyLimit, settings=settings,
                        max_bytes=settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.state.settings, app.state.engine = settings, create_db_engine(settings)
@@ -133,7 +134,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, responses=documented_refusals(
             PROBE_REFUSALS if router is health.router else REFUSALS))
     mount_dashboard(app)
-    commit_in_endpoint_thread(app)
     return app
 
 

@@ -16,6 +16,7 @@ from service.deps import (
     ADMIN,
     READ,
     WRITE,
+    CommittingRoute,
     Credentials,
     SessionDep,
     SettingsDep,
@@ -51,7 +52,7 @@ from service.jobs.schemas import JobRead
 from service.names import NAME_LENGTH
 from service.registry.service import get_line
 
-router = APIRouter(tags=["gate"])
+router = APIRouter(tags=["gate"], route_class=CommittingRoute)
 DecisionId = Annotated[int, Path(ge=1, lt=2**31)]
 
 

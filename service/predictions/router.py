@@ -10,7 +10,15 @@ from service import flows
 from service.artifacts import ArtifactStore, StagedFile, upload_name
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
-from service.deps import RAW_BODY_ROUTE, WRITE, SessionDep, SettingsDep, StagedLogits, StoreDep
+from service.deps import (
+    RAW_BODY_ROUTE,
+    WRITE,
+    CommittingRoute,
+    SessionDep,
+    SettingsDep,
+    StagedLogits,
+    StoreDep,
+)
 from service.errors import InvalidInput
 from service.names import NAME_LENGTH
 from service.predictions import service
@@ -20,7 +28,7 @@ from service.registry.models import ModelVersion
 from service.registry.schemas import ScoreKind
 from service.registry.service import get_named_version
 
-router = APIRouter(tags=["predictions"])
+router = APIRouter(tags=["predictions"], route_class=CommittingRoute)
 
 
 @router.post("/models/{name}/versions/{version}/predictions", status_code=201,

@@ -13,6 +13,7 @@ from service.deps import (
     RAW_BODY_ROUTE,
     READ,
     WRITE,
+    CommittingRoute,
     SessionDep,
     SettingsDep,
     StagedModel,
@@ -28,7 +29,7 @@ from service.registry.schemas import (
     ScoreKind,
 )
 
-router = APIRouter(prefix="/models", tags=["models"])
+router = APIRouter(prefix="/models", tags=["models"], route_class=CommittingRoute)
 METADATA_MAX_CHARS = 64 * 1024
 METADATA_MAX_DEPTH = 32
 
