@@ -3,12 +3,14 @@
 import functools
 import inspect
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Annotated, Any
 
 import anyio
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, Request
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.datastructures import State
@@ -77,7 +79,7 @@ _request_session: ContextVar[Session | None] = ContextVar("request_session", def
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """One session per request: committed in the endpoint's own thread as soon as it returns
-    (commit_in_endpoint_thread), rolled back if it raises; the jobs it created are sent to
+    (CommittingRoute), rolled back if it raises; the jobs it created are sent to
     the workers after the commit.
 
     The session connects on its first query, in the endpoint (a safe method's at once, to
@@ -103,16 +105,30 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
             _request_session.reset(current)
 
 
-def commit_in_endpoint_thread(app: FastAPI) -> None:
-    """Make every synchronous endpoint of `app` commit the request's session in its own
-    thread right after it returns, before FastAPI validates the answer in another one."""
-    for route in app.routes:
-        call = getattr(route, "dependant", None) and route.dependant.call
-        if call is not None and not inspect.iscoroutinefunction(call):
-            route.dependant.call = _committing(call)
+@contextmanager
+def reading(request: Request) -> Iterator[Session]:
+    """A read-only session of the request's own, closed when the block ends: for what an
+    endpoint reads before its session's transaction (with SQLite's write lock) begins."""
+    with request.app.state.sessions() as session:
+        read_only(session)
+        yield session
+
+
+class CommittingRoute(APIRoute):
+    """The route class of every router (and of the app's own routes): a synchronous endpoint
+    commits the request's session in its own thread right after it returns, before FastAPI
+    validates the answer in another pool thread (get_session commits what is left: a
+    coroutine's session, or none)."""
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, _committing(endpoint), **kwargs)
 
 
 def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """`endpoint`, committing the request's session when it returns, if it is synchronous."""
+    if inspect.iscoroutinefunction(endpoint) or getattr(endpoint, "commits", False):
+        return endpoint
+
     @functools.wraps(endpoint)
     def run(*args: Any, **kwargs: Any) -> Any:
         answer = endpoint(*args, **kwargs)
@@ -121,6 +137,8 @@ def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
             session.commit()
         return answer
 
+    run.commits = True  # type: ignore[attr-defined]  # not again where a FastAPI release
+    # copies an included router's routes from their endpoints
     return run
 
 

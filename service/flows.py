@@ -2,8 +2,10 @@
 or send, which to cancel, and which pending gate decisions to settle.
 
 Each event calls its flow from one place per origin:
-- a version is registered: POST /models (service.registry.router) and a repair job
-  (worker.training) call `version_registered`;
+- a version is registered: POST /models (service.registry.router) calls
+  `version_registered`;
+- a repair's model is trained: the repair job (worker.training) calls `repair_trained`, which
+  registers it (then `version_registered`) and gates it again;
 - logits are stored: POST .../predictions (service.predictions.router) and an inference job
   (worker.tasks) call `logits_stored` (pair reports against the baselines, and the line's
   matrix job);
@@ -17,14 +19,19 @@ The domains below (service.compare, service.predictions, service.jobs) know how 
 measurement; this module decides when. Nothing else sends waiting jobs or settles decisions.
 """
 
+from pathlib import Path
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.artifacts import ArtifactStore
 from service.compare.matrix import queue_matrix
 from service.compare.service import Pair, queue_measurement
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.gate.models import Decision, DecisionJob, Verdict
+from service.gate.repaired import gate_repaired, register_repaired
 from service.gate.settling import settle_pending
 from service.jobs import service as jobs
 from service.jobs.enqueue import release_waiting
@@ -50,6 +57,19 @@ def version_registered(*, session: Session, version: ModelVersion) -> list[Job]:
                                                        dataset=dataset),
                               *_measure(session, baselines, version, dataset)]}
     return list(jobs_by_id.values())
+
+
+def repair_trained(*, session: Session, settings: Settings, store: ArtifactStore, job_id: int,
+                   path: Path, produced_by: dict[str, Any],
+                   metadata: dict[str, Any] | None = None) -> tuple[ModelVersion, Decision]:
+    """The running repair job `job_id` trained its model (at `path`): it becomes a new version
+    of the line (measured like any registered version), and a new decision on it is asked
+    for like the one it repairs."""
+    job = jobs.get_job(session=session, job_id=job_id)
+    version = register_repaired(session=session, store=store, job=job, path=path,
+                                produced_by=produced_by, metadata=metadata)
+    version_registered(session=session, version=version)
+    return version, gate_repaired(session=session, settings=settings, job=job, version=version)
 
 
 def logits_stored(*, session: Session, version: ModelVersion, dataset: Dataset) -> list[Job]:
@@ -84,10 +104,10 @@ def _baselines(session: Session, version: ModelVersion) -> list[ModelVersion]:
 
 def finish_job(*, session: Session, settings: Settings, job: Job, state: JobState,
                result: dict | None = None, error: str | None = None) -> Job:
-    """End a running job (service.jobs.service.finish_job: a failure also ends its family and
-    cancels the jobs waiting for it); when it succeeded, the jobs waiting for it that are
+    """End a running job (service.jobs.service.mark_finished: a failure also ends its family
+    and cancels the jobs waiting for it); when it succeeded, the jobs waiting for it that are
     ready now are sent; the decisions waiting for it settle."""
-    jobs.finish_job(session=session, job=job, state=state, result=result, error=error)
+    jobs.mark_finished(session=session, job=job, state=state, result=result, error=error)
     if state == JobState.SUCCEEDED:
         release_waiting(session=session, job=job)
     _settle(session, settings, job)
@@ -97,7 +117,7 @@ def finish_job(*, session: Session, settings: Settings, job: Job, state: JobStat
 def cancel_job(*, session: Session, settings: Settings, job_id: int) -> Job:
     """Cancel a queued or running job with its shards and the jobs waiting for it; the
     decisions waiting for it are blocked."""
-    job = jobs.cancel_job(session=session, job_id=job_id)
+    job = jobs.mark_cancelled(session=session, job_id=job_id)
     _settle(session, settings, job)
     return job
 

@@ -13,13 +13,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from service.deps import CommittingRoute
+
 BROKER_TIMEOUT_SECONDS = 1.0
 CHECK_SECONDS = 0.8
 # the probes' own threads: a check that hangs (a frozen database) holds one of them, never
 # the request; a few spare ones let later probes run while an earlier check still hangs
 PROBES = futures.ThreadPoolExecutor(max_workers=12, thread_name_prefix="readyz")
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=CommittingRoute)
 
 
 @router.get("/healthz")

@@ -25,7 +25,7 @@ from service.db import (
     create_db_engine,
     create_session_factory,
 )
-from service.deps import commit_in_endpoint_thread, token_checker
+from service.deps import CommittingRoute, token_checker
 from service.errors import (
     ServiceError,
     Unauthorized,
@@ -33,6 +33,7 @@ from service.errors import (
     describe_problems,
     error_response,
 )
+from service.gate.promotion_router import router as promotion_router
 from service.gate.router import router as gate_router
 from service.gate.webhook_secrets import require_secret_key
 from service.guard import check_request_scalars
@@ -49,7 +50,7 @@ from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
-           jobs_router, auth_router, mlflow_router, health.router)
+           promotion_router, jobs_router, auth_router, mlflow_router, health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
     {"name": "evalsets", "description": "labeled eval sets and training sets (.npz)"},
@@ -114,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   lifespan=lifespan, description="A regression gate for classifier updates.",
                   dependencies=[Depends(check_request_scalars)],
                   docs_url=None, redoc_url=None)  # offline copies: service.ui.docs
+    app.router.route_class = CommittingRoute
     app.add_middleware(RequestBodyLimit, settings=settings,
                        max_bytes=settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.state.settings, app.state.engine = settings, create_db_engine(settings)
@@ -132,7 +134,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, responses=documented_refusals(
             PROBE_REFUSALS if router is health.router else REFUSALS))
     mount_dashboard(app)
-    commit_in_endpoint_thread(app)
     return app
 
 

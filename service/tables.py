@@ -1,11 +1,11 @@
 """Imports every domain's ORM models, so that Base.metadata knows all tables (Alembic)."""
 
 from service.auth.models import ApiToken, EndedSession
+from service.callbacks.models import Callback
 from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
 from service.db import Base
 from service.gate.models import (
-           Callback,
            Decision,
            DecisionJob,
            GatePolicy,

@@ -71,6 +71,27 @@ def test_only_entry_points_read_the_settings():
     assert readers - entry_points_ == set()
 
 
+GATE_RULES = {("service.gate.decisions", "gate"), ("service.gate.decisions", "gate_request"),
+              ("service.gate.schemas", "GateRequest"), ("service.gate.rules", "check"),
+              ("service.jobs.service", "list_shards"), ("service.jobs.enqueue", "create_job")}
+
+
+def imported_names(package: str) -> dict[str, set[tuple[str, str]]]:
+    """file -> every (module, name) a `from module import name` statement names in it."""
+    return {str(path.relative_to(ROOT)): {
+        (node.module, alias.name) for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.ImportFrom) for alias in node.names}
+        for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def test_the_worker_holds_no_gate_or_shard_rule():
+    """A task calls service functions with ids: what follows a repair's training is
+    service.flows.repair_trained, a connector's gating the MLflow integration's, a shard's
+    merge service.jobs; no task builds a gate request, checks a policy or creates jobs."""
+    assert {path: sorted(names & GATE_RULES)
+            for path, names in imported_names("worker").items() if names & GATE_RULES} == {}
+
+
 def run_python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)

@@ -1,116 +1,14 @@
-"""The callback task: POST a final decision's status to its callback URL once; a failure is
-retried from its row (Callback.due_at), which the worker's sweeper sends when it is due."""
+"""The callback task: one attempt to POST a final decision's status (service.callbacks.delivery);
+a failure is retried from its row, which the worker's sweeper sends when it is due."""
 
-import json
-import logging
-import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-
-import httpx
-
-from flipgate.signing import HEADER, signature
-from service.config import Settings
-from service.db import session_scope
-from service.errors import InvalidInput
-from service.gate.callbacks import delivery, queued_callback, record_attempt
-from service.gate.models import CallbackState
-from service.gate.outbound import check_callback_url
+from service.callbacks.delivery import deliver
 from service.queue import CALLBACK_TASK
 from worker.app import app
 from worker.runtime import context
 
-logger = logging.getLogger(__name__)
-
 
 @app.task(name=CALLBACK_TASK)
 def deliver_callback(decision_id: int) -> None:
-    """POST the status once; a failure is due again after a doubling delay (worker.sweeper)
-    until the attempts allowed by FLIPGATE_CALLBACK_ATTEMPTS are spent."""
+    """POST the status once (service.callbacks.delivery.deliver)."""
     ctx = context()
-    sessions, settings = ctx.sessions, ctx.settings
-    with session_scope(sessions) as session:
-        if queued_callback(session=session, decision_id=decision_id) is None:
-            return
-        url, body, secret = delivery(session=session, settings=settings,
-                                     decision_id=decision_id)
-    status, error = (post_status(settings, url, json.dumps(body).encode(), secret, decision_id)
-                     if url is not None else (None, "callback_url_unreadable"))
-    with session_scope(sessions) as session:
-        callback = queued_callback(session=session, decision_id=decision_id)
-        if callback is None:
-            return
-        record_attempt(callback=callback, status=status, error=error, settings=settings)
-        if callback.state == CallbackState.QUEUED:
-            logger.warning("callback of decision %s failed (%s); due again at %s",
-                           decision_id, error or status, callback.due_at)
-
-
-def post_status(settings: Settings, url: str, body: bytes, secret: str | None,
-                decision_id: int) -> tuple[int | None, str | None]:
-    """The HTTP status of one POST to the address checked just now (redirects are not
-    followed), or None; the error is a fixed message, never the receiver's answer."""
-    try:
-        target = check_callback_url(url, settings.callback_allowlist)
-    except InvalidInput as refused:
-        return None, refused.code
-    headers = {"Content-Type": "application/json", "X-Flipgate-Decision": str(decision_id),
-               "Host": target.host_header}
-    if secret is not None:
-        headers[HEADER] = signature(secret, body)
-    deadline = settings.callback_timeout_seconds
-    with cut_after(deadline) as cut:
-        try:
-            with (httpx.Client(timeout=deadline, follow_redirects=False) as client,
-                  client.stream("POST", target.url, content=body, headers=headers, extensions={
-                      "sni_hostname": target.host, "trace": cut.watch}) as response):
-                status = response.status_code  # the body is never read
-        except httpx.HTTPError as error:
-            return None, (f"no answer within {deadline:g} s" if cut.fired.is_set()
-                          else f"transport error ({type(error).__name__})")
-    return status, None if 200 <= status < 300 else (
-        f"HTTP {status}: the receiver did not accept the status")
-
-
-class Deadline:
-    """Shuts down the sockets a request opens once its time is up (httpx's timeouts bound
-    each read, not the whole request: a receiver that trickles a byte at a time would hold
-    the worker for as long as it liked)."""
-
-    def __init__(self) -> None:
-        self.sockets: list[socket.socket] = []
-        self.fired = threading.Event()
-        self.lock = threading.Lock()
-
-    def watch(self, event: str, info: dict) -> None:
-        """httpcore's trace hook: keep each connection's socket."""
-        if event == "connection.connect_tcp.complete" and info.get("return_value"):
-            with self.lock:
-                self.sockets.append(info["return_value"].get_extra_info("socket"))
-                if self.fired.is_set():
-                    self._shut(self.sockets[-1])
-
-    def fire(self) -> None:
-        with self.lock:
-            self.fired.set()
-            for connection in self.sockets:
-                self._shut(connection)
-
-    @staticmethod
-    def _shut(connection: socket.socket) -> None:
-        with suppress(OSError):
-            connection.shutdown(socket.SHUT_RDWR)
-
-
-@contextmanager
-def cut_after(seconds: float) -> Iterator[Deadline]:
-    """A Deadline that fires `seconds` from now unless the block has ended."""
-    deadline = Deadline()
-    timer = threading.Timer(seconds, deadline.fire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield deadline
-    finally:
-        timer.cancel()
+    deliver(sessions=ctx.sessions, settings=ctx.settings, decision_id=decision_id)

@@ -10,7 +10,6 @@ decision, and a job that dies after its commit leaves a state the reconcile job 
 """
 
 import hashlib
-import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,23 +29,25 @@ from service import flows
 from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.errors import Conflict, NotFound
-from service.gate.decisions import gate, get_decision, waited_jobs
-from service.gate.models import Decision, Verdict
+from service.gate.decisions import get_decision, waited_jobs
+from service.gate.models import Verdict
 from service.gate.promotion import promote
-from service.gate.schemas import GateRequest
 from service.gate.views import decision_view
-from service.integrations.mlflow.service import log_action, queue_alias_job
+from service.integrations.mlflow.service import (
+    CONNECTOR,
+    gate_version,
+    log_action,
+    queue_alias_job,
+)
 from service.queue import MLFLOW_TASK
-from service.registry.models import ModelLine, ModelVersion
+from service.registry.models import ModelVersion
 from service.registry.service import (
-    find_version,
     get_line,
+    get_named_version,
     production_version,
     register_version,
 )
 from worker.runtime import WorkerContext, finishing, job_task, running_job, succeed
-
-CONNECTOR = "mlflow connector"
 
 
 def act(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
@@ -84,7 +85,8 @@ def import_and_gate(ctx: WorkerContext, job_id: int, params: dict[str, Any],
         path.write_bytes(model)
         with running_job(ctx, job_id) as (session, job):
             registered = import_version(session, ctx.store, version, path)
-            decision = gate_version(session, settings, registered)
+            decision = gate_version(session=session, settings=settings,
+                                    candidate=registered)
             if decision.verdict != Verdict.PENDING:
                 return decision.id
             log_action(session=session, move=params, action="pending",
@@ -103,8 +105,8 @@ def import_version(session: Session, store: ArtifactStore, version: MlflowVersio
     are the same (409 `version_conflict` when not), else a new one, measured as usual."""
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     try:
-        existing = find_version(session=session, line_name=version.name,
-                                version=version.version)
+        existing = get_named_version(session=session, line_name=version.name,
+                                     version=version.version)
     except NotFound:
         registered = register_version(
             session=session, store=store, line_name=version.name, version=version.version,
@@ -116,19 +118,6 @@ def import_version(session: Session, store: ArtifactStore, version: MlflowVersio
         raise Conflict("version_conflict", f"flipgate's {version.name}:{version.version} "
                        "holds another model than this MLflow version")
     return existing
-
-
-def gate_version(session: Session, settings: Settings, candidate: ModelVersion) -> Decision:
-    """The gate's decision on `candidate` against production under the line's policy; asked
-    again (a job run twice), the same delivery answers the same decision."""
-    line = session.get_one(ModelLine, candidate.line_id)
-    production = production_version(session=session, line=line)
-    request = GateRequest(model=line.name, candidate=candidate.version)
-    body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
-    baseline = production.version if production else "none"
-    return gate(session=session, settings=settings, request=request, requested_by=CONNECTOR,
-                base_url=settings.link_base, request_sha256=hashlib.sha256(body)
-                .hexdigest(), delivery_id=f"mlflow:{candidate.version}:vs:{baseline}")
 
 
 def settle(ctx: WorkerContext, job_id: int, params: dict[str, Any], version: MlflowVersion,

@@ -1,7 +1,7 @@
 """The worker's sweeper: a process that, every sweep_seconds, queues again (or fails) the jobs
 whose lease expired (service.flows.reap_lost_jobs), sends the queued jobs the broker has not
 accepted (service.jobs.enqueue.send_unsent) and the callbacks that are due
-(service.gate.callbacks.due_callbacks), and, every mlflow_reconcile_seconds when an MLflow
+(service.callbacks.queue.send_due), and, every mlflow_reconcile_seconds when an MLflow
 tracking URI is set, the MLflow connector's reconcile job (worker.mlflow). Every `flipgate
 worker` runs one in a process of its own (`python -m worker.sweeper`), never a thread of the
 Celery process whose pool processes are forked from it (a forked SQLite connection breaks
@@ -23,14 +23,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flipgate.processes import stop_process
 from service import flows
+from service.callbacks.queue import due_now, send_due
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
-from service.gate.callbacks import due_callbacks, due_now
 from service.integrations.mlflow.service import queue_reconcile
 from service.jobs.enqueue import send_unsent
 from service.jobs.leases import lost_jobs, unsent_jobs
-from service.outbox import enqueue_after_commit, send_task_after_commit
-from service.queue import CALLBACK_TASK
+from service.outbox import enqueue_after_commit
 
 # a sweeper that exits is started again after a pause that doubles, from FIRST to LAST
 # seconds, while each one dies within STEADY seconds of its start
@@ -63,9 +62,7 @@ def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -
             logger.info("sent jobs %s to the broker", sent)
     with session_scope(sessions) as session:
         enqueue_after_commit(session=session, celery=celery)
-        for decision_id in due_callbacks(session=session,
-                                         resend_seconds=settings.job_resend_seconds):
-            send_task_after_commit(session=session, task=CALLBACK_TASK, argument=decision_id)
+        send_due(session=session, resend_seconds=settings.job_resend_seconds)
 
 
 def reconcile_mlflow(sessions: sessionmaker[Session], celery: Celery) -> None:

@@ -18,9 +18,9 @@ from service.compare.service import pair_from_params, pair_inputs, store_pair_me
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.db import session_scope
-from service.jobs.enqueue import create_shards
-from service.jobs.models import Job, JobState
-from service.jobs.service import get_job, list_shards
+from service.jobs.enqueue import split_job
+from service.jobs.models import Job
+from service.jobs.service import last_shard_parts
 from service.predictions.models import PredictionSource
 from service.predictions.service import (
     LogitsFile,
@@ -90,11 +90,8 @@ def keep_logits(ctx: WorkerContext, session: Session, params: dict[str, Any],
 
 def split(ctx: WorkerContext, job_id: int, dataset: Dataset) -> None:
     """Queue the shards of a running job (once: a job delivered again keeps its shards)."""
-    size = ctx.settings.shard_size
     with running_job(ctx, job_id) as (session, job):
-        if not list_shards(session=session, job=job):
-            create_shards(session=session, job=job, ranges=[
-                (start, min(start + size, dataset.n)) for start in range(0, dataset.n, size)])
+        split_job(session=session, job=job, samples=dataset.n, shard_size=ctx.settings.shard_size)
 
 
 def infer_shard(ctx: WorkerContext, job_id: int, params: dict[str, Any], version: ModelVersion,
@@ -109,12 +106,10 @@ def infer_shard(ctx: WorkerContext, job_id: int, params: dict[str, Any], version
     with finishing(ctx, job_id) as (session, result):
         result.update(logits_sha256=logits_sha256, provider=provider,
                       worker=f"{socket.gethostname()}:{os.getpid()}")
-        parent = get_job(session=session, job_id=params["parent_id"])
-        shards = list_shards(session=session, job=parent)
-        if all(shard.id == job_id or shard.state == JobState.SUCCEEDED for shard in shards):
-            merge(ctx, session, parent, [logits_sha256 if shard.id == job_id
-                                         else shard.result["logits_sha256"] for shard in shards],
-                  provider)
+        last = last_shard_parts(session=session, shard_id=job_id, part=logits_sha256,
+                                key="logits_sha256")
+        if last is not None:
+            merge(ctx, session, *last, provider)
 
 
 def merge(ctx: WorkerContext, session: Session, parent: Job, parts: list[str],

@@ -1,15 +1,11 @@
 """The repair task: retrain a blocked candidate, or mix it with its baseline on their ONNX
 files; register the result and gate it again (it runs on worker.runtime; the request is
-checked and queued by service.gate.repair)."""
+checked and queued by service.gate.repair, what follows it is service.flows.repair_trained)."""
 
-import hashlib
 import itertools
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
-
-from sqlalchemy.orm import Session
 
 from flipgate.formats import load_training_set
 from flipgate.repair import Limits, RepairResult, ensemble, interpolate
@@ -20,20 +16,17 @@ from flipgate.train.recipes import ProgressFactory
 from service import flows, urls
 from service.datasets.service import get_dataset
 from service.db import session_scope
-from service.gate.decisions import gate, get_decision
-from service.gate.models import Decision
-from service.gate.outbound import full_callback_url
+from service.gate.decisions import get_decision
 from service.gate.repair import (
     ONNX_REPAIRS,
     allowed_architecture,
     artifacts_named,
     pair_artifacts,
 )
-from service.gate.schemas import GateRequest
 from service.predictions.service import score_version
 from service.queue import TRAIN_TASK
-from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import get_version, register_version
+from service.registry.models import ModelLine
+from service.registry.service import get_version
 from worker.runtime import JobProgress, WorkerContext, finishing, job_task
 
 
@@ -95,11 +88,12 @@ def _mixed(params: dict[str, Any], old: Path, new: Path, calibration: Path, out:
 
 def finish_repair(ctx: WorkerContext, job_id: int, params: dict[str, Any], path: Path, *,
                   produced_by: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
-    """Register the repaired model and gate it again; the job succeeds in the same commit,
-    its result linking the new version and decision."""
+    """What follows the training happens (service.flows.repair_trained: the new version,
+    gated again); the job succeeds in the same commit, its result linking both."""
     with finishing(ctx, job_id) as (session, result):
-        version = register_repaired(ctx, session, job_id, params, path, produced_by, metadata)
-        decision = gate_again(ctx, session, job_id, version, params["decision_id"])
+        version, decision = flows.repair_trained(
+            session=session, settings=ctx.settings, store=ctx.store, job_id=job_id, path=path,
+            produced_by=produced_by, metadata=metadata)
         line = session.get_one(ModelLine, version.line_id).name
         result.update(version=version.version, decision_id=decision.id,
                       repaired_decision_id=params["decision_id"],
@@ -116,41 +110,6 @@ def phase_progress(ctx: WorkerContext, job_id: int, phases: int) -> ProgressFact
         return JobProgress(ctx, job_id, start=index / phases, span=1 / phases)
 
     return for_phase
-
-
-def register_repaired(ctx: WorkerContext, session: Session, job_id: int, params: dict[str, Any],
-                      path: Path, produced_by: dict[str, Any],
-                      metadata: dict[str, Any] | None) -> ModelVersion:
-    """The repaired model as a new version whose parent is the baseline it must replace,
-    `produced_by` naming the job, the method and the candidate it repairs; its follow-up
-    inference and metrics jobs are queued."""
-    decision = get_decision(session=session, decision_id=params["decision_id"])
-    baseline = get_version(session=session, version_id=decision.baseline_id)
-    candidate = get_version(session=session, version_id=decision.candidate_id)
-    line = session.get_one(ModelLine, decision.line_id)
-    version = register_version(
-        session=session, store=ctx.store, line_name=line.name, version=params["version"],
-        onnx_path=path, parent=f"{line.name}:{baseline.version}", metadata=metadata,
-        produced_by={"job_id": job_id, "method": params["method"],
-                     "repair_of": candidate.version, "decision_id": decision.id, **produced_by})
-    flows.version_registered(session=session, version=version)
-    return version
-
-
-def gate_again(ctx: WorkerContext, session: Session, job_id: int, version: ModelVersion,
-               decision_id: int) -> Decision:
-    """A new decision on the repaired version, against the same baseline and eval sets."""
-    original = get_decision(session=session, decision_id=decision_id)
-    request = GateRequest(
-        model=session.get_one(ModelLine, original.line_id).name, candidate=version.version,
-        baseline=get_version(session=session, version_id=original.baseline_id).version,
-        evalsets=original.evalsets, ci=original.ci,
-        callback_url=full_callback_url(ctx.settings, original))
-    body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
-    return gate(session=session, settings=ctx.settings, request=request,
-                requested_by=f"repair job {job_id}",
-                base_url=original.base_url, request_sha256=hashlib.sha256(body).hexdigest(),
-                repair_of=original)
 
 
 train = job_task(TRAIN_TASK, repair)

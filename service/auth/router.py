@@ -4,9 +4,9 @@
 from fastapi import APIRouter, Response
 
 from service.auth.service import revoke_token
-from service.deps import ADMIN, SessionDep
+from service.deps import ADMIN, CommittingRoute, SessionDep
 
-router = APIRouter(prefix="/tokens", tags=["auth"])
+router = APIRouter(prefix="/tokens", tags=["auth"], route_class=CommittingRoute)
 
 
 @router.delete("/{name}", status_code=204, dependencies=[ADMIN],

@@ -12,12 +12,12 @@ from service.compare import matrix as matrices
 from service.compare import service
 from service.compare.schemas import MeasurementQueued, PairMatrix
 from service.datasets.service import get_dataset
-from service.deps import READ, SessionDep, StoreDep
+from service.deps import READ, CommittingRoute, SessionDep, StoreDep
 from service.errors import NotFound
 from service.jobs.models import Job
 from service.jobs.service import dependencies
 
-router = APIRouter(tags=["compare"])
+router = APIRouter(tags=["compare"], route_class=CommittingRoute)
 QUEUED = {202: {"description": "the pair is being measured: the jobs to wait for",
                 "model": MeasurementQueued}}
 REPORT = {200: {"description": "the keys of `flipgate compare --json`, or the HTML report",

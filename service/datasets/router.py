@@ -12,13 +12,14 @@ from service.deps import (
     RAW_BODY_ROUTE,
     READ,
     WRITE,
+    CommittingRoute,
     SessionDep,
     SettingsDep,
     StagedNpz,
     StoreDep,
 )
 
-router = APIRouter(tags=["evalsets"])
+router = APIRouter(tags=["evalsets"], route_class=CommittingRoute)
 
 
 @router.post("/evalsets", status_code=201, response_model=DatasetRead, dependencies=[WRITE])

@@ -5,18 +5,22 @@ it waits for the inference and metrics jobs it queued (gate_decision_jobs) and i
 (service.gate.settling) when they end. A final decision is never changed.
 """
 
+import hashlib
+import json
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.callbacks.targets import check_callback_url, stored_callback_url
 from service.compare.service import Pair, check_scorable, queue_measurement
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.db import insert_or_conflict, one_or_not_found
-from service.errors import Conflict, InvalidInput, Unauthorized
-from service.gate.evidence import pair_evidence
-from service.gate.models import Decision, DecisionJob, Verdict
-from service.gate.outbound import check_callback_url, stored_callback_url
+from service.errors import Conflict, InvalidInput, ServiceError, Unauthorized
+from service.gate.evidence import HistoryRead, history_plan, pair_evidence
+from service.gate.history import HistoryInputs
+from service.gate.models import Decision, DecisionJob, GatePolicy, Verdict
 from service.gate.policies import current_policy
 from service.gate.rules import DEFAULT_POLICY, Policy, check
 from service.gate.schemas import GateRequest
@@ -24,16 +28,18 @@ from service.gate.verdicts import finalize, note
 from service.jobs.models import Job
 from service.predictions.service import measured_datasets
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import find_version, get_line, production_version
+from service.registry.service import get_line, get_named_version, production_version
 
 
 def gate(*, session: Session, settings: Settings, request: GateRequest, requested_by: str,
          base_url: str, request_sha256: str, delivery_id: str | None = None,
-         signature_digest: str | None = None, repair_of: Decision | None = None) -> Decision:
+         signature_digest: str | None = None, repair_of: Decision | None = None,
+         known_history: HistoryRead | None = None) -> Decision:
     """The decision on `request`: final when every pair metric is stored, else pending on
     the jobs it queued. A delivery id seen before answers with that delivery's decision; a
     signed request (`signature_digest`: the digest that matched) seen before under another
-    delivery id, or none, is refused."""
+    delivery id, or none, is refused. `known_history`: the breaks of `history_plan`, read
+    before the caller's transaction began."""
     line = get_line(session=session, name=request.model)
     if delivery_id is not None and (earlier := _delivered(session, line, delivery_id)):
         return _replayed(earlier, request_sha256)
@@ -43,10 +49,10 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
     if callback_url is not None:
         check_callback_url(callback_url, settings.callback_allowlist)
     shown_callback_url, sealed_callback_url = stored_callback_url(settings, callback_url)
-    candidate = find_version(session=session, line_name=line.name, version=request.candidate)
+    candidate = get_named_version(session=session, line_name=line.name, version=request.candidate)
     baseline = _baseline(session, line, request.baseline)
     stored_policy = current_policy(session=session, line=line)
-    policy = Policy.model_validate(stored_policy.rules) if stored_policy else DEFAULT_POLICY
+    policy = _rules(stored_policy)
     decision = Decision(
         line_id=line.id, candidate_id=candidate.id, verdict=Verdict.PENDING, reasons=[],
         baseline_id=None if baseline is None else baseline.id, metrics={}, evalsets=[],
@@ -66,8 +72,47 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
             raise replayed_signature() from None
         return _replayed(earlier, request_sha256)
     _measure_or_decide(session, settings, decision, line, candidate, baseline, policy,
-                       datasets)
+                       datasets, known_history)
     return decision
+
+
+def history_plan_of(*, session: Session, settings: Settings,
+                    request: GateRequest) -> list[HistoryInputs]:
+    """What `gate` on `request` would read from disk for the policy's history limit (read it
+    with evidence.read_history before a write transaction, and pass it as `known_history`);
+    nothing when the request does not resolve (`gate` then says why)."""
+    try:
+        line = get_line(session=session, name=request.model)
+        policy = _rules(current_policy(session=session, line=line))
+        if not policy.max_nfr_vs_history:
+            return []
+        candidate = get_named_version(session=session, line_name=line.name,
+                                      version=request.candidate)
+        baseline = _baseline(session, line, request.baseline)
+        if baseline is None or not _compares(candidate, baseline):
+            return []
+        datasets = _gate_datasets(session, line, policy, request.evalsets,
+                                  settings.min_gate_samples)
+    except ServiceError:
+        return []
+    return history_plan(session=session, policy=policy, line=line, baseline=baseline,
+                        candidate=candidate, datasets=datasets)
+
+
+def _rules(stored_policy: GatePolicy | None) -> Policy:
+    """The rules of the line's stored policy, or the default policy."""
+    return Policy.model_validate(stored_policy.rules) if stored_policy else DEFAULT_POLICY
+
+
+def gate_request(*, session: Session, settings: Settings, request: GateRequest,
+                 requested_by: str, base_url: str, delivery_id: str | None = None,
+                 repair_of: Decision | None = None) -> Decision:
+    """The decision on a request the server makes itself (a repair job, a connector), with no
+    body of its own: its digest is that of the request's canonical JSON."""
+    body = json.dumps(request.model_dump(mode="json"), sort_keys=True).encode()
+    return gate(session=session, settings=settings, request=request, requested_by=requested_by,
+                base_url=base_url, request_sha256=hashlib.sha256(body).hexdigest(),
+                delivery_id=delivery_id, repair_of=repair_of)
 
 
 def _delivered(session: Session, line: ModelLine, delivery_id: str) -> Decision | None:
@@ -99,7 +144,7 @@ def _replayed(decision: Decision, request_sha256: str) -> Decision:
 def _baseline(session: Session, line: ModelLine, version: str | None) -> ModelVersion | None:
     """The named version of the line, else its production version (None if it has none)."""
     if version is not None:
-        return find_version(session=session, line_name=line.name, version=version)
+        return get_named_version(session=session, line_name=line.name, version=version)
     return production_version(session=session, line=line)
 
 
@@ -110,7 +155,8 @@ def _compares(candidate: ModelVersion, baseline: ModelVersion | None) -> bool:
 
 def _measure_or_decide(session: Session, settings: Settings, decision: Decision,
                        line: ModelLine, candidate: ModelVersion, baseline: ModelVersion | None,
-                       policy: Policy, datasets: list[Dataset]) -> None:
+                       policy: Policy, datasets: list[Dataset],
+                       known_history: HistoryRead | None) -> None:
     """Decide now, or queue the missing measurements and leave the decision pending."""
     if baseline is None:
         return finalize(session=session, decision=decision, verdict=Verdict.APPROVE,
@@ -121,7 +167,8 @@ def _measure_or_decide(session: Session, settings: Settings, decision: Decision,
                         reasons=[note("already_baseline", "the candidate is the baseline")])
     decision.evalsets = [dataset.name for dataset in datasets]
     measured = pair_evidence(session=session, settings=settings, policy=policy, line=line,
-                             baseline=baseline, candidate=candidate, datasets=datasets)
+                             baseline=baseline, candidate=candidate, datasets=datasets,
+                             known=known_history)
     if measured is not None:
         verdict, reasons = check(policy, measured)
         return finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
@@ -180,7 +227,7 @@ def list_decisions(*, session: Session, line_name: str, candidate: str | None = 
     line = get_line(session=session, name=line_name)
     statement = select(Decision).where(Decision.line_id == line.id)
     if candidate is not None:
-        version = find_version(session=session, line_name=line_name, version=candidate)
+        version = get_named_version(session=session, line_name=line_name, version=candidate)
         statement = statement.where(Decision.candidate_id == version.id)
     if before is not None:
         statement = statement.where(Decision.id < before)

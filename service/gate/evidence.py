@@ -8,34 +8,65 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.artifacts import ArtifactStore
+from service.compare.models import PairMetrics
 from service.compare.service import find_pair_metrics
 from service.config import Settings
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
-from service.gate.history import history_breaks
+from service.gate.history import HistoryInputs, history_inputs
 from service.gate.models import Decision
 from service.gate.rules import Policy, measured_metrics
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version
 
+HistoryRead = dict[tuple[int, ...], dict[str, Any]]  # HistoryInputs.key -> its breaks
+
 
 def pair_evidence(*, session: Session, settings: Settings, policy: Policy,
                   line: ModelLine, baseline: ModelVersion, candidate: ModelVersion,
                   datasets: list[Dataset], before: datetime | None = None,
-                  ) -> dict[str, dict[str, Any]] | None:
+                  known: HistoryRead | None = None) -> dict[str, dict[str, Any]] | None:
     """The policy's numbers per eval set; None while a pair's metrics are not stored.
-    `settings` locate the artifact store for a history limit;
+    `settings` locate the artifact store for a history limit, whose breaks are read from it
+    unless `known` (read_history of history_plan, before the transaction) holds them;
     `before`: the production history as it was then (for replaying a past decision)."""
-    rows = [find_pair_metrics(session=session, old=baseline, new=candidate, dataset=dataset)
-            for dataset in datasets]
+    rows = _rows(session, baseline, candidate, datasets)
     if not all(rows):
         return None
-    history = policy.max_nfr_vs_history
-    store = ArtifactStore.from_settings(settings) if history else None
-    return {dataset.name: measured_metrics(row, policy, history and history_breaks(
-                session=session, store=store, line=line, candidate=candidate, dataset=dataset,
-                limit=history, before=before), class_names=line.class_names)
+    limit, store = policy.max_nfr_vs_history, ArtifactStore.from_settings(settings)
+
+    def history(dataset: Dataset) -> dict[str, Any] | None:
+        if not limit:
+            return None
+        inputs = history_inputs(session=session, line=line, candidate=candidate,
+                                dataset=dataset, limit=limit, before=before)
+        return (known or {}).get(inputs.key) or inputs.breaks(store)
+
+    return {dataset.name: measured_metrics(row, policy, history(dataset),
+                                           class_names=line.class_names)
             for dataset, row in zip(datasets, rows, strict=True)}
+
+
+def history_plan(*, session: Session, policy: Policy, line: ModelLine, baseline: ModelVersion,
+                 candidate: ModelVersion, datasets: list[Dataset]) -> list[HistoryInputs]:
+    """What `pair_evidence` would read from disk for the policy's history limit: nothing
+    without one, or while a pair's metrics are not stored."""
+    limit = policy.max_nfr_vs_history
+    if not limit or not all(_rows(session, baseline, candidate, datasets)):
+        return []
+    return [history_inputs(session=session, line=line, candidate=candidate, dataset=dataset,
+                           limit=limit) for dataset in datasets]
+
+
+def read_history(store: ArtifactStore, plan: list[HistoryInputs]) -> HistoryRead:
+    """The breaks of each planned history, read from the stored arrays (no database)."""
+    return {inputs.key: inputs.breaks(store) for inputs in plan}
+
+
+def _rows(session: Session, baseline: ModelVersion, candidate: ModelVersion,
+          datasets: list[Dataset]) -> list[PairMetrics | None]:
+    return [find_pair_metrics(session=session, old=baseline, new=candidate, dataset=dataset)
+            for dataset in datasets]
 
 
 def decision_evidence(*, session: Session, settings: Settings, decision: Decision,

@@ -2,6 +2,7 @@
 candidate's breaks against any of the last k production versions, and the samples whose
 correctness changed most often between consecutive production versions."""
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from service.datasets.service import read_labels
 from service.gate.models import Promotion
 from service.gate.rules import HistoryLimit
 from service.gate.schemas import UnstableSample, UnstableSamples
+from service.predictions.models import Prediction
 from service.predictions.service import (
     get_predictions,
     read_predicted_classes,
@@ -41,28 +43,56 @@ def _correct(session: Session, store: ArtifactStore, version: ModelVersion, data
              labels: np.ndarray) -> np.ndarray:
     """Which samples of `dataset` the version's stored predictions get right."""
     prediction = get_predictions(session=session, version=version, dataset=dataset)
+    return _right(store, prediction, labels)
+
+
+def _right(store: ArtifactStore, prediction: Prediction, labels: np.ndarray) -> np.ndarray:
     return read_predicted_classes(store=store, prediction=prediction) == labels
 
 
-def history_breaks(*, session: Session, store: ArtifactStore, line: ModelLine,
-                   candidate: ModelVersion, dataset: Dataset, limit: HistoryLimit,
-                   before: datetime | None = None) -> dict[str, Any]:
-    """The share of `dataset` that some of the last `limit.versions` production versions
-    (with predictions on it) got right and the candidate gets wrong, and those versions."""
+@dataclass(frozen=True)
+class HistoryInputs:
+    """What a candidate's breaks against the production history on an eval set are read from:
+    the eval set, the earlier production versions' predictions on it and the candidate's."""
+
+    dataset: Dataset
+    earlier: tuple[tuple[str, Prediction], ...]  # (version, its predictions), newest first
+    candidate: Prediction
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        """The rows it reads, by id: equal keys read equal arrays (stored rows never change)."""
+        return (self.dataset.id, self.candidate.id,
+                *(prediction.id for _, prediction in self.earlier))
+
+    def breaks(self, store: ArtifactStore) -> dict[str, Any]:
+        """The share of the eval set that some earlier version got right and the candidate
+        gets wrong, read from the stored arrays (no database)."""
+        labels = read_labels(store=store, dataset=self.dataset)
+        right_before = np.zeros(labels.shape, dtype=bool)
+        for _, prediction in self.earlier:
+            right_before |= _right(store, prediction, labels)
+        broken = right_before & ~_right(store, self.candidate, labels)
+        return {"history_nfr": int(broken.sum()) / labels.size if self.earlier else None,
+                "history_broken": int(broken.sum()),
+                "history_versions": [version for version, _ in self.earlier]}
+
+
+def history_inputs(*, session: Session, line: ModelLine, candidate: ModelVersion,
+                   dataset: Dataset, limit: HistoryLimit,
+                   before: datetime | None = None) -> HistoryInputs:
+    """The inputs of the candidate's breaks against the last `limit.versions` production
+    versions (those with predictions on `dataset`; `before`: the history as it was then)."""
     earlier = [version for version in production_history(session=session, line=line,
                                                          before=before)
                if version.id != candidate.id]
     recent = list({version.id: version for version in reversed(earlier)}.values())
     measured = versions_with_predictions(session=session, dataset=dataset,
                                          versions=recent[:limit.versions])
-    labels = read_labels(store=store, dataset=dataset)
-    right_before = np.zeros(labels.shape, dtype=bool)
-    for version in measured:
-        right_before |= _correct(session, store, version, dataset, labels)
-    broken = right_before & ~_correct(session, store, candidate, dataset, labels)
-    return {"history_nfr": int(broken.sum()) / labels.size if measured else None,
-            "history_broken": int(broken.sum()),
-            "history_versions": [version.version for version in measured]}
+    return HistoryInputs(dataset, tuple(
+        (version.version, get_predictions(session=session, version=version, dataset=dataset))
+        for version in measured), get_predictions(session=session, version=candidate,
+                                                  dataset=dataset))
 
 
 def unstable_samples(*, session: Session, store: ArtifactStore, line_name: str,

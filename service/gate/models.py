@@ -19,12 +19,6 @@ class Verdict(StrEnum):
     PENDING = "pending"
 
 
-class CallbackState(StrEnum):
-    QUEUED = "queued"
-    DELIVERED = "delivered"
-    FAILED = "failed"
-
-
 class GatePolicy(Record, Base):
     """One version of a line's policy; a new PUT adds a version, none is ever changed."""
 
@@ -87,22 +81,6 @@ class DecisionJob(Base):
 
     decision_id: Mapped[int] = mapped_column(ForeignKey("gate_decisions.id"), primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True, index=True)
-
-
-class Callback(Record, Base):
-    """The delivery of a final decision's status to its callback URL, with its attempts; a
-    queued one is (re)sent by the worker's sweeper once `due_at` has passed."""
-
-    __tablename__ = "gate_callbacks"
-
-    decision_id: Mapped[int] = mapped_column(ForeignKey("gate_decisions.id"), unique=True)
-    state: Mapped[CallbackState] = mapped_column(str_enum(CallbackState, "callback_state"),
-                                                 default=CallbackState.QUEUED)
-    attempts: Mapped[int] = mapped_column(default=0)
-    last_status: Mapped[int | None]
-    last_error: Mapped[str | None] = mapped_column(Text)
-    delivered_at: Mapped[datetime | None]
-    due_at: Mapped[datetime | None]
 
 
 class Promotion(Record, Base):

@@ -9,8 +9,8 @@ from service.gate.models import Decision, Promotion, Verdict
 from service.registry.models import ModelVersion
 from service.registry.service import (
     PRODUCTION,
-    find_version,
     get_line,
+    get_named_version,
     production_version,
     set_alias,
 )
@@ -20,7 +20,7 @@ def promote(*, session: Session, line_name: str, version: str, requested_by: str
             force: bool = False) -> Promotion:
     """Point production at `version` if an approving decision allows it (or `force`)."""
     line = get_line(session=session, name=line_name)
-    target = find_version(session=session, line_name=line_name, version=version)
+    target = get_named_version(session=session, line_name=line_name, version=version)
     current = production_version(session=session, line=line, lock=True)
     if current is not None and current.id == target.id:
         raise Conflict("already_production", f"{line_name}:{version} is already production")

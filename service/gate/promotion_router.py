@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from service.deps import READ, WRITE, SessionDep, TokenDep
+from service.deps import READ, WRITE, CommittingRoute, SessionDep, TokenDep
 from service.errors import Forbidden
 from service.gate import promotion
 from service.gate.models import Promotion
@@ -11,7 +11,7 @@ from service.registry.models import Alias
 from service.registry.schemas import AliasRead
 from service.registry.service import PRODUCTION, get_alias, set_alias
 
-router = APIRouter(tags=["gate"])
+router = APIRouter(tags=["gate"], route_class=CommittingRoute)
 
 
 @router.post("/models/{name}/aliases/{alias}", response_model=AliasRead, dependencies=[WRITE])

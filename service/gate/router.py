@@ -1,5 +1,5 @@
 """Endpoints of the deploy gate: policies, webhook secrets, the CI webhook, decisions and
-repair (promotion: service.gate.promotion_router)."""
+repair (promotion: service.gate.promotion_router, beside it in service.main.ROUTERS)."""
 
 import hashlib
 import time
@@ -16,17 +16,19 @@ from service.deps import (
     ADMIN,
     READ,
     WRITE,
+    CommittingRoute,
     Credentials,
     SessionDep,
     SettingsDep,
     StoreDep,
     TokenDep,
+    reading,
     require,
 )
 from service.errors import InvalidInput, describe_problems
 from service.gate import decisions, dry_run, history, policies, repair, webhook_secrets
+from service.gate.evidence import read_history
 from service.gate.models import Verdict
-from service.gate.promotion_router import router as promotion_router
 from service.gate.rules import Policy
 from service.gate.schemas import (
     DecisionRead,
@@ -50,7 +52,7 @@ from service.jobs.schemas import JobRead
 from service.names import NAME_LENGTH
 from service.registry.service import get_line
 
-router = APIRouter(tags=["gate"])
+router = APIRouter(tags=["gate"], route_class=CommittingRoute)
 DecisionId = Annotated[int, Path(ge=1, lt=2**31)]
 
 
@@ -110,7 +112,7 @@ def rotate_webhook_secret(name: str, session: SessionDep,
 @router.post("/gate", response_model=DecisionRead,
              responses={202: {"model": DecisionRead, "description": "pending: measuring"}})
 def gate(request: Request, body: RawBody, session: SessionDep, settings: SettingsDep,
-         credentials: Credentials, signature: SignatureHeader = None,
+         store: StoreDep, credentials: Credentials, signature: SignatureHeader = None,
          delivery: DeliveryHeader = None) -> JSONResponse:
     """May the candidate replace the baseline? Authenticated by a bearer token with scope
     `gate`, or by `X-Flipgate-Signature-256: t=<unix seconds>,v1=<hex HMAC-SHA256 of
@@ -121,19 +123,25 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
 
     The answer is rendered here, in the endpoint's thread, not validated afterwards in
     another one: under load every pool thread may be waiting for SQLite's write lock, which
-    this request holds until its session commits after the endpoint returns."""
+    this request holds until its session commits after the endpoint returns. For the same
+    reason the signature is checked, and a history limit's arrays read, before that session
+    begins."""
     started = time.perf_counter()
     gate_request = parse_gate_request(body)
-    if credentials is not None:
-        caller, signed = gate_caller(request, credentials), None
-    else:
-        caller, signed = "webhook", webhook_signature(
-            session=session, settings=settings, line_name=gate_request.model, body=body,
-            signature=signature)
+    with reading(request) as reader:
+        if credentials is not None:
+            caller, signed = gate_caller(request, credentials), None
+        else:
+            caller, signed = "webhook", webhook_signature(
+                session=reader, settings=settings, line_name=gate_request.model, body=body,
+                signature=signature)
+        plan = decisions.history_plan_of(session=reader, settings=settings,
+                                         request=gate_request)
     decision = decisions.gate(session=session, settings=settings, request=gate_request,
                               requested_by=caller, base_url=settings.link_base,
                               delivery_id=delivery, signature_digest=signed,
-                              request_sha256=hashlib.sha256(body).hexdigest())
+                              request_sha256=hashlib.sha256(body).hexdigest(),
+                              known_history=read_history(store, plan))
     answer = decision_view(session=session, decision=decision).model_dump(mode="json")
     return JSONResponse(answer, status_code=202 if decision.verdict == Verdict.PENDING else 200,
                         headers={"Server-Timing": f"gate;dur="
@@ -179,6 +187,3 @@ def repair_candidate(decision_id: DecisionId, body: RepairRequest, session: Sess
     job = repair.request_repair(session=session, settings=settings, store=store,
                                 decision_id=decision_id, repair=body, requested_by=token.name)
     return RepairQueued(job=JobRead.model_validate(job), status_url=urls.job(job.id))
-
-
-router.include_router(promotion_router)

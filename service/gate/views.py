@@ -6,7 +6,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service import urls
-from service.gate.models import Callback, Decision, DecisionJob, Verdict
+from service.callbacks.models import Callback
+from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.schemas import CallbackRead, DecisionRead
 from service.jobs.models import Job
 from service.jobs.service import OPEN_STATES

@@ -21,7 +21,8 @@ from service.jobs.service import (
     OPEN_STATES,
     dependencies,
     find_open_job,
-    finish_job,
+    list_shards,
+    mark_finished,
     waiting_for,
 )
 from service.outbox import send_now, send_task_after_commit
@@ -51,11 +52,15 @@ def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
     return job
 
 
-def create_shards(*, session: Session, job: Job, ranges: list[tuple[int, int]]) -> list[Job]:
-    """Queue one shard of `job` per sample range [start, stop), with the job's params."""
-    return [create_job(session=session, kind=job.kind, parent=job,
-                       params={**job.params, "parent_id": job.id, "start": start, "stop": stop})
-            for start, stop in ranges]
+def split_job(*, session: Session, job: Job, samples: int, shard_size: int) -> list[Job]:
+    """Queue the shards of a running job over `samples` samples, `shard_size` each (the last
+    one what is left), with the job's params and their range [start, stop); once: a job
+    delivered again keeps the shards it has."""
+    return list_shards(session=session, job=job) or [
+        create_job(session=session, kind=job.kind, parent=job,
+                   params={**job.params, "parent_id": job.id, "start": start,
+                           "stop": min(start + shard_size, samples)})
+        for start in range(0, samples, shard_size)]
 
 
 def release_waiting(*, session: Session, job: Job) -> list[Job]:
@@ -76,8 +81,8 @@ def _send_or_cancel(session: Session, job: Job) -> None:
                                                                     JobState.SUCCEEDED}]
     if ended_badly:
         other = ended_badly[0]
-        finish_job(session=session, job=job, state=JobState.CANCELLED,
-                   error=f"job {other.id}, which it waited for, {other.state}")
+        mark_finished(session=session, job=job, state=JobState.CANCELLED,
+                      error=f"job {other.id}, which it waited for, {other.state}")
     elif all(other.state == JobState.SUCCEEDED for other in others):
         send_after_commit(session=session, job=job)
 

@@ -3,12 +3,12 @@
 from fastapi import APIRouter
 
 from service import flows
-from service.deps import READ, WRITE, SessionDep, SettingsDep
+from service.deps import READ, WRITE, CommittingRoute, SessionDep, SettingsDep
 from service.jobs import service
 from service.jobs.models import Job
 from service.jobs.schemas import JobRead
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=CommittingRoute)
 
 
 @router.get("/{job_id}", response_model=JobRead, dependencies=[READ])

@@ -27,6 +27,18 @@ def list_shards(*, session: Session, job: Job) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.parent_id == job.id).order_by(Job.id)))
 
 
+def last_shard_parts(*, session: Session, shard_id: int, part: str,
+                     key: str) -> tuple[Job, list[str]] | None:
+    """When shard `shard_id`, ending now with `part`, is the last of its parent's shards to
+    end: the parent and every shard's part in order (the others' under `key` in their
+    results), to be merged into the parent's output. None while another shard is open."""
+    parent = get_job(session=session, job_id=get_job(session=session, job_id=shard_id).parent_id)
+    shards = list_shards(session=session, job=parent)
+    if any(other.id != shard_id and other.state != JobState.SUCCEEDED for other in shards):
+        return None
+    return parent, [part if other.id == shard_id else other.result[key] for other in shards]
+
+
 def find_open_job(*, session: Session, kind: JobKind, params: dict[str, Any],
                   states: Sequence[JobState] = OPEN_STATES) -> Job | None:
     """The oldest job of this kind with exactly these params in one of `states` (by default
@@ -116,9 +128,10 @@ def set_progress(*, session: Session, job: Job, progress: float) -> Job:
     return job
 
 
-def finish_job(*, session: Session, job: Job, state: JobState,
-               result: dict[str, Any] | None = None, error: str | None = None) -> Job:
-    """End a job as succeeded (with its result), failed (with an error) or cancelled."""
+def mark_finished(*, session: Session, job: Job, state: JobState,
+                  result: dict[str, Any] | None = None, error: str | None = None) -> Job:
+    """Move a job to its end as succeeded (with its result), failed (with an error) or
+    cancelled, with its family (the state change only: ending a job is flows.finish_job)."""
     if state not in FINAL_STATES:
         raise InvalidInput("invalid_state", f"{state} is not a final job state")
     _move(job, state)
@@ -136,21 +149,22 @@ def _end_family(session: Session, job: Job) -> None:
     parent of a shard fails, and the jobs waiting for it are cancelled."""
     open_shards = select(Job).where(Job.parent_id == job.id, Job.state.in_(OPEN_STATES))
     for shard in session.scalars(open_shards.order_by(Job.id)).all():
-        finish_job(session=session, job=shard, state=JobState.CANCELLED)
+        mark_finished(session=session, job=shard, state=JobState.CANCELLED)
     parent = None if job.parent_id is None else session.get_one(Job, job.parent_id)
     reason = f"{job.state}: {job.error or 'no error recorded'}"
     if parent is not None and parent.state in OPEN_STATES:
-        finish_job(session=session, job=parent, state=JobState.FAILED,
-                   error=f"shard {job.id} {reason}")
+        mark_finished(session=session, job=parent, state=JobState.FAILED,
+                      error=f"shard {job.id} {reason}")
     for waiting in waiting_for(session=session, job=job):
-        finish_job(session=session, job=waiting, state=JobState.CANCELLED,
-                   error=f"job {job.id}, which it waited for, {reason}")
+        mark_finished(session=session, job=waiting, state=JobState.CANCELLED,
+                      error=f"job {job.id}, which it waited for, {reason}")
 
 
-def cancel_job(*, session: Session, job_id: int) -> Job:
-    """Cancel a queued or running job and its shards; a finished job cannot be cancelled."""
+def mark_cancelled(*, session: Session, job_id: int) -> Job:
+    """Move a queued or running job and its shards to cancelled (the state change only:
+    cancelling a job is flows.cancel_job); a finished job cannot be cancelled."""
     job = _locked(session, job_id) or get_job(session=session, job_id=job_id)  # or NotFound
-    return finish_job(session=session, job=job, state=JobState.CANCELLED)
+    return mark_finished(session=session, job=job, state=JobState.CANCELLED)
 
 
 def _move(job: Job, state: JobState) -> None:

@@ -10,7 +10,15 @@ from service import flows
 from service.artifacts import ArtifactStore, StagedFile, upload_name
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
-from service.deps import RAW_BODY_ROUTE, WRITE, SessionDep, SettingsDep, StagedLogits, StoreDep
+from service.deps import (
+    RAW_BODY_ROUTE,
+    WRITE,
+    CommittingRoute,
+    SessionDep,
+    SettingsDep,
+    StagedLogits,
+    StoreDep,
+)
 from service.errors import InvalidInput
 from service.names import NAME_LENGTH
 from service.predictions import service
@@ -18,9 +26,9 @@ from service.predictions.models import Prediction, PredictionSource
 from service.predictions.schemas import PredictionRead
 from service.registry.models import ModelVersion
 from service.registry.schemas import ScoreKind
-from service.registry.service import find_version
+from service.registry.service import get_named_version
 
-router = APIRouter(tags=["predictions"])
+router = APIRouter(tags=["predictions"], route_class=CommittingRoute)
 
 
 @router.post("/models/{name}/versions/{version}/predictions", status_code=201,
@@ -37,7 +45,7 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
     predicted `labels` (.npy of shape (N,): integers, or class names when the line has
     them); metrics against its parent and `production` are queued where they have
     predictions on it too."""
-    row = find_version(session=session, line_name=name, version=version)
+    row = get_named_version(session=session, line_name=name, version=version)
     dataset = get_dataset(session=session, name=evalset)
     if (logits is None) == (labels is None):
         raise InvalidInput("predictions_file", "send exactly one of the files `logits` and "
@@ -65,7 +73,7 @@ def put_predictions(name: str, version: str, session: SessionDep, store: StoreDe
     """The POST's logits upload with the .npy file as the raw request body (Content-Type
     application/octet-stream): streamed to disk in one pass, no form to parse. The same
     checks, limits and answers as the POST."""
-    row = find_version(session=session, line_name=name, version=version)
+    row = get_named_version(session=session, line_name=name, version=version)
     dataset = get_dataset(session=session, name=evalset)
     prediction = _store_scores(session, store, row, dataset, body, scores, "logits")
     flows.logits_stored(session=session, version=row, dataset=dataset)

@@ -13,6 +13,7 @@ from service.deps import (
     RAW_BODY_ROUTE,
     READ,
     WRITE,
+    CommittingRoute,
     SessionDep,
     SettingsDep,
     StagedModel,
@@ -28,7 +29,7 @@ from service.registry.schemas import (
     ScoreKind,
 )
 
-router = APIRouter(prefix="/models", tags=["models"])
+router = APIRouter(prefix="/models", tags=["models"], route_class=CommittingRoute)
 METADATA_MAX_CHARS = 64 * 1024
 METADATA_MAX_DEPTH = 32
 
@@ -166,7 +167,7 @@ def read_line(name: str, session: SessionDep) -> ModelLineDetail:
 @router.get("/{name}/versions/{version}", response_model=ModelVersionRead, dependencies=[READ])
 def read_version(name: str, version: str, session: SessionDep) -> ModelVersion:
     """One version of a line."""
-    return service.find_version(session=session, line_name=name, version=version)
+    return service.get_named_version(session=session, line_name=name, version=version)
 
 
 class TrainingDatasetChoice(BaseModel):

@@ -214,7 +214,7 @@ def get_version(*, session: Session, version_id: int) -> ModelVersion:
     return version
 
 
-def find_version(*, session: Session, line_name: str, version: str) -> ModelVersion:
+def get_named_version(*, session: Session, line_name: str, version: str) -> ModelVersion:
     """The version `line_name:version`."""
     statement = (select(ModelVersion).join(ModelVersion.line)
                  .where(ModelLine.name == line_name, ModelVersion.version == version))
@@ -237,7 +237,7 @@ def set_alias(*, session: Session, line_name: str, alias: str, version: str) -> 
     if alias.casefold() == PRODUCTION and alias != PRODUCTION:
         raise InvalidInput("alias_reserved", f"alias {alias!r} is reserved: it differs from "
                            f"{PRODUCTION!r}, which only the deploy gate moves, only in case")
-    target = find_version(session=session, line_name=line_name, version=version)
+    target = get_named_version(session=session, line_name=line_name, version=version)
     named = select(Alias).where(Alias.line_id == target.line_id, Alias.name == alias)
     row = session.scalars(named).one_or_none()
     if row is None:
@@ -302,7 +302,7 @@ def qualified_name(*, session: Session, version: ModelVersion) -> str:
     return f"{session.get_one(ModelLine, version.line_id).name}:{version.version}"
 
 
-def find_alias_target(*, session: Session, line_name: str, alias: str) -> ModelVersion:
+def get_alias_target(*, session: Session, line_name: str, alias: str) -> ModelVersion:
     """The version that `line_name@alias` points at."""
     statement = (select(ModelVersion).join(Alias, Alias.version_id == ModelVersion.id)
                  .join(ModelVersion.line).where(ModelLine.name == line_name, Alias.name == alias))
@@ -318,5 +318,5 @@ def resolve_reference(*, session: Session, reference: str) -> ModelVersion:
                            "nor 'line@alias'")
     line_name, name = match["line"], match["name"]
     if match["separator"] == ":":
-        return find_version(session=session, line_name=line_name, version=name)
-    return find_alias_target(session=session, line_name=line_name, alias=name)
+        return get_named_version(session=session, line_name=line_name, version=name)
+    return get_alias_target(session=session, line_name=line_name, alias=name)

@@ -6,13 +6,14 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from service.callbacks.models import Callback
 from service.compare.matrix import pair_counts_among
 from service.compare.models import PairCounts, PairMetrics
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.errors import NotFound
 from service.gate.decisions import get_decision, waited_jobs
-from service.gate.models import Callback, Decision, GatePolicy, Promotion, Verdict
+from service.gate.models import Decision, GatePolicy, Promotion, Verdict
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
 from service.predictions.service import versions_with_predictions

@@ -26,6 +26,7 @@ from flipgate.reporting.html import stored_body
 from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.db import read_only
+from service.deps import CommittingRoute
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.integrations.mlflow.service import list_events
 from service.ui import docs, queries, samples
@@ -49,7 +50,7 @@ HERE = Path(__file__).parent
 FLIPS_PER_PAGE = 48
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals["ci_links"] = ci_links
-router = APIRouter(prefix="/ui", include_in_schema=False)
+router = APIRouter(prefix="/ui", include_in_schema=False, route_class=CommittingRoute)
 
 
 def read_session(request: Request) -> Iterator[Session]:

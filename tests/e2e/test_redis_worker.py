@@ -19,7 +19,7 @@ from service.jobs.service import list_shards
 from service.main import create_app
 from service.migrate import upgrade
 from service.predictions.service import get_predictions, read_logits
-from service.registry.service import find_version
+from service.registry.service import get_named_version
 from tests.e2e.conftest import (
     empty_redis,
     flipgate_env,
@@ -91,7 +91,7 @@ def test_two_workers_share_the_shards_of_a_job(tmp_path, models, evalset):
             session=session, job=session.get_one(Job, job["id"]))}
         logits = [read_logits(store=store, prediction=get_predictions(
             session=session, dataset=get_dataset(session=session, name="eval"),
-            version=find_version(session=session, line_name="digits", version=f"1.{index}")))
+            version=get_named_version(session=session, line_name="digits", version=f"1.{index}")))
             for index in range(2)]
     assert len(workers) == 2, workers
     x = load_evalset(evalset).x

@@ -32,7 +32,7 @@ from service.main import create_app
 from service.migrate import upgrade
 from service.predictions.models import Prediction
 from service.predictions.service import get_predictions, read_logits
-from service.registry.service import find_version
+from service.registry.service import get_named_version
 from tests.conftest import save_graph
 from tests.e2e.conftest import child_pids, flipgate_env, wait_for
 
@@ -156,7 +156,7 @@ class System:
         with settings_session(self.settings) as session:
             dataset = get_dataset(session=session, name="eval")
             return [read_logits(store=store, prediction=get_predictions(
-                session=session, dataset=dataset, version=find_version(
+                session=session, dataset=dataset, version=get_named_version(
                     session=session, line_name="digits", version=f"1.{index}")))
                     for index in range(2)]
 

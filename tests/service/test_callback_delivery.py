@@ -14,10 +14,10 @@ from typing import ClassVar
 import pytest
 
 from flipgate.signing import HEADER, signature_matches
+from service.callbacks.delivery import post_status
 from service.cli import ALL_QUEUES
 from service.config import Settings
 from service.queue import CALLBACK_TASK, ROUTES
-from worker.callbacks import post_status
 
 BODY = b'{"state":"failure"}'
 INTERNAL_PAGE = "root:x:0:0 internal page"

@@ -15,8 +15,8 @@ from service.jobs.schemas import JobRead
 from service.jobs.service import (
     claim_job,
     dependencies,
-    finish_job,
     get_job,
+    mark_finished,
     set_progress,
     start_job,
 )
@@ -28,7 +28,7 @@ def test_a_job_runs_and_succeeds(session):
     assert (job.state, job.progress) == (JobState.QUEUED, 0.0)
     start_job(session=session, job=job)
     set_progress(session=session, job=job, progress=0.5)
-    finish_job(session=session, job=job, state=JobState.SUCCEEDED, result={"rows": 3})
+    mark_finished(session=session, job=job, state=JobState.SUCCEEDED, result={"rows": 3})
     read = JobRead.model_validate(get_job(session=session, job_id=job.id))
     assert (read.state, read.progress, read.result) == ("succeeded", 1.0, {"rows": 3})
     assert read.started_at <= read.finished_at
@@ -44,19 +44,19 @@ def test_shards_point_at_their_parent(session):
 def test_failures_keep_their_error(session):
     job = start_job(session=session, job=create_job(session=session, kind=JobKind.TRAIN,
                                                     params={}))
-    finish_job(session=session, job=job, state=JobState.FAILED, error="CUDA out of memory")
+    mark_finished(session=session, job=job, state=JobState.FAILED, error="CUDA out of memory")
     assert (job.state, job.error) == (JobState.FAILED, "CUDA out of memory")
 
 
 def test_impossible_moves_are_refused(session):
     job = create_job(session=session, kind=JobKind.METRICS, params={})
     with pytest.raises(Conflict):
-        finish_job(session=session, job=job, state=JobState.SUCCEEDED)
+        mark_finished(session=session, job=job, state=JobState.SUCCEEDED)
     with pytest.raises(Conflict):
         set_progress(session=session, job=job, progress=0.1)
     with pytest.raises(InvalidInput):
-        finish_job(session=session, job=job, state=JobState.RUNNING)
-    finish_job(session=session, job=job, state=JobState.CANCELLED)
+        mark_finished(session=session, job=job, state=JobState.RUNNING)
+    mark_finished(session=session, job=job, state=JobState.CANCELLED)
     with pytest.raises(Conflict):
         start_job(session=session, job=job)
 
@@ -78,7 +78,7 @@ def test_a_job_waits_for_its_dependencies_and_one_that_failed_cancels_it(session
     assert waiting.state == JobState.QUEUED
     assert [job.id for job in dependencies(session=session, job=waiting)] == [failed.id,
                                                                               running.id]
-    finish_job(session=session, job=failed, state=JobState.FAILED, error="out of memory")
+    mark_finished(session=session, job=failed, state=JobState.FAILED, error="out of memory")
     assert (waiting.state, waiting.error) == (JobState.CANCELLED,
                                               f"job {failed.id}, which it waited for, failed: "
                                               "out of memory")
@@ -101,7 +101,7 @@ def test_a_job_is_claimed_once_and_renews_its_lease_while_it_runs(session):
     assert renew(session=session, job_id=job.id)
     session.refresh(job)
     assert utcnow() - job.heartbeat_at < timedelta(seconds=5)
-    finish_job(session=session, job=job, state=JobState.SUCCEEDED)
+    mark_finished(session=session, job=job, state=JobState.SUCCEEDED)
     assert not renew(session=session, job_id=job.id)
 
 
@@ -142,6 +142,6 @@ def test_ready_jobs_the_broker_has_not_accepted_are_sent(session, tmp_path):
     assert send_unsent(session=session, celery=celery, resend_seconds=60) == []
     age(ready, seconds=120)  # accepted long ago and still queued: the broker lost it
     assert send_unsent(session=session, celery=celery, resend_seconds=60) == [ready.id]
-    finish_job(session=session, job=running, state=JobState.SUCCEEDED)
+    mark_finished(session=session, job=running, state=JobState.SUCCEEDED)
     assert send_unsent(session=session, celery=celery, resend_seconds=60) == [waiting.id]
     assert len(list(messages.iterdir())) == 3

@@ -22,7 +22,7 @@ from service.datasets.service import get_dataset, register_dataset
 from service.db import create_session_factory, session_scope
 from service.jobs.enqueue import create_job
 from service.jobs.models import JobKind, JobState
-from service.jobs.service import cancel_job, get_job, list_shards
+from service.jobs.service import get_job, list_shards, mark_cancelled
 from service.predictions.service import get_predictions, read_logits
 from service.registry.service import get_version, register_version
 from tests.conftest import save_graph
@@ -123,7 +123,7 @@ def test_a_cancelled_job_is_not_run(ctx, arrange):
     data = arrange()
     job_id = queue_inference(ctx, data)
     with session_scope(ctx.sessions) as session:
-        cancel_job(session=session, job_id=job_id)
+        mark_cancelled(session=session, job_id=job_id)
     tasks.inference(job_id)
     job = job_row(ctx, job_id)
     assert (job.state, job.started_at, job.result) == (JobState.CANCELLED, None, None)
@@ -136,7 +136,7 @@ def test_a_job_cancelled_while_it_runs_keeps_nothing(ctx, arrange, monkeypatch):
 
     def cancel_midway(progress: runtime.JobProgress, done: int, total: int) -> None:
         with session_scope(ctx.sessions) as session:
-            cancel_job(session=session, job_id=job_id)
+            mark_cancelled(session=session, job_id=job_id)
         write(progress, done, total)
 
     monkeypatch.setattr(runtime.JobProgress, "__call__", cancel_midway)
@@ -197,7 +197,7 @@ def test_a_cancel_stops_a_running_model_within_seconds(ctx, wedged):
 
     def cancel() -> None:
         with session_scope(ctx.sessions) as session:
-            cancel_job(session=session, job_id=job_id)
+            mark_cancelled(session=session, job_id=job_id)
 
     threading.Timer(0.5, cancel).start()
     assert seconds_to_run(tasks.inference, job_id) < 1.4  # before the limit would stop it
@@ -314,7 +314,7 @@ def test_cancelling_the_parent_cancels_its_shards(ctx, arrange, shard_size):
     job_id, shard_ids = split_inference(ctx, arrange(n=30))
     tasks.inference(shard_ids[0])
     with session_scope(ctx.sessions) as session:
-        cancel_job(session=session, job_id=job_id)
+        mark_cancelled(session=session, job_id=job_id)
     for shard in shard_ids[1:]:
         tasks.inference(shard)
     states = [job_row(ctx, shard).state for shard in shard_ids]
@@ -324,7 +324,7 @@ def test_cancelling_the_parent_cancels_its_shards(ctx, arrange, shard_size):
 def test_a_shard_that_ends_without_logits_fails_the_parent(ctx, arrange, shard_size):
     job_id, shard_ids = split_inference(ctx, arrange(n=30))
     with session_scope(ctx.sessions) as session:
-        cancel_job(session=session, job_id=shard_ids[2])
+        mark_cancelled(session=session, job_id=shard_ids[2])
     job = job_row(ctx, job_id)
     assert job.state == JobState.FAILED and job.error.startswith(f"shard {shard_ids[2]} ")
     assert {job_row(ctx, shard).state for shard in shard_ids} == {JobState.CANCELLED}

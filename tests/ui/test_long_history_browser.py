@@ -27,9 +27,9 @@ from sqlalchemy import select
 
 from flipgate.processes import free_port
 from service.auth.service import create_token
+from service.callbacks.delivery import callback_body
 from service.config import Settings
 from service.db import settings_session
-from service.gate.callbacks import callback_body
 from service.gate.models import Decision
 from service.jobs.models import Job, JobKind, JobState
 from service.main import create_app

@@ -19,10 +19,11 @@ from flipgate.metrics import compare_logits
 from flipgate.reporting.html import stored_body
 from service.auth.models import ApiToken
 from service.auth.service import revoke_token
+from service.callbacks.models import Callback, CallbackState
+from service.callbacks.queue import record_attempt
 from service.compare.models import PairMetrics
 from service.config import Settings
-from service.gate.callbacks import record_attempt
-from service.gate.models import Callback, CallbackState, Decision
+from service.gate.models import Decision
 from service.jobs.models import Job, JobKind, JobState
 from service.registry.models import ModelVersion
 from service.ui import session as session_module

@@ -5,13 +5,13 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 
-from service.deps import READ, SessionDep, SettingsDep
+from service.deps import READ, CommittingRoute, SessionDep, SettingsDep
 from service.gate.webhook_auth import RawBody
 from service.integrations.mlflow import service
 from service.integrations.mlflow.models import DELIVERY_ID_LENGTH
 from service.integrations.mlflow.schemas import MlflowEventRead
 
-router = APIRouter(tags=["integrations"])
+router = APIRouter(tags=["integrations"], route_class=CommittingRoute)
 DeliveryId = Annotated[str | None, Header(alias="X-MLflow-Delivery-Id",
                                           max_length=DELIVERY_ID_LENGTH)]
 Timestamp = Annotated[str | None, Header(alias="X-MLflow-Timestamp", max_length=20)]

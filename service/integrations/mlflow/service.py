@@ -14,12 +14,18 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.db import insert_or_conflict
 from service.errors import Conflict, NotFound, Unauthorized
+from service.gate.decisions import gate_request
+from service.gate.models import Decision
+from service.gate.schemas import GateRequest
 from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
+from service.registry.models import ModelLine, ModelVersion
+from service.registry.service import production_version
 
 ALIAS_SET = ("model_version_alias", "created")
 TEST_MODEL = "example_model"  # the registered model of MLflow's test deliveries
+CONNECTOR = "mlflow connector"  # who asks, in the decisions and promotions it asks for
 
 
 def check_signature(*, settings: Settings, delivery_id: str | None, timestamp: str | None,
@@ -100,3 +106,15 @@ def list_events(*, session: Session, model: str, limit: int = 100,
     if action is not None:
         statement = statement.where(MlflowEvent.action == action)
     return list(session.scalars(statement.order_by(MlflowEvent.id.desc()).limit(limit)))
+
+
+def gate_version(*, session: Session, settings: Settings, candidate: ModelVersion) -> Decision:
+    """The gate's decision on `candidate` against production under the line's policy; asked
+    again (a job run twice), the same delivery answers the same decision."""
+    line = session.get_one(ModelLine, candidate.line_id)
+    production = production_version(session=session, line=line)
+    baseline = production.version if production else "none"
+    return gate_request(session=session, settings=settings,
+                        request=GateRequest(model=line.name, candidate=candidate.version),
+                        requested_by=CONNECTOR, base_url=settings.link_base,
+                        delivery_id=f"mlflow:{candidate.version}:vs:{baseline}")

@@ -13,7 +13,7 @@ from service.compare.service import find_pair_metrics, resolve_pair
 from service.datasets.service import get_dataset
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.service import get_predictions, read_logits, read_predicted_classes
-from service.registry.service import find_version, set_alias
+from service.registry.service import get_named_version, set_alias
 from tests.service.api.conftest import error_code, measure, run_task
 from worker import tasks
 
@@ -183,7 +183,7 @@ def test_compare_answers_202_with_the_jobs_then_200_once_they_ran(client, db, wo
     report = client.get(url, params=params)
     assert report.status_code == 200
     with db() as session:
-        version = find_version(session=session, line_name="digits", version="2.0")
+        version = get_named_version(session=session, line_name="digits", version="2.0")
         logits_2 = read_logits(store=worker.store, prediction=get_predictions(
             session=session, version=version, dataset=get_dataset(session=session,
                                                                   name="eval")))

@@ -15,18 +15,14 @@ import pytest
 from sqlalchemy import event, func, select
 
 from flipgate.signing import signature
+from service.callbacks.delivery import callback_body
+from service.callbacks.queue import due_callbacks, queued_callback, record_attempt
 from service.config import Settings
 from service.db import utcnow
-from service.gate.callbacks import (
-    callback_body,
-    due_callbacks,
-    queued_callback,
-    record_attempt,
-)
 from service.gate.models import Decision
 from service.gate.settling import settle_pending
 from service.jobs.models import Job, JobState
-from service.jobs.service import finish_job, get_job, start_job
+from service.jobs.service import get_job, mark_finished, start_job
 from tests.service.api.conftest import bearer, error_code, measure
 from tests.service.conftest import FEATURES
 
@@ -140,7 +136,7 @@ def test_unmeasured_pairs_are_pending_and_a_failed_job_blocks(line, db, settings
     with db() as session:
         job = start_job(session=session, job=get_job(session=session,
                                                      job_id=decision["waiting_for"][0]))
-        finish_job(session=session, job=job, state=JobState.FAILED, error="out of memory")
+        mark_finished(session=session, job=job, state=JobState.FAILED, error="out of memory")
         # what the worker runs at a job's end
         settle_pending(session=session, settings=settings, job_ids=[job.id])
     final = line.get(f"/gate/decisions/{decision['decision_id']}").json()

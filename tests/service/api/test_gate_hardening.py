@@ -15,14 +15,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from flipgate.signing import HEADER, signature
+from service.callbacks.delivery import delivery
 from service.config import Settings
 from service.db import utcnow
-from service.gate.callbacks import delivery
 from service.gate.models import Decision, DecisionJob, GatePolicy, WebhookSecret
 from service.gate.settling import settle_pending
 from service.gate.webhook_secrets import MissingSecretKey, cipher
 from service.jobs.models import Job, JobState
-from service.jobs.service import finish_job, get_job, start_job
+from service.jobs.service import get_job, mark_finished, start_job
 from service.main import create_app
 from tests.service.api.conftest import ADMIN_TOKEN, error_code
 from tests.service.api.test_gate_api import CLASSES, gate, logits_wrong_on
@@ -215,7 +215,7 @@ def test_reads_never_settle_a_decision_its_job_end_does(line, db, settings):
     job_id = pending["waiting_for"][0]
     with db() as session:
         job = start_job(session=session, job=get_job(session=session, job_id=job_id))
-        finish_job(session=session, job=job, state=JobState.FAILED, error="disk full")
+        mark_finished(session=session, job=job, state=JobState.FAILED, error="disk full")
     url = f"/gate/decisions/{pending['decision_id']}"
     assert line.get(url).json()["verdict"] == "pending"
     assert line.get("/models/digits/decisions").json()[1]["verdict"] == "pending"

@@ -16,7 +16,11 @@ from math import comb
 
 import numpy as np
 import pytest
+from sqlalchemy import event
+from sqlalchemy.orm import Session
 
+from service.gate import history
+from service.predictions.service import read_predicted_classes
 from tests.service.api.conftest import error_code, measure, run_task
 
 N, CLASSES = 100, 3
@@ -141,6 +145,37 @@ def test_history_limit_counts_what_any_recent_production_version_got_right(line)
     decision = line.post("/gate", json={"model": "digits", "candidate": "2"}).json()
     assert decision["verdict"] == "approve"
     assert decision["metrics"]["ev"]["history_nfr"] == pytest.approx(0.1)
+
+
+def test_a_history_limit_reads_its_arrays_before_the_gate_transaction_begins(line, monkeypatch):
+    """POST /gate reads the history's predicted classes while no session of the app is in a
+    transaction (its own begins after them, with SQLite's write lock), and decides the same."""
+    assert line.put("/models/digits/policy", json={
+        "max_nfr_vs_history": {"versions": 2, "max": 0.12}, "evalsets": ["ev"]}).is_success
+    assert measure(line, "digits:1", "digits:2", "ev")["n"] == N
+    in_transaction, open_while_reading = set(), []
+
+    def begun(session, _transaction, _connection):
+        in_transaction.add(session)
+
+    def ended(session, transaction):
+        if transaction.parent is None:
+            in_transaction.discard(session)
+
+    def read(**arguments):
+        open_while_reading.append(len(in_transaction))
+        return read_predicted_classes(**arguments)
+
+    monkeypatch.setattr(history, "read_predicted_classes", read)
+    event.listen(Session, "after_begin", begun)
+    event.listen(Session, "after_transaction_end", ended)
+    try:
+        decision = line.post("/gate", json={"model": "digits", "candidate": "2"}).json()
+    finally:
+        event.remove(Session, "after_begin", begun)
+        event.remove(Session, "after_transaction_end", ended)
+    assert codes(decision) == [("max_nfr_vs_history", None, pytest.approx(0.15), True)]
+    assert open_while_reading == [0, 0, 0]  # versions 1 and 0, and the candidate
 
 
 def test_a_pending_decision_settles_with_the_history_limit(line):
