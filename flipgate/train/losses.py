@@ -229,7 +229,10 @@ class ELODILoss(nn.Module):
     """ELODI (paper 002): (1 - alpha) * CE + alpha * LDI(z, r), r = mean ensemble logits.
 
     With ``legacy_weight`` = lam, the LDI term becomes lam * LDI(z, r) + (1 - lam) * LDI(z, z_old)
-    (paper 002, eq. 9) for an old model that was not trained with ELODI.
+    (paper 002, eq. 9) for an old model that was not trained with ELODI. With p = 1 this pulls
+    each logit towards the weighted *median* of r and z_old, not their mean: to z_old for any
+    lam < 0.5 (a new architecture then copies the old model and loses its accuracy), to r for
+    lam > 0.5, and at lam = 0.5 (the default) nowhere between them, where cross-entropy decides.
     """
 
     def __init__(

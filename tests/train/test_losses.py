@@ -139,6 +139,22 @@ def test_elodi_legacy_term() -> None:
     assert_value(value, 0.2 * LN2 + 0.8 * (0.25 * 2 + 0.75 * 4))
 
 
+def legacy_gradient(z: Tensor, lam: float) -> Tensor:
+    """d LDI-with-legacy-term / d z (p = 1), ensemble logits 0 and old logits 2 per class."""
+    z = z.clone().requires_grad_(True)
+    loss = ELODILoss(alpha=1.0, k=None, p=1.0, legacy_weight=lam)
+    loss(z, labels(0), t([[0.0, 0.0]]), t([[2.0, 2.0]])).backward()
+    return z.grad
+
+
+def test_with_p_1_the_legacy_term_pulls_to_the_heavier_of_ensemble_and_old_model() -> None:
+    # between the two targets, the gradient is lam * sign(z - 0) + (1 - lam) * sign(z - 2)
+    for z in (0.2, 1.0, 1.8):
+        torch.testing.assert_close(legacy_gradient(t([[z, z]]), 0.3), t([[-0.4, -0.4]]))
+        torch.testing.assert_close(legacy_gradient(t([[z, z]]), 0.7), t([[0.4, 0.4]]))
+        torch.testing.assert_close(legacy_gradient(t([[z, z]]), 0.5), t([[0.0, 0.0]]))
+
+
 def test_elodi_legacy_weight_one_ignores_the_old_model() -> None:
     z, y, ens = t([[0, 0]]), labels(0), t([[1, -1]])
     with_legacy = ELODILoss(k=None, legacy_weight=1.0)(z, y, ens, t([[9, 9]]))
