@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 import onnxruntime as ort
 
-from flipgate.metrics import onnx_bytes as proto
+from flipgate import onnx_bytes as proto
 from flipgate.metrics.chunks import release, sample_ranges
 
 THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")

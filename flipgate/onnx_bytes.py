@@ -1,17 +1,21 @@
-"""The few ONNX messages the metrics kernel builds, serialised by hand in protobuf's wire format.
+"""ONNX's numbers and the few messages the metrics kernel builds, without the onnx package.
 
 Importing the `onnx` package costs about 45 ms (protobuf's JSON support, ml_dtypes,
-importlib.metadata), which every `flipgate compare` would pay to build one small graph. These
+importlib.metadata), which all that imports the metrics would pay to build one small graph
+(onnx is imported where a model is read: flipgate.formats.inspect_onnx and its callers). These
 functions take the arguments of their `onnx.helper` namesakes (integer attributes only; the
 model's opset for the default domain) and return the same bytes as the message's
 `SerializeToString()`; the tests compare the two. Field numbers are onnx.proto's; each
-message writes its fields in field-number order, as protobuf does.
+message writes its fields in field-number order, as protobuf does. The data type numbers let
+flipgate.onnx_io describe a model's inputs without importing onnx before a model is read.
 """
 
 import struct
 from collections.abc import Sequence
 
-FLOAT, INT64, DOUBLE = 1, 7, 11  # TensorProto.DataType
+# TensorProto.DataType and TensorProto.DataLocation numbers, fixed by the ONNX standard
+FLOAT, INT32, INT64, STRING, BOOL, FLOAT16, DOUBLE = 1, 6, 7, 8, 9, 10, 11
+EXTERNAL = 1  # TensorProto.DataLocation: the tensor's data lies in another file
 INT_ATTRIBUTE = 2  # AttributeProto.AttributeType.INT
 VARINT, LENGTH_DELIMITED = 0, 2  # wire types
 PACKED_FORMATS = {FLOAT: "f", DOUBLE: "d"}

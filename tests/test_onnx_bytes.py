@@ -1,11 +1,11 @@
-"""The metrics kernel's hand-written ONNX messages are the bytes onnx.helper's make the same."""
+"""flipgate.onnx_bytes: ONNX's numbers, and messages that are the bytes onnx.helper's make."""
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from flipgate import onnx_bytes as proto
 from flipgate.metrics import kernel
-from flipgate.metrics import onnx_bytes as proto
 
 NODES = [("TopK", ["logits", "two"], ["top", "index"], {"axis": 1}),
          ("ReduceSum", ["x", "axes"], ["sum"], {"keepdims": 0}),
@@ -18,6 +18,13 @@ TENSORS = [("two", TensorProto.INT64, [1], [2]),
            ("weights", TensorProto.FLOAT, [3], [0.5, -1.25, 1e-30])]
 VALUE_INFOS = [("logits", TensorProto.FLOAT, ["N", "C"]), ("labels", TensorProto.INT64, ["N"]),
                ("x", TensorProto.DOUBLE, ["N", 3]), ("out", TensorProto.DOUBLE, None)]
+
+
+def test_the_numbers_are_onnxs():
+    assert [proto.FLOAT, proto.INT32, proto.INT64, proto.STRING, proto.BOOL, proto.FLOAT16,
+            proto.DOUBLE, proto.EXTERNAL] == [
+        TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64, TensorProto.STRING,
+        TensorProto.BOOL, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.EXTERNAL]
 
 
 @pytest.mark.parametrize(("op_type", "inputs", "outputs", "attributes"), NODES)
