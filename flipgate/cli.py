@@ -4,11 +4,12 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from rich.console import Console
 
 from flipgate.commands import (
     COMMAND_GROUP,
@@ -22,17 +23,13 @@ from flipgate.compare import ReadAs, analyse, score
 from flipgate.errors import InputError
 from flipgate.formats import EvalSet, check_labels, load_evalset, load_training_set
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
-from flipgate.mlflow_gate import add_mlflow_command
-from flipgate.policy_client import add_policy_command
 from flipgate.progress import progress_bars
-from flipgate.repair.cli import add_repair_command
 from flipgate.scores import SCORE_KINDS
-from flipgate.train.methods import METHODS
-from flipgate.train.options import add_method_flags
-from flipgate.upload_client import add_upload_command
 
 if TYPE_CHECKING:
     from flipgate.demo import DemoFiles
+
+AddCommand = Callable[[argparse._SubParsersAction], None]
 
 
 def data_dir() -> Path:
@@ -76,6 +73,8 @@ def compare_and_report(
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:
+        from rich.console import Console
+
         from flipgate.reporting.terminal import render_report
 
         render_report(report, Console(), **names, class_names=report["class_names"])
@@ -107,6 +106,8 @@ def run_demo(args: argparse.Namespace) -> int:
 def demo_through_server(files: "DemoFiles", folder: Path, serve: bool = False) -> int:
     """The demo's models through `flipgate serve` and its gate: print the server's report of
     the same update, the gate's decisions, the line's matrix and its dashboard's URL."""
+    from rich.console import Console
+
     from flipgate.demo_server import (
         LINE,
         POLICY,
@@ -246,6 +247,9 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
 
 def add_train_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate train` subcommand."""
+    from flipgate.train.methods import METHODS
+    from flipgate.train.options import add_method_flags
+
     train = commands.add_parser(
         "train", help="train a classifier with a flip-reducing recipe and export it as ONNX",
         description="Trains on DATA.npz (same format as an eval set) and writes MODEL.onnx and "
@@ -326,9 +330,19 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
     gate.set_defaults(run=run_gate)
 
 
-LIBRARY_COMMANDS = (add_compare_command, add_train_command, add_experiment_command,
-                    add_demo_command, add_gate_command, add_repair_command,
-                    add_policy_command, add_mlflow_command, add_upload_command)
+def imported_when_added(module: str, function: str) -> AddCommand:
+    """The `function` of `module` that adds a command's parser, imported when called."""
+    return lambda commands: getattr(import_module(module), function)(commands)
+
+
+LIBRARY_COMMANDS: dict[str, AddCommand] = {  # in the order --help lists them
+    "compare": add_compare_command, "train": add_train_command,
+    "experiment": add_experiment_command, "demo": add_demo_command, "gate": add_gate_command,
+    "repair": imported_when_added("flipgate.repair.cli", "add_repair_command"),
+    "policy": imported_when_added("flipgate.policy_client", "add_policy_command"),
+    "mlflow": imported_when_added("flipgate.mlflow_gate", "add_mlflow_command"),
+    "upload": imported_when_added("flipgate.upload_client", "add_upload_command"),
+}
 SERVER_MISSING = ("; the server's commands (serve, worker, migrate, token) come with flipgate's "
                   "server packages, which are not installed")
 
@@ -338,11 +352,18 @@ def build_parser(argv: list[str]) -> Parser:
     contribute (flipgate.commands), loaded only when `argv` may need them."""
     parser = Parser(prog="flipgate", description="Regression gate for classifier updates.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for add_command in LIBRARY_COMMANDS:
-        add_command(commands)
+    add_library_commands(commands, argv)
     if requested_command(argv) not in commands.choices and not add_contributed_commands(commands):
         parser.hint = SERVER_MISSING
     return parser
+
+
+def add_library_commands(commands: argparse._SubParsersAction, argv: list[str]) -> None:
+    """The parser of the library command that `argv` starts with (the others' modules cost
+    15 ms to import); of them all when it starts with none (--help, a server's command)."""
+    names = argv[:1] if argv[:1] and argv[0] in LIBRARY_COMMANDS else LIBRARY_COMMANDS
+    for name in names:
+        LIBRARY_COMMANDS[name](commands)
 
 
 def requested_command(argv: list[str]) -> str | None:

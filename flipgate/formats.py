@@ -11,14 +11,17 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
-import onnx
 
+from flipgate import onnx_bytes as proto
 from flipgate.errors import InputError
 from flipgate.metrics.chunks import release
 from flipgate.onnx_io import InputSpec, OutputSpec, model_inputs, scores_output
+
+if TYPE_CHECKING:  # imported where a model is read: 45 ms that .npy files never need
+    import onnx
 
 NUMPY_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, struct.error)
 MAX_CLASSES = 1 << 20  # labels and logits columns
@@ -494,6 +497,8 @@ def inspect_onnx(path: str | Path, *, source: str | None = None, output: str | N
     """Parse and validate an ONNX classifier without running it; `output` and `scores`
     override the chosen scores output and what its scores are (see flipgate.onnx_io);
     messages name it `source`."""
+    import onnx
+
     path = _existing(path, "model", source)
     source = source or str(path)
     try:
@@ -512,7 +517,7 @@ def inspect_onnx(path: str | Path, *, source: str | None = None, output: str | N
     return OnnxSpec(inputs, scores_output(model, source, output=output, scores=scores))
 
 
-def _check_initializer_count(model: onnx.ModelProto, source: str) -> None:
+def _check_initializer_count(model: "onnx.ModelProto", source: str) -> None:
     count = len(model.graph.initializer)
     if count > MAX_INITIALIZERS:
         raise InputError("onnx_too_many_initializers", f"{source}: {count} initializers, "
@@ -532,11 +537,11 @@ def _check_input_dims(dims: tuple[int | None, ...], source: str) -> None:
     _check_sample_shape(tuple(dim or 1 for dim in dims[1:]), source)
 
 
-def _check_external_data(model: onnx.ModelProto, path: Path, source: str) -> None:
+def _check_external_data(model: "onnx.ModelProto", path: Path, source: str) -> None:
     """External tensors must be files inside the model's own folder."""
     folder = path.parent.resolve()
     for tensor in _all_tensors(model.graph):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+        if tensor.data_location != proto.EXTERNAL:
             continue
         location = _location(tensor)
         target = (folder / location).resolve()
@@ -551,6 +556,8 @@ def _check_external_data(model: onnx.ModelProto, path: Path, source: str) -> Non
 def external_data_names(path: str | Path, *, source: str | None = None) -> set[str]:
     """The files (relative to the model's folder) that an ONNX model's external tensors name;
     the model is parsed without reading them."""
+    import onnx
+
     path = _existing(path, "model", source)
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -558,14 +565,14 @@ def external_data_names(path: str | Path, *, source: str | None = None) -> set[s
         raise InputError("onnx_corrupt", f"{source or path}: not a valid ONNX model "
                            f"({_explain(error)})") from error
     return {_location(tensor) for tensor in _all_tensors(model.graph)
-            if tensor.data_location == onnx.TensorProto.EXTERNAL}
+            if tensor.data_location == proto.EXTERNAL}
 
 
-def _location(tensor: onnx.TensorProto) -> str:
+def _location(tensor: "onnx.TensorProto") -> str:
     return next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
 
 
-def _all_tensors(graph: onnx.GraphProto):
+def _all_tensors(graph: "onnx.GraphProto"):
     """Initializers and tensor attributes of a graph and all of its subgraphs."""
     yield from graph.initializer
     for node in graph.node:

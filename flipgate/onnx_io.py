@@ -10,20 +10,21 @@ probabilities / output_probability beside a label output; logits otherwise.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-from onnx import helper
 
+from flipgate import onnx_bytes as proto
 from flipgate.errors import InputError
 from flipgate.scores import LOGITS, PROBABILITIES, check_score_kind
 
+if TYPE_CHECKING:  # the specs need no onnx (45 ms to import); a model is read with it
+    import onnx
+
 SCORE_NAMES = ("logits", "probabilities", "output_probability", "scores")
 PROBABILITY_NAMES = ("probabilities", "output_probability")
-INPUT_TYPES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
-               onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.BOOL,
-               onnx.TensorProto.STRING}
-FLOAT_TYPES = {onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE}
+FLOAT_TYPES = {proto.FLOAT16, proto.FLOAT, proto.DOUBLE}
+INPUT_TYPES = {*FLOAT_TYPES, proto.INT32, proto.INT64, proto.BOOL, proto.STRING}
 PASS_THROUGH_OPS = {"Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 PROBABILITY_OPS = {"Softmax", "Sigmoid"}
 CLASSIFIER_OPS = {"TreeEnsembleClassifier", "LinearClassifier", "SVMClassifier"}
@@ -75,7 +76,7 @@ class OutputSpec:
     int_labels: bool = False
 
 
-def model_inputs(model: onnx.ModelProto, source: str) -> tuple[InputSpec, ...]:
+def model_inputs(model: "onnx.ModelProto", source: str) -> tuple[InputSpec, ...]:
     """The graph inputs a caller feeds (initializers excluded), of the supported types."""
     initializers = {tensor.name for tensor in model.graph.initializer}
     inputs = tuple(_input_spec(value, source) for value in model.graph.input
@@ -85,23 +86,25 @@ def model_inputs(model: onnx.ModelProto, source: str) -> tuple[InputSpec, ...]:
     return inputs
 
 
-def _input_spec(value: onnx.ValueInfoProto, source: str) -> InputSpec:
+def _input_spec(value: "onnx.ValueInfoProto", source: str) -> InputSpec:
+    from onnx import TensorProto, helper  # loaded already: the model was read with it
+
     tensor_type = value.type.tensor_type
     if not value.type.HasField("tensor_type") or tensor_type.elem_type not in INPUT_TYPES:
-        kind = (onnx.TensorProto.DataType.Name(tensor_type.elem_type)
+        kind = (TensorProto.DataType.Name(tensor_type.elem_type)
                 if value.type.HasField("tensor_type") else value.type.WhichOneof("value"))
         raise InputError("onnx_input_type", f"{source}: input {value.name!r} is {kind}; "
                            "inputs must be float16/32/64, int32/64, bool or string tensors")
-    dtype = (STRING if tensor_type.elem_type == onnx.TensorProto.STRING
+    dtype = (STRING if tensor_type.elem_type == proto.STRING
              else helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
     return InputSpec(value.name, dtype, dims(tensor_type))
 
 
-def dims(tensor_type: onnx.TypeProto.Tensor) -> tuple[int | None, ...]:
+def dims(tensor_type: "onnx.TypeProto.Tensor") -> tuple[int | None, ...]:
     return tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
 
 
-def scores_output(model: onnx.ModelProto, source: str, *, output: str | None = None,
+def scores_output(model: "onnx.ModelProto", source: str, *, output: str | None = None,
                   scores: str | None = None) -> OutputSpec:
     """The output to read as scores (`output`, else chosen as the module says) and what its
     scores are (`scores`, else detected from the graph)."""
@@ -137,7 +140,7 @@ def _chosen_output(graph: "_Graph", source: str, output: str | None) -> str:
 class _Graph:
     """The parts of a model's graph that tell its scores apart."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: "onnx.ModelProto") -> None:
         self.outputs = {value.name: value.type for value in model.graph.output}
         self.producers = {name: node for node in model.graph.node for name in node.output}
         self.nodes = list(model.graph.node)
@@ -190,7 +193,7 @@ class _Graph:
             return tuple(str(i) for i in attributes["classlabels_int64s"].ints), True
         return None, False
 
-    def source_node(self, name: str) -> onnx.NodeProto | None:
+    def source_node(self, name: str) -> "onnx.NodeProto | None":
         """The node that computes `name`, looking through reshapes, casts and identities."""
         node = self.producers.get(name)
         while node is not None and node.op_type in PASS_THROUGH_OPS and node.input:
@@ -198,13 +201,13 @@ class _Graph:
         return node
 
 
-def _makes_probabilities(node: onnx.NodeProto, graph: _Graph) -> bool:
+def _makes_probabilities(node: "onnx.NodeProto", graph: _Graph) -> bool:
     """An ai.onnx.ml classifier op with a probabilistic post_transform, or an L1 Normalizer
     of one (skl2onnx's logistic regression)."""
     attributes = {a.name: a for a in node.attribute}
     if node.op_type in CLASSIFIER_OPS:
-        return attributes.get("post_transform", helper.make_attribute("p", b"NONE")).s \
-            in PROBABILISTIC_TRANSFORMS
+        return "post_transform" in attributes \
+            and attributes["post_transform"].s in PROBABILISTIC_TRANSFORMS
     if node.op_type == "Normalizer" and attributes.get("norm") is not None:
         upstream = graph.source_node(node.input[0])
         return attributes["norm"].s == b"L1" and upstream is not None \

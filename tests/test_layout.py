@@ -198,8 +198,45 @@ def test_without_the_server_packages_the_library_commands_still_work(tmp_path):
     assert "usage: flipgate compare" in result.stdout
 
 
+def test_a_library_command_loads_no_other_commands_modules():
+    """`flipgate compare` imports neither training's options nor the clients of a server nor
+    the repairs (15 ms); `flipgate --help` still lists every command (tested above)."""
+    others = ("flipgate.train.methods", "flipgate.mlflow_gate", "flipgate.policy_client",
+              "flipgate.upload_client", "flipgate.repair")
+    result = run_python(f"""
+        import sys
+        from flipgate.cli import main
+        try:
+            main(["compare", "--help"])
+        except SystemExit:
+            pass
+        print(sorted(set(sys.modules) & set({others!r})))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_compare_of_logits_loads_no_onnx(tmp_path):
+    """The onnx package (45 ms to import) is loaded to read an ONNX model: neither .npy
+    logits nor the pair report's kernel (whose graph flipgate.onnx_bytes writes) need it."""
+    rng = np.random.default_rng(0)
+    for name in ("old", "new"):
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(30, 3)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", x=np.zeros((30, 1), np.float32), y=np.arange(30) % 3)
+    result = run_python(f"""
+        import sys
+        from flipgate.cli import main
+        main(["compare", {str(tmp_path / "old.npy")!r}, {str(tmp_path / "new.npy")!r},
+              "--evalset", {str(tmp_path / "eval.npz")!r}, "--json"])
+        print("onnx" in {{name.split(".")[0] for name in sys.modules}})
+    """)
+    assert result.returncode == 0, result.stderr
+    assert '"nfr"' in result.stdout and result.stdout.strip().endswith("False")
+
+
 def test_a_compare_without_html_loads_no_plotting(tmp_path):
-    """matplotlib (0.4 s to import) is loaded only for an HTML report."""
+    """matplotlib (0.4 s to import) is loaded only for an HTML report; rich (20 ms) only for
+    the terminal's report and progress bars, not for --json."""
     rng = np.random.default_rng(0)
     models = [linear_onnx(tmp_path / f"{name}.onnx", rng.normal(size=(4, 3)), np.zeros(3),
                           ("N", 4)) for name in ("old", "new")]
@@ -210,7 +247,7 @@ def test_a_compare_without_html_loads_no_plotting(tmp_path):
         from flipgate.cli import main
         main(["compare", {str(models[0])!r}, {str(models[1])!r}, "--evalset",
               {str(tmp_path / "eval.npz")!r}, "--json"])
-        print("matplotlib" in sys.modules)
+        print(sorted({{"matplotlib", "rich"}} & {{name.split(".")[0] for name in sys.modules}}))
     """)
     assert result.returncode == 0, result.stderr
-    assert '"nfr"' in result.stdout and result.stdout.strip().endswith("False")
+    assert '"nfr"' in result.stdout and result.stdout.strip().endswith("[]")

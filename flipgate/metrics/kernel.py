@@ -19,8 +19,8 @@ from functools import lru_cache
 
 import numpy as np
 import onnxruntime as ort
-from onnx import TensorProto, helper
 
+from flipgate import onnx_bytes as proto
 from flipgate.metrics.chunks import release, sample_ranges
 
 THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -28,7 +28,7 @@ THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
 KERNEL_ELEMENTS = 1 << 17  # values per graph run: 512 KB of float32 stays in cache per pass
 OPSET = 17
 IR_VERSION = 9  # the newest IR version every supported ONNX Runtime loads
-ELEMENT_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
+ELEMENT_TYPES = {np.dtype(np.float32): proto.FLOAT, np.dtype(np.float64): proto.DOUBLE}
 OUTPUTS = ("old_index", "old_top", "old_max_prob", "new_index", "new_top", "new_max_prob",
            "schurn", "delta_l1_sum", "delta_l2_squared", "old_label_prob", "new_label_prob",
            "displacement")
@@ -141,35 +141,33 @@ def _session(element_type: int, alpha: float) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    model = helper.make_model(_graph(element_type, alpha), ir_version=IR_VERSION,
-                              opset_imports=[helper.make_opsetid("", OPSET)])
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"])
+    model = proto.make_model(_graph(element_type, alpha), ir_version=IR_VERSION, opset=OPSET)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
-def _graph(element_type: int, alpha: float):
+def _graph(element_type: int, alpha: float) -> bytes:
     constants = [
-        helper.make_tensor("two", TensorProto.INT64, [1], [2]),
-        helper.make_tensor("axis_1", TensorProto.INT64, [1], [1]),
-        helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
-        helper.make_tensor("one", TensorProto.INT64, [1], [1]),
+        proto.make_tensor("two", proto.INT64, [1], [2]),
+        proto.make_tensor("axis_1", proto.INT64, [1], [1]),
+        proto.make_tensor("zero", proto.INT64, [1], [0]),
+        proto.make_tensor("one", proto.INT64, [1], [1]),
     ]
     if alpha != 1:
-        constants.append(helper.make_tensor("alpha", element_type, [], [alpha]))
+        constants.append(proto.make_tensor("alpha", element_type, [], [alpha]))
     nodes = [*_model_nodes("old"), *_model_nodes("new"), *_pair_nodes(alpha)]
-    logits = [helper.make_tensor_value_info(name, element_type, ["N", "C"])
+    logits = [proto.make_tensor_value_info(name, element_type, ["N", "C"])
               for name in ("old", "new")]
-    labels = helper.make_tensor_value_info("labels", TensorProto.INT64, ["N"])
-    outputs = [helper.make_tensor_value_info(
-        name, TensorProto.INT64 if name.endswith("index") else element_type, None)
+    labels = proto.make_tensor_value_info("labels", proto.INT64, ["N"])
+    outputs = [proto.make_tensor_value_info(
+        name, proto.INT64 if name.endswith("index") else element_type, None)
         for name in OUTPUTS]
-    return helper.make_graph(nodes, "flipgate_pair_chunk", [*logits, labels], outputs,
-                             initializer=constants)
+    return proto.make_graph(nodes, "flipgate_pair_chunk", [*logits, labels], outputs,
+                            initializer=constants)
 
 
-def _model_nodes(model: str) -> list:
+def _model_nodes(model: str) -> list[bytes]:
     """Top-2 logits and indices, the probabilities, the top one and the true class's one."""
-    node = helper.make_node
+    node = proto.make_node
     return [
         node("TopK", [model, "two"], [f"{model}_top", f"{model}_index"], axis=1),
         node("Softmax", [model], [f"{model}_probs"], axis=1),
@@ -184,10 +182,10 @@ def _model_nodes(model: str) -> list:
     ]
 
 
-def _schurn_nodes(alpha: float) -> list:
+def _schurn_nodes(alpha: float) -> list[bytes]:
     """Σ|(p_old / max p_old)^α − (p_new / max p_new)^α| per sample; for α = 1 as
     Σ|p_old − p_new · (max p_old / max p_new)| / max p_old, two passes fewer."""
-    node = helper.make_node
+    node = proto.make_node
     if alpha == 1:
         return [
             node("Div", ["old_max_p", "new_max_p"], ["max_ratio"]),
@@ -204,9 +202,9 @@ def _schurn_nodes(alpha: float) -> list:
             *_row_sum("Abs", "scaled_difference", "schurn")]
 
 
-def _pair_nodes(alpha: float) -> list:
+def _pair_nodes(alpha: float) -> list[bytes]:
     """SChurn, ‖p_old − p_new‖₁, ‖p_old − p_new‖₂² and ‖z_new − z_old‖₂ per sample."""
-    node = helper.make_node
+    node = proto.make_node
     return [
         *_schurn_nodes(alpha),
         node("Sub", ["old_probs", "new_probs"], ["prob_difference"]),
@@ -218,10 +216,10 @@ def _pair_nodes(alpha: float) -> list:
     ]
 
 
-def _row_sum(elementwise: str, tensor: str, output: str) -> list:
+def _row_sum(elementwise: str, tensor: str, output: str) -> list[bytes]:
     """Σ_c f(tensor[:, c]) for f = "Abs" or "Square": an elementwise pass and ReduceSum,
     about twice as fast as ORT's ReduceL1 / ReduceSumSquare / ReduceL2 on (N, C) rows."""
-    node = helper.make_node
+    node = proto.make_node
     mapped = f"{elementwise.lower()}_{tensor}"
     first = (node("Abs", [tensor], [mapped]) if elementwise == "Abs"
              else node("Mul", [tensor, tensor], [mapped]))

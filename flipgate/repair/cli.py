@@ -4,9 +4,6 @@ import argparse
 import json
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from flipgate.commands import Parser
 from flipgate.progress import progress_bars
 from flipgate.repair.search import DEFAULT_LIMITS, Limits, RepairResult
@@ -90,6 +87,9 @@ def _report(result: RepairResult, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result.to_dict()))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     symbol = "α" if result.method == "interpolate" else "w"
     console = Console()
     if result.curve:
