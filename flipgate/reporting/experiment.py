@@ -1,6 +1,7 @@
 """docs/reproduction.md: the experiment's table, its targets and an ER–NFR scatter plot."""
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -74,14 +75,28 @@ def scatter_plot(table: dict, path: Path) -> Path:
 
 
 def write_reproduction(table: dict, path: Path, *, header: str) -> Path:
-    """Write the markdown page and its scatter plot (same stem, .svg) beside it."""
+    """Write the markdown page and its scatter plot (same stem, .svg) beside it; the sections
+    of the page already there that this does not write (those written by hand) stay, after
+    the written ones."""
     plot = scatter_plot(table, path.with_suffix(".svg"))
-    sections = [header, "## Targets", targets_section(table)]
-    for setting, rows in table.items():
-        sections += [f"## Update with {setting}", markdown_table(rows)]
-    sections += ["## ER vs. NFR", f"![ER–NFR scatter]({plot.name})"]
+    written = {"## Targets": targets_section(table)}
+    written |= {f"## Update with {setting}": markdown_table(rows)
+                for setting, rows in table.items()}
+    written["## ER vs. NFR"] = f"![ER–NFR scatter]({plot.name})"
+    kept = [text for title, text in _sections(path) if title not in written]
+    sections = [header, *(f"{title}\n\n{body}" for title, body in written.items()), *kept]
     path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
     return path
+
+
+def _sections(page: Path) -> list[tuple[str, str]]:
+    """The `## ` sections of the markdown page (none if it does not exist): each one's title
+    line and its whole text, title included, without the blank lines that end it."""
+    if not page.is_file():
+        return []
+    parts = re.split(r"^(?=## )", page.read_text(encoding="utf-8"), flags=re.M)
+    return [(part.split("\n", 1)[0], part.rstrip("\n")) for part in parts
+            if part.startswith("## ")]
 
 
 def run_and_write(seeds: int, epochs: int, out: Path, setting_names: list[str] | None = None,

@@ -54,6 +54,18 @@ def test_reproduction_page_has_table_targets_and_plot(tmp_path):
     assert (tmp_path / "reproduction.svg").read_text().lstrip().startswith("<?xml")
 
 
+def test_rewriting_the_page_keeps_its_hand_written_sections(tmp_path):
+    path = tmp_path / "reproduction.md"
+    hand = "## Warm start alone\n\nWritten by hand: 1.69% against 1.64%.\n\n| a | b |\n|---|---|"
+    path.write_text(f"# Old header\n\n## Targets\n\nold targets\n\n{hand}\n\n"
+                    "## Update with same architecture\n\nold table\n")
+    text = write_reproduction(summarize(RUNS), path, header="# R").read_text()
+    assert text.startswith("# R\n") and "Old header" not in text
+    assert "old targets" not in text and "old table" not in text
+    assert text.count("## Targets") == 1 and "| same architecture | ELODI (K = 3) |" in text
+    assert text.rstrip("\n").endswith(hand)
+
+
 def test_fine_tuned_setting_has_its_own_treatments_and_targets():
     fine_tuned = [Run(name, "fine-tuned update", seed, 0.12, 0.10, nfr, None, 0.05, 1.0)
                   for seed in (0, 1)
