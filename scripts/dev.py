@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import venv
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,16 +126,24 @@ def run_tests(args: list[str]) -> int:
     """pytest with `args`; none: the whole suite, in its parallel and serial parts (the
     parallel run lists the serial tests it left out, so the serial run collects only their
     files; without the list it collects every file)."""
-    pytest = [str(BIN / "python"), "-m", "pytest"]
+    pytest, env = [str(BIN / "python"), "-m", "pytest"], caching_bytecode(os.environ)
     if args:
-        return subprocess.call([*pytest, *args])
+        return subprocess.call([*pytest, *args], env=env)
     with tempfile.TemporaryDirectory() as folder:
         listed = Path(folder) / "serial-tests.txt"
         parallel = subprocess.call([*pytest, *PARALLEL],
-                                   env={**os.environ, "FLIPGATE_SERIAL_TESTS": str(listed)})
+                                   env={**env, "FLIPGATE_SERIAL_TESTS": str(listed)})
         serial_ids = listed.read_text(encoding="utf-8").split() if listed.exists() else []
-        serial = subprocess.call([*pytest, *SERIAL, *serial_ids])
+        serial = subprocess.call([*pytest, *SERIAL, *serial_ids], env=env)
     return parallel or serial
+
+
+def caching_bytecode(environment: Mapping[str, str]) -> dict[str, str]:
+    """The environment without PYTHONDONTWRITEBYTECODE: the tests start hundreds of Python
+    processes (servers, workers, CLI runs), and where that is set each one compiles the
+    package again; the caches go to __pycache__ folders, which git ignores."""
+    return {name: value for name, value in environment.items()
+            if name != "PYTHONDONTWRITEBYTECODE"}
 
 
 if __name__ == "__main__":
