@@ -4,6 +4,7 @@
     python3 scripts/dev.py demo [ARGS]   # end-to-end demo on real MNIST digits
     python3 scripts/dev.py test [ARGS]   # the whole test suite (ARGS go to pytest); installs
                                          # Debian's chromium for the dashboard's browser tests
+    python3 scripts/dev.py test -m "not slow"   # the fast loop: the tests under 5 s each
 
 Needs nothing but Python 3.11+. The environment lives in .venv at the repository root and is
 rebuilt only when pyproject.toml changes. torch is installed first, pinned, so that pip takes
@@ -118,24 +119,38 @@ def main() -> int:
 # The whole suite runs in two pytest processes: first every test not marked `serial` on
 # pytest-xdist's workers (a file's tests stay together, so each module's fixtures are built
 # once), then the `serial` ones (load holds, timing bounds) alone on a quiet machine.
-PARALLEL = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", "-m", "not serial"]
-SERIAL = ["-m", "serial"]
+PYTEST = [str(BIN / "python"), "-m", "pytest"]
+WORKERS = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile"]
+NO_TESTS_COLLECTED = 5  # pytest's exit code when a marker selects nothing
 
 
 def run_tests(args: list[str]) -> int:
-    """pytest with `args`; none: the whole suite, in its parallel and serial parts (the
-    parallel run lists the serial tests it left out, so the serial run collects only their
-    files; without the list it collects every file)."""
-    pytest, env = [str(BIN / "python"), "-m", "pytest"], caching_bytecode(os.environ)
-    if args:
-        return subprocess.call([*pytest, *args], env=env)
+    """pytest with `args`. None: the whole suite, in its parallel and serial parts. `-m EXPR`
+    (with other options, no -n): the same two parts, on the tests EXPR selects. Anything else:
+    one pytest process with exactly `args`."""
+    env = caching_bytecode(os.environ)
+    if not args:
+        return run_in_two_parts("", [], env)
+    if "-m" in args and "-n" not in args:
+        at = args.index("-m")
+        return run_in_two_parts(args[at + 1], args[:at] + args[at + 2:], env)
+    return subprocess.call([*PYTEST, *args], env=env)
+
+
+def run_in_two_parts(marker: str, args: list[str], env: dict[str, str]) -> int:
+    """The tests `marker` selects (all for ""): those not marked `serial` on pytest-xdist's
+    workers, then the `serial` ones in one process. The parallel run lists the serial tests
+    it left out, so the serial run collects only their files."""
+    selected = f" and ({marker})" if marker else ""
     with tempfile.TemporaryDirectory() as folder:
         listed = Path(folder) / "serial-tests.txt"
-        parallel = subprocess.call([*pytest, *PARALLEL],
-                                   env={**env, "FLIPGATE_SERIAL_TESTS": str(listed)})
+        parallel = subprocess.call(
+            [*PYTEST, *WORKERS, "-m", f"not serial{selected}", *args],
+            env={**env, "FLIPGATE_SERIAL_TESTS": str(listed)})
         serial_ids = listed.read_text(encoding="utf-8").split() if listed.exists() else []
-        serial = subprocess.call([*pytest, *SERIAL, *serial_ids], env=env)
-    return parallel or serial
+        serial = subprocess.call([*PYTEST, "-m", f"serial{selected}", *args, *serial_ids],
+                                 env=env)
+    return parallel or (0 if serial == NO_TESTS_COLLECTED else serial)
 
 
 def caching_bytecode(environment: Mapping[str, str]) -> dict[str, str]:
