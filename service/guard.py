@@ -38,7 +38,7 @@ async def check_request_scalars(request: Request) -> None:
     _refuse_duplicates(query, "query parameter")
     for key, value in query:
         _refuse_nul(key + value, f"query parameter {key!r}")
-    route = declared(request.scope["route"])
+    route = _declared(request.scope["route"])
     for name in route.path_integers:
         _check_range(request.path_params.get(name), f"path parameter {name!r}")
     for name in route.query_integers:
@@ -70,7 +70,7 @@ _DECLARED: dict[int, Declared] = {}  # by route, derived on its first request; a
 # leaves with its route, so no later route of the same id finds it
 
 
-def declared(route: APIRoute) -> Declared:
+def _declared(route: APIRoute) -> Declared:
     """What `route` declares (cached for the route's life)."""
     key = id(route)
     if key not in _DECLARED:
