@@ -12,12 +12,12 @@
 """
 
 import json
-import types
-from collections.abc import Iterator
-from typing import Any, Union, get_args, get_origin
+import weakref
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
-from fastapi.dependencies.models import Dependant
+from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import UploadFile
@@ -38,17 +38,16 @@ async def check_request_scalars(request: Request) -> None:
     _refuse_duplicates(query, "query parameter")
     for key, value in query:
         _refuse_nul(key + value, f"query parameter {key!r}")
-    route = request.scope["route"]
-    path_ints, query_ints = integer_parameters(route)
-    for name in path_ints:
+    route = _declared(request.scope["route"])
+    for name in route.path_integers:
         _check_range(request.path_params.get(name), f"path parameter {name!r}")
-    for name in query_ints:
+    for name in route.query_integers:
         for value in request.query_params.getlist(name):
             _check_range(value, f"query parameter {name!r}")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type == "application/json":
         _refuse_nul_in_json(await request.body())
-    elif content_type in FORM_TYPES and _reads_a_body(route):
+    elif content_type in FORM_TYPES and route.reads_a_body:
         fields = (await request.form()).multi_items()
         _refuse_duplicates(fields, "form field")
         for key, value in fields:
@@ -56,39 +55,57 @@ async def check_request_scalars(request: Request) -> None:
             _refuse_nul(key + text, f"form field {key!r}")
 
 
-def integer_parameters(route: APIRoute) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The names of the integer path and query parameters of a route and its dependencies."""
-    path, query = [], []
-    for current in _dependants(route.dependant):
-        path += [field.alias for field in current.path_params if _is_integer(field)]
-        query += [field.alias for field in current.query_params if _is_integer(field)]
-    return tuple(path), tuple(query)
+@dataclass(frozen=True)
+class Declared:
+    """What a route declares that the guard checks: the names of its integer path and query
+    parameters (its dependencies' included), and whether FastAPI reads a body for it (JSON
+    or form fields; a raw body that an endpoint streams itself is no such body)."""
+
+    path_integers: tuple[str, ...]
+    query_integers: tuple[str, ...]
+    reads_a_body: bool
 
 
-def _dependants(dependant: Dependant) -> Iterator[Dependant]:
-    pending = [dependant]
-    while pending:
-        current = pending.pop()
-        yield current
-        pending += current.dependencies
+_DECLARED: dict[int, Declared] = {}  # by route, derived on its first request; an entry
+# leaves with its route, so no later route of the same id finds it
 
 
-def _reads_a_body(route: APIRoute) -> bool:
-    return any(current.body_params for current in _dependants(route.dependant))
+def _declared(route: APIRoute) -> Declared:
+    """What `route` declares (cached for the route's life)."""
+    key = id(route)
+    if key not in _DECLARED:
+        _DECLARED[key] = _from_openapi(route)
+        weakref.finalize(route, _DECLARED.pop, key, None)
+    return _DECLARED[key]
 
 
-def _is_integer(field: Any) -> bool:
-    """Whether a parameter is declared int, int | None or list[int]."""
-    annotation = field.field_info.annotation
-    if get_origin(annotation) in (Union, types.UnionType):
-        return any(_is_integer_type(arg) for arg in get_args(annotation))
-    return _is_integer_type(annotation)
+def _from_openapi(route: APIRoute) -> Declared:
+    """Read from the OpenAPI operation FastAPI writes for the route, FastAPI's public account
+    of what a route reads: the route is declared again, shown in the schema (the dashboard's
+    pages are not) and without its `openapi_extra` (raw bodies document themselves there)."""
+    shown = APIRoute(route.path_format, route.endpoint, methods=route.methods,
+                     dependencies=route.dependencies, response_model=None)
+    document = get_openapi(title="guard", version="0", routes=[shown])
+    operation = next(iter(document["paths"][route.path_format].values()))  # one endpoint:
+    parameters = operation.get("parameters", [])  # the same for each of its methods
+    return Declared(
+        path_integers=_integers(parameters, "path"),
+        query_integers=_integers(parameters, "query"),
+        reads_a_body="requestBody" in operation)
 
 
-def _is_integer_type(annotation: Any) -> bool:
-    if get_origin(annotation) in (list, tuple, set):
-        return any(_is_integer_type(arg) for arg in get_args(annotation))
-    return annotation is int
+def _integers(parameters: list[dict[str, Any]], where: str) -> tuple[str, ...]:
+    return tuple(parameter["name"] for parameter in parameters
+                 if parameter["in"] == where and _is_integer(parameter["schema"]))
+
+
+def _is_integer(schema: dict[str, Any]) -> bool:
+    """Whether a parameter's JSON schema admits an integer, or a list of them (int,
+    int | None, list[int])."""
+    if schema.get("type") == "array":
+        return _is_integer(schema.get("items", {}))
+    return schema.get("type") == "integer" or any(_is_integer(option)
+                                                  for option in schema.get("anyOf", ()))
 
 
 def _check_range(text: str | None, where: str) -> None:

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flipgate.signing import HEADER as SIGNATURE_HEADER
 from flipgate.signing import SignatureError, fresh_header
+from service import urls
 from service.config import Settings
 from service.errors import Unauthorized, database_refusal, error_response
 from service.ui.session import COOKIE, is_signed_session
@@ -195,7 +196,7 @@ def _has_body(headers: Headers) -> bool:
     return not declared.strip().isdecimal() or int(declared) > 0
 
 
-PROBES = frozenset({"/healthz", "/readyz"})
+PROBES = frozenset({urls.healthz(), urls.readyz()})
 
 
 @dataclass(frozen=True)
@@ -211,14 +212,14 @@ class SignedRoute:
 TOKEN_HINT = "send 'Authorization: Bearer <token>'"
 UNSIGNED = SignedRoute((), "missing_credentials", TOKEN_HINT)
 SIGNED_ROUTES = {
-    "/gate": SignedRoute((SIGNATURE_HEADER,), "missing_credentials",
+    urls.gate(): SignedRoute((SIGNATURE_HEADER,), "missing_credentials",
                          f"{TOKEN_HINT} or a '{SIGNATURE_HEADER}' signature"),
     # the MLflow connector's webhook (service.integrations.mlflow)
-    "/integrations/mlflow/webhook": SignedRoute(
+    urls.mlflow_webhook(): SignedRoute(
         MLFLOW_HEADERS := ("X-MLflow-Delivery-Id", "X-MLflow-Timestamp", "X-MLflow-Signature"),
         "missing_signature", f"send {', '.join(MLFLOW_HEADERS)}"),
 }
-COOKIE_SIGNED_PREFIX = "/ui"
+COOKIE_SIGNED_PREFIX = urls.UI
 DASHBOARD_FORM_BYTES = 4096  # the sign-in form's token (and sign-out's empty form) fit
 TOKEN_LOOKUPS = 2  # bearer tokens looked up in the database at once, outside the slots
 LOOKUP_WAIT_SECONDS = 5  # a bearer token waits this long for a lookup, then 503 server_busy

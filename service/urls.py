@@ -4,6 +4,9 @@ routes). Paths start at the server's root; `on` puts one under a base URL."""
 
 from urllib.parse import quote, urlencode
 
+UI = "/ui"  # the dashboard: its pages, its static files and the API docs' assets
+UI_STATIC = f"{UI}/static"
+
 
 def on(base_url: str, path: str) -> str:
     """`path` under `base_url` (which ends with "/")."""
@@ -35,23 +38,70 @@ def compare(old: str, new: str, evalset: str, *, html: bool = False) -> str:
     return f"/compare/{old}/{new}?evalset={evalset}" + ("&format=html" if html else "")
 
 
+def healthz() -> str:
+    """The liveness probe."""
+    return "/healthz"
+
+
+def readyz() -> str:
+    """The readiness probe."""
+    return "/readyz"
+
+
+def gate() -> str:
+    """The gate's webhook (a token, or a signature of the body)."""
+    return "/gate"
+
+
+def mlflow_webhook() -> str:
+    """The MLflow connector's webhook (signed by MLflow)."""
+    return "/integrations/mlflow/webhook"
+
+
 def decision(decision_id: int) -> str:
     """A gate decision."""
     return f"/gate/decisions/{decision_id}"
 
 
+def ui_home() -> str:
+    """The dashboard's first page (the model lines)."""
+    return UI
+
+
+def ui_jobs() -> str:
+    """The dashboard's page of jobs."""
+    return f"{UI}/jobs"
+
+
+def ui_signin(next: str | None = None, ended: str | None = None) -> str:
+    """The dashboard's sign-in page (where its form posts): `next` is the page it leads to,
+    `ended` why the last session ended."""
+    query = {key: value for key, value in (("next", next), ("ended", ended)) if value}
+    return f"{UI}/signin" + (f"?{urlencode(query, safe='', quote_via=quote)}" if query else "")
+
+
+def ui_signout() -> str:
+    """Where the dashboard's sign-out form posts."""
+    return f"{UI}/signout"
+
+
+def ui_static(name: str) -> str:
+    """One of the dashboard's static files."""
+    return f"{UI_STATIC}/{name}"
+
+
 def ui_decision(decision_id: int) -> str:
     """The dashboard's page of a decision."""
-    return f"/ui/decisions/{decision_id}"
+    return f"{UI}/decisions/{decision_id}"
 
 
 def ui_line(line: str, evalset: str | None = None) -> str:
     """The dashboard's page of a line (its matrix on `evalset`)."""
     query = f"?{urlencode({'evalset': evalset})}" if evalset else ""
-    return f"/ui/lines/{quote(line, safe='')}{query}"
+    return f"{UI}/lines/{quote(line, safe='')}{query}"
 
 
 def ui_pair(line: str, old: str, new: str, evalset: str | None) -> str:
     """The dashboard's page of the pair old → new of a line."""
-    return (f"/ui/lines/{quote(line, safe='')}/pairs/{quote(old, safe='')}/"
+    return (f"{ui_line(line)}/pairs/{quote(old, safe='')}/"
             f"{quote(new, safe='')}?{urlencode({'evalset': evalset or ''})}")

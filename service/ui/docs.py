@@ -9,8 +9,10 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from service import urls
+
 ASSETS = Path(fastapi_offline.__file__).parent / "static"
-PREFIX = "/ui/docs-assets"
+PREFIX = f"{urls.UI}/docs-assets"  # under the dashboard: compressed (DashboardGZip)
 
 
 def mount_docs(app: FastAPI) -> None:

@@ -6,8 +6,8 @@ matrix's largest value); a cell above the limit is red and marked "!". Updates t
 version (the diagonal above the main one) have a dark outline, the moves of the production
 alias a thick green one, and the production version's labels are green."""
 
+from collections.abc import Callable
 from html import escape
-from urllib.parse import quote
 
 from service.ui.queries import Matrix
 
@@ -19,9 +19,9 @@ BLACK = "#000000"  # cell text; white where it contrasts more (class "light")
 
 
 def heatmap_svg(matrix: Matrix, metric: str, label: str, limit: float | None,
-                pair_url: str) -> str:
-    """The heatmap of `metric` ("nfr" or "churn") scaled to `limit`; `pair_url` has {old}
-    and {new} placeholders."""
+                pair_url: Callable[[str, str], str]) -> str:
+    """The heatmap of `metric` ("nfr" or "churn") scaled to `limit`; `pair_url(old, new)`
+    is the address of a cell's pair."""
     names = matrix.versions
     values = [matrix.value(old, new, metric) for old in names for new in names if old != new]
     anchor = limit or max((value for value in values if value is not None), default=0.0) or 1.0
@@ -68,7 +68,7 @@ def _label(name: str) -> str:
 
 
 def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: float, y: float,
-          anchor: float, emphasis: str, pair_url: str) -> str:
+          anchor: float, emphasis: str, pair_url: Callable[[str, str], str]) -> str:
     """One cell: a link (with the cell's title) around a coloured rect and the value as
     text."""
     old, new = pair
@@ -83,7 +83,7 @@ def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: flo
              f"{' (above the limit)' if above else ''}"
              f"{' (a move of production)' if emphasis == ' promoted' else ''}</title>")
     classes = "cell" + (" above" if above else "") + emphasis
-    href = escape(pair_url.format(old=quote(old, safe=""), new=quote(new, safe="")))
+    href = escape(pair_url(old, new))
     return (f'<a href="{href}" class="{classes}" data-old="{escape(old)}" '
             f'data-new="{escape(new)}" data-value="{value!r}">{title}{_rect(x, y, fill, "")}'
             f'<text x="{x + CELL / 2}" y="{y + CELL / 2 + 4}"'

@@ -4,11 +4,12 @@ Every page needs a session (else 303 to the sign-in page); nothing here writes t
 but the record of a sign-out. Sign-in and sign-out refuse cross-site posts (Origin).
 """
 
+import functools
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Request
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
 from flipgate.reporting.html import stored_body
+from service import urls
 from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.db import read_only
@@ -49,8 +51,8 @@ from service.ui.session import (
 HERE = Path(__file__).parent
 FLIPS_PER_PAGE = 48
 templates = Jinja2Templates(directory=HERE / "templates")
-templates.env.globals["ci_links"] = ci_links
-router = APIRouter(prefix="/ui", include_in_schema=False, route_class=CommittingRoute)
+templates.env.globals.update(ci_links=ci_links, urls=urls)
+router = APIRouter(prefix=urls.UI, include_in_schema=False, route_class=CommittingRoute)
 
 
 def read_session(request: Request) -> Iterator[Session]:
@@ -83,13 +85,13 @@ def not_found(request: Request, who: Viewer, error: NotFound) -> HTMLResponse:
 
 
 @router.get("/signin", response_class=HTMLResponse)
-def signin_page(request: Request, next: str = "/ui", ended: str = "") -> HTMLResponse:
+def signin_page(request: Request, next: str = urls.UI, ended: str = "") -> HTMLResponse:
     return render(request, "signin.html", None, next=_local(next), notice=ENDED.get(ended))
 
 
 @router.post("/signin", response_model=None)
 def signin(request: Request, session: ReadSession, token: Annotated[str, Form()] = "",
-           next: Annotated[str, Form()] = "/ui") -> Response:
+           next: Annotated[str, Form()] = urls.UI) -> Response:
     """Exchange an API token (read scope) for a session cookie; failures are throttled per
     client address (429 with Retry-After)."""
     settings: Settings = request.app.state.settings
@@ -110,7 +112,7 @@ def signin(request: Request, session: ReadSession, token: Annotated[str, Form()]
                       next=_local(next), error=error.message)
     response = RedirectResponse(_local(next), status_code=303)
     response.set_cookie(COOKIE, cookie, max_age=max_age(settings), httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https", path="/ui")
+                        samesite="strict", secure=request.url.scheme == "https", path=urls.UI)
     return response
 
 
@@ -122,8 +124,8 @@ def signout(request: Request) -> Response:
         return cross_site(request)
     with request.app.state.sessions.begin() as session:
         sign_out(session, settings, request.cookies.get(COOKIE))
-    response = RedirectResponse("/ui/signin?ended=signed_out", status_code=303)
-    response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
+    response = RedirectResponse(urls.ui_signin(ended="signed_out"), status_code=303)
+    response.delete_cookie(COOKIE, path=urls.UI, httponly=True, samesite="strict")
     return response
 
 
@@ -164,8 +166,7 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
         view = queries.line_page(session, name, evalset, page, whole_matrix=versions == "all")
     except NotFound as error:
         return not_found(request, who, error)
-    pair_url = f"/ui/lines/{quote(name, safe='')}/pairs/{{old}}/{{new}}?evalset=" + quote(
-        view.evalset or "", safe="")
+    pair_url = functools.partial(urls.ui_pair, name, evalset=view.evalset)
     shown = (list(HEATMAPS) if len(view.matrix.versions) <= queries.MATRIX_WINDOW
              else [metric])
     heatmaps = [(HEATMAPS[key], Markup(heatmap_svg(view.matrix, key, HEATMAPS[key],
@@ -261,19 +262,18 @@ def jobs(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse:
 
 def _local(target: str) -> str:
     """`target` if it is a dashboard path, else the dashboard's home (no open redirects)."""
-    return target if target.startswith("/ui") and "//" not in target else "/ui"
+    return target if target.startswith(urls.UI) and "//" not in target else urls.UI
 
 
 def to_signin(request: Request, error: SignInRequired) -> RedirectResponse:
     """Pages asked for without a session answer 303 to the sign-in page (which says why a
     session ended)."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    ended = f"&ended={error.reason}" if error.reason else ""
-    return RedirectResponse(f"/ui/signin?next={quote(target, safe='')}{ended}", status_code=303)
+    return RedirectResponse(urls.ui_signin(next=target, ended=error.reason), status_code=303)
 
 
 def home() -> RedirectResponse:
-    return RedirectResponse("/ui", status_code=303)
+    return RedirectResponse(urls.ui_home(), status_code=303)
 
 
 class DashboardGZip:
@@ -285,7 +285,7 @@ class DashboardGZip:
         self.gzip = GZipMiddleware(app, minimum_size=1000)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        under_ui = scope["type"] == "http" and scope["path"].startswith("/ui")
+        under_ui = scope["type"] == "http" and scope["path"].startswith(urls.UI)
         await (self.gzip if under_ui else self.app)(scope, receive, send)
 
 
@@ -299,7 +299,7 @@ def html_errors_under_ui(app: FastAPI) -> None:
 def _ui_or(api_handler: Callable[[Request, Exception], Response]
            ) -> Callable[[Request, Exception], Response]:
     def handle(request: Request, error: Exception) -> Response:
-        if not request.url.path.startswith("/ui"):
+        if not request.url.path.startswith(urls.UI):
             return api_handler(request, error)
         if isinstance(error, RequestValidationError):
             return render(request, "error.html", None, status=422, heading="Not a valid address",
@@ -320,6 +320,6 @@ def mount_dashboard(app: FastAPI) -> None:
     app.add_middleware(DashboardGZip)
     html_errors_under_ui(app)
     app.add_api_route("/", home, include_in_schema=False)
-    app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+    app.mount(urls.UI_STATIC, StaticFiles(directory=HERE / "static"), name="ui-static")
     app.add_exception_handler(SignInRequired, to_signin)
     docs.mount_docs(app)

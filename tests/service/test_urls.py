@@ -4,6 +4,7 @@ without its builder fails here, not in a job's result or a callback's link."""
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from fastapi.testclient import TestClient
 from starlette.routing import Match
 
 from service import urls
@@ -25,6 +26,15 @@ def app(tmp_path_factory):
     ("GET", urls.matrix("digits", "ev")),
     ("GET", urls.compare("digits:1.0", "digits:2.0", "ev", html=True)),
     ("GET", urls.decision(7)),
+    ("GET", urls.healthz()),
+    ("GET", urls.readyz()),
+    ("POST", urls.gate()),
+    ("POST", urls.mlflow_webhook()),
+    ("GET", urls.ui_home()),
+    ("GET", urls.ui_jobs()),
+    ("GET", urls.ui_signin(next=urls.ui_jobs(), ended="expired")),
+    ("POST", urls.ui_signin()),
+    ("POST", urls.ui_signout()),
     ("GET", urls.ui_decision(7)),
     ("GET", urls.ui_line("a line", "ev")),
     ("GET", urls.ui_pair("a line", "1.0", "2.0", "ev")),
@@ -41,3 +51,10 @@ def test_addresses_keep_their_shape():
     assert urls.on("https://gate.example/", urls.compare("l:1", "l:2", "ev", html=True)) == (
         "https://gate.example/compare/l:1/l:2?evalset=ev&format=html")
     assert urls.ui_line("a/b", "ev") == "/ui/lines/a%2Fb?evalset=ev"
+    assert urls.ui_signin(next="/ui/lines/a b?evalset=ev", ended="expired") == (
+        "/ui/signin?next=%2Fui%2Flines%2Fa%20b%3Fevalset%3Dev&ended=expired")
+
+
+@pytest.mark.parametrize("name", ["dashboard.css", "favicon.svg"])
+def test_the_dashboards_static_files_are_served(app, name):
+    assert TestClient(app).get(urls.ui_static(name)).status_code == 200

@@ -2,11 +2,15 @@
 anywhere in a request, answer 422 with a machine-readable code, never 500, and store nothing
 (on SQLite and PostgreSQL)."""
 
+import inspect
+import json
+import re
 import time
 
 import pytest
 from fastapi.testclient import TestClient
 
+from service.ui.router import router as dashboard
 from tests.service.api.conftest import error_code
 
 INT32_MAX = 2**31 - 1
@@ -33,6 +37,40 @@ def test_query_integers_out_of_range_are_422(client, upload_model):
         policy = client.get("/models/digits/policy", params={"version": value})
         assert error_code(policy, 422) == "out_of_range"
     assert client.get("/models/digits/decisions", params={"before": INT32_MAX}).json() == []
+
+
+def integer_parameters(app) -> list[tuple[str, str, str, str]]:
+    """(method, path, "path" or "query", name) of every integer parameter a client can send:
+    those the app's OpenAPI document lists, and the dashboard's (its pages are left out of
+    the document), read from their endpoints' signatures."""
+    found = [(method.upper(), path, parameter["in"], parameter["name"])
+             for path, operations in app.openapi()["paths"].items()
+             for method, operation in operations.items()
+             for parameter in operation.get("parameters", [])
+             if '"integer"' in json.dumps(parameter["schema"])]
+    for route in dashboard.routes:
+        found += [(method, route.path_format, "path" if name in route.param_convertors
+                   else "query", name)
+                  for name, parameter in inspect.signature(route.endpoint).parameters.items()
+                  if parameter.annotation in (int, int | None) for method in route.methods]
+    return found
+
+
+def test_every_integer_parameter_is_checked(client):
+    """A route added with an integer parameter gets the check without being listed."""
+    parameters = integer_parameters(client.app)
+    assert {(path, name) for _method, path, _in, name in parameters} >= {
+        ("/jobs/{job_id}", "job_id"), ("/models/{name}/decisions", "before"),
+        ("/ui/decisions/{decision_id}", "decision_id"), ("/ui/lines/{name}", "page")}
+    escaped = []
+    for method, path, where, name in parameters:
+        address = path.replace(f"{{{name}}}", str(2**31)) if where == "path" else path
+        address = re.sub(r"{\w+}", "x", address)
+        query = {name: 2**31} if where == "query" else {}
+        response = client.request(method, address, params=query)
+        if response.status_code != 422 or response.json()["error"]["code"] != "out_of_range":
+            escaped.append((method, path, name, response.status_code))
+    assert not escaped
 
 
 def test_text_that_is_no_integer_keeps_its_own_validation_error(client):
