@@ -20,6 +20,7 @@ WIDTH = 640
 FONT_SIZE = 12
 CHAR_WIDTH = 0.6 * FONT_SIZE  # a character of the page's sans-serif font, a little generous
 LINE = 16  # a line of text
+X_TICKS = 18  # from an x axis down to its tick labels' baseline
 PAD = 8
 INK, MUTED, GRID = "#222", "#555", "#e3e3e3"
 SWATCH = 11
@@ -195,6 +196,11 @@ def _entry_width(swatch: Swatch) -> float:
     return SWATCH + 4 + text_width(swatch.label) + PAD * 2
 
 
+def line(css: str, x1: float, x2: float, y1: float, y2: float, colour: str) -> str:
+    return (f'<line class="{css}" x1="{x1:.2f}" x2="{x2:.2f}" y1="{y1:.2f}" y2="{y2:.2f}" '
+            f'stroke="{colour}"/>')
+
+
 def note(box: Box, message: str) -> str:
     return text((box.left + box.right) / 2, (box.top + box.bottom) / 2, message, "note",
                 "middle", f' fill="{MUTED}"')
@@ -203,16 +209,14 @@ def note(box: Box, message: str) -> str:
 def x_axis(box: Box, axis: Axis | None, label: str) -> str:
     """The baseline, the ticks with their labels under it (none without `axis`), and the
     axis's label."""
-    parts = [f'<line class="axis-line" x1="{box.left:.2f}" x2="{box.right:.2f}" '
-             f'y1="{box.bottom:.2f}" y2="{box.bottom:.2f}" stroke="{INK}"/>']
+    parts = [line("axis-line", box.left, box.right, box.bottom, box.bottom, INK)]
     if axis:
         x = axis.scale(box.left, box.right)
         for tick in axis.ticks:
-            parts.append(f'<line class="tick-mark" x1="{x(tick):.2f}" x2="{x(tick):.2f}" '
-                         f'y1="{box.bottom:.2f}" y2="{box.bottom + 4:.2f}" stroke="{INK}"/>')
-            parts.append(text(x(tick), box.bottom + 16, axis.label(tick), "tick x", "middle",
+            parts.append(line("tick-mark", x(tick), x(tick), box.bottom, box.bottom + 4, INK))
+            parts.append(text(x(tick), box.bottom + X_TICKS, axis.label(tick), "tick x", "middle",
                               f' data-value="{tick!r}" fill="{MUTED}"'))
-    parts.append(text((box.left + box.right) / 2, box.bottom + 16 + LINE, label, "axis-label",
+    parts.append(text((box.left + box.right) / 2, box.bottom + X_TICKS + LINE, label, "axis-label",
                       "middle"))
     return "".join(parts)
 
@@ -220,15 +224,13 @@ def x_axis(box: Box, axis: Axis | None, label: str) -> str:
 def y_axis(box: Box, axis: Axis | None, label: str) -> str:
     """Grid lines at the ticks with their labels left of the box, the left edge, and the
     axis's label turned up along it."""
-    parts = [f'<line class="axis-line" x1="{box.left:.2f}" x2="{box.left:.2f}" '
-             f'y1="{box.top:.2f}" y2="{box.bottom:.2f}" stroke="{INK}"/>']
+    parts = [line("axis-line", box.left, box.left, box.top, box.bottom, INK)]
     widest = 0.0
     if axis:
         y = axis.scale(box.bottom, box.top)
         widest = axis.widest_label()
         for tick in axis.ticks:
-            parts.append(f'<line class="grid" x1="{box.left:.2f}" x2="{box.right:.2f}" '
-                         f'y1="{y(tick):.2f}" y2="{y(tick):.2f}" stroke="{GRID}"/>')
+            parts.append(line("grid", box.left, box.right, y(tick), y(tick), GRID))
             parts.append(text(box.left - 6, y(tick) + 4, axis.label(tick), "tick y", "end",
                               f' data-value="{tick!r}" fill="{MUTED}"'))
     x, y_mid = box.left - 6 - widest - 8, (box.top + box.bottom) / 2
@@ -250,13 +252,12 @@ def stacked_bars(css: str, label: str, rows: Sequence[BarRow], swatches: Sequenc
     axis = Axis.covering(0, max(total, 1), integer=True)
     legend_svg, legend_height = legend(swatches, PAD, PAD, WIDTH - 2 * PAD, centred=True)
     right = WIDTH - PAD - text_width(axis.label(axis.high)) / 2
-    box = Box(PAD + 4, PAD + legend_height + 4, right, height - PAD - 16 - LINE)
+    box = Box(PAD + 4, PAD + legend_height + 4, right, height - PAD - X_TICKS - LINE)
     x = axis.scale(box.left, box.right)
     pitch = (box.bottom - box.top) / len(rows)
     parts = [legend_svg]
     for tick in axis.ticks:
-        parts.append(f'<line class="grid" x1="{x(tick):.2f}" x2="{x(tick):.2f}" '
-                     f'y1="{box.top:.2f}" y2="{box.bottom:.2f}" stroke="{GRID}"/>')
+        parts.append(line("grid", x(tick), x(tick), box.top, box.bottom, GRID))
     for index, row in enumerate(rows):
         top = box.top + index * pitch
         parts.append(text(box.left, top + 13, row.label, "row-label", fit=box.width))
@@ -287,7 +288,7 @@ def grouped_bars(css: str, label: str, groups: Sequence[str], series: Sequence[S
     swatches = [Swatch(s.label, s.kind, s.colour) for s in series]
     legend_svg, legend_height = legend(swatches, PAD, PAD, WIDTH - 2 * PAD)
     turned = len(groups) > crowded
-    names = _group_labels(groups, turned)
+    names = _GroupLabels.of(groups, turned)
     left = PAD + y_axis_room(axis)
     slot = (WIDTH - PAD - left) / max(len(groups), 1)
     if turned:  # the first name hangs left of its group
@@ -303,8 +304,7 @@ def grouped_bars(css: str, label: str, groups: Sequence[str], series: Sequence[S
                              bar, y, box.bottom) for k, s in enumerate(series))
         parts.append(f'<g class="group" data-group="{escape(group)}">{bars}'
                      f"{names.draw(group, centre, box.bottom, slot)}</g>")
-    parts.append(f'<line class="axis-line" x1="{box.left:.2f}" x2="{box.right:.2f}" '
-                 f'y1="{box.bottom:.2f}" y2="{box.bottom:.2f}" stroke="{INK}"/>')
+    parts.append(line("axis-line", box.left, box.right, box.bottom, box.bottom, INK))
     return svg(css, label, height, parts)
 
 
@@ -327,6 +327,11 @@ class _GroupLabels:
     TURNED_SIZE = 11
     MAX_TURNED_CHARS = 16
 
+    @classmethod
+    def of(cls, groups: Sequence[str], turned: bool) -> "_GroupLabels":
+        longest = max((len(group) for group in groups), default=0)
+        return cls(turned, min(longest, cls.MAX_TURNED_CHARS))
+
     @property
     def reach(self) -> float:
         """Across or down: the name's length and its height, turned 45°."""
@@ -347,11 +352,6 @@ class _GroupLabels:
                     f' font-size="{self.TURNED_SIZE}" fill="{MUTED}" '
                     f'transform="rotate(-45 {x:.2f} {y:.2f})"',
                     fit=text_width("x" * self.MAX_TURNED_CHARS))
-
-
-def _group_labels(groups: Sequence[str], turned: bool) -> _GroupLabels:
-    longest = max((len(group) for group in groups), default=0)
-    return _GroupLabels(turned, min(longest, _GroupLabels.MAX_TURNED_CHARS))
 
 
 def density_panels(css: str, label: str, panels: Sequence[DensityPanel], x_label: str,
@@ -383,7 +383,7 @@ def _density_panel(panel: DensityPanel, left: float, width: float, height: float
     plot_left = left + y_axis_room(y_ticks) + 4
     legend_svg, legend_height = legend(swatches, plot_left, top, left + width - plot_left)
     plot_right = left + width - (text_width(x_ticks.label(x_ticks.high)) / 2 if x_ticks else 0)
-    box = Box(plot_left, top + legend_height + 8, plot_right, height - PAD - 16 - LINE)
+    box = Box(plot_left, top + legend_height + 8, plot_right, height - PAD - X_TICKS - LINE)
     parts += [legend_svg, y_axis(box, y_ticks, "density")]
     if present:
         x, y = x_ticks.scale(box.left, box.right), y_ticks.scale(box.bottom, box.top)

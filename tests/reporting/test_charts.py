@@ -65,6 +65,19 @@ def ticks(tree: ET.Element, axis: str) -> list[float]:
             if t.get("class") == f"tick {axis}" and t.get("data-value") is not None]
 
 
+def per_unit(tree: ET.Element, axis: str) -> float:
+    """Length of one unit along an axis, from where its tick labels are drawn (all alike
+    offset from their ticks)."""
+    at = {float(t.get("data-value")): attr(t, "x" if axis == "x" else "y")
+          for t in tree.iter("text") if t.get("class") == f"tick {axis}"}
+    top = max(at)
+    return abs(at[top] - at[0.0]) / top
+
+
+def legend_labels(tree: ET.Element) -> list[str]:
+    return [t.text for t in tree.iter("text") if t.get("class") == "legend-label"]
+
+
 def test_every_plot_parses_as_xml_and_loads_nothing(drawn) -> None:
     assert sorted(drawn) == sorted(PLOTS)
     for tree in drawn.values():
@@ -84,7 +97,7 @@ def test_overlap_bars_are_as_long_as_the_counts(pair, drawn) -> None:
     old_common, new_common = bars(tree, "common")
     assert [int(b.get("data-value")) for b in (shown_progress, old_common, regress_bar)] == [
         progress, common, regress]
-    per_sample = attr(old_common, "width") / common
+    per_sample = per_unit(tree, "x")
     for bar, count in ((shown_progress, progress), (new_common, common),
                        (regress_bar, regress)):
         assert attr(bar, "width") == pytest.approx(count * per_sample, abs=0.02)
@@ -94,7 +107,7 @@ def test_overlap_bars_are_as_long_as_the_counts(pair, drawn) -> None:
     assert attr(new_common, "x") == pytest.approx(attr(old_common, "x"))
     assert attr(regress_bar, "x") == pytest.approx(attr(new_common, "x")
                                                    + attr(new_common, "width"), abs=0.02)
-    legend = [t.text for t in tree.iter("text") if t.get("class") == "legend-label"]
+    legend = legend_labels(tree)
     assert legend == [f"progress {progress}", f"common {common}", f"regress {regress}"]
     assert min(ticks(tree, "x")) == 0 and max(ticks(tree, "x")) >= progress + common + regress
 
@@ -113,7 +126,7 @@ def test_class_bars_are_as_tall_as_each_classs_flips(pair, drawn) -> None:
                       for group in groups] for kind in expected}
     values = {kind: [int(group.find(f"rect[@class='bar {kind}']").get("data-value"))
                      for group in groups] for kind in expected}
-    per_sample = max(heights["negative"]) / expected["negative"].max()
+    per_sample = per_unit(tree, "y")
     for kind, counts in expected.items():
         assert values[kind] == counts.tolist()
         assert heights[kind] == pytest.approx(counts * per_sample, abs=0.02)
@@ -131,9 +144,10 @@ def numbers(element: ET.Element, name: str) -> np.ndarray:
     return np.array([float(value) for value in element.get(name).split()])
 
 
-def check_density(path: ET.Element, values: np.ndarray, edges: np.ndarray) -> None:
+def check_density(panel: ET.Element, path: ET.Element, values: np.ndarray,
+                  edges: np.ndarray) -> None:
     """The path's bins are numpy's density histogram of `values` on `edges` (area 1), and
-    its outline's heights above the baseline are proportional to them."""
+    its outline's heights above the baseline are those on the panel's y axis."""
     heights, _ = np.histogram(values, bins=edges, density=True)
     assert numbers(path, "data-edges") == pytest.approx(edges)
     assert numbers(path, "data-heights") == pytest.approx(heights)
@@ -142,8 +156,7 @@ def check_density(path: ET.Element, values: np.ndarray, edges: np.ndarray) -> No
     points = np.array([[float(v) for v in point.split(",")]
                        for point in re.findall(r"-?[\d.]+,-?[\d.]+", path.get("d"))])
     baseline, tops = points[0, 1], points[1:-1:2, 1]  # one top per bin, at its left edge
-    drawn = baseline - tops
-    assert drawn == pytest.approx(heights * drawn.max() / heights.max(), abs=0.02)
+    assert baseline - tops == pytest.approx(heights * per_unit(panel, "y"), abs=0.02)
 
 
 def test_displacement_densities_are_numpys_histograms(pair, drawn) -> None:
@@ -155,10 +168,10 @@ def test_displacement_densities_are_numpys_histograms(pair, drawn) -> None:
     paths = densities(tree)
     pooled = np.concatenate([displacement[kept], displacement[negative]])
     edges = np.histogram_bin_edges(pooled, bins=int(np.clip(np.sqrt(pooled.size), 5, 30)))
-    check_density(paths["kept"][0], displacement[kept], edges)
-    check_density(paths["negative"][0], displacement[negative], edges)
+    check_density(tree, paths["kept"][0], displacement[kept], edges)
+    check_density(tree, paths["negative"][0], displacement[negative], edges)
     assert min(ticks(tree, "x")) <= edges[0] and max(ticks(tree, "x")) >= edges[-1]
-    legend = [t.text for t in tree.iter("text") if t.get("class") == "legend-label"]
+    legend = legend_labels(tree)
     assert legend == [f"kept (n={kept.sum()})", f"negative flips (n={negative.sum()})"]
 
 
@@ -172,8 +185,8 @@ def test_confidence_gap_densities_per_model(pair, drawn) -> None:
                                                          "under v2 & co (new)"), strict=True):
         paths = densities(panel)
         gap = softmax_gap(logits)
-        check_density(paths["all"][0], gap, edges)
-        check_density(paths["negative"][0], gap[negative], edges)
+        check_density(panel, paths["all"][0], gap, edges)
+        check_density(panel, paths["negative"][0], gap[negative], edges)
         assert panel.find("text[@class='panel-title']").text == title
         top = max(numbers(path, "data-heights").max() for path in panel.iter("path"))
         assert max(ticks(panel, "y")) >= top and ticks(panel, "x")[::5] == [0.0, 1.0]
