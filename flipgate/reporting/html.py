@@ -43,6 +43,7 @@ from flipgate.reporting.terminal import (
 REGRESS, PROGRESS, COMMON, KEPT = "#d62728", "#2ca02c", "#8c8c8c", "#1f77b4"
 MAX_PLOT_CLASSES = 30
 GALLERY_LIMIT = 200  # negative flips drawn in a report file
+
 REPORT_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
        max-width: 1100px; padding: 0 1rem; color: #222; }
