@@ -64,7 +64,7 @@ def compare_and_report(
               "old": scored[0].describe(), "new": scored[1].describe()}
     names = {"old_name": str(old), "new_name": str(new)}
     if html:
-        from flipgate.reporting.html import flip_gallery, render_html  # matplotlib: 0.4 s
+        from flipgate.reporting.html import flip_gallery, render_html
 
         flips = flip_gallery(analysis, evalset, class_names=report["class_names"]) \
             if gallery and analysis.values else ""

@@ -234,9 +234,9 @@ def test_a_compare_of_logits_loads_no_onnx(tmp_path):
     assert '"nfr"' in result.stdout and result.stdout.strip().endswith("False")
 
 
-def test_a_compare_without_html_loads_no_plotting(tmp_path):
-    """matplotlib (0.4 s to import) is loaded only for an HTML report; rich (20 ms) only for
-    the terminal's report and progress bars, not for --json."""
+def compare_loading(tmp_path: Path, flags: list[str]) -> tuple[str, list[str]]:
+    """Run `flipgate compare` on two small ONNX models with `flags`: its stdout and which of
+    matplotlib and rich it imported."""
     rng = np.random.default_rng(0)
     models = [linear_onnx(tmp_path / f"{name}.onnx", rng.normal(size=(4, 3)), np.zeros(3),
                           ("N", 4)) for name in ("old", "new")]
@@ -246,8 +246,34 @@ def test_a_compare_without_html_loads_no_plotting(tmp_path):
         import sys
         from flipgate.cli import main
         main(["compare", {str(models[0])!r}, {str(models[1])!r}, "--evalset",
-              {str(tmp_path / "eval.npz")!r}, "--json"])
+              {str(tmp_path / "eval.npz")!r}, *{flags!r}])
         print(sorted({{"matplotlib", "rich"}} & {{name.split(".")[0] for name in sys.modules}}))
     """)
     assert result.returncode == 0, result.stderr
-    assert '"nfr"' in result.stdout and result.stdout.strip().endswith("[]")
+    *output, loaded = result.stdout.strip().splitlines()
+    return "\n".join(output), ast.literal_eval(loaded)
+
+
+def test_a_compare_without_html_loads_no_rich(tmp_path):
+    """rich (20 ms to import) is loaded only for the terminal's report, its progress bars and
+    the HTML page (which shares the terminal's formatting), not for --json."""
+    output, loaded = compare_loading(tmp_path, ["--json"])
+    assert '"nfr"' in output and loaded == []
+
+
+def test_an_html_report_loads_no_matplotlib(tmp_path):
+    """The HTML report draws its four plots as SVG itself: `compare --html` does not import
+    matplotlib (0.4 s) at all."""
+    output, loaded = compare_loading(tmp_path, ["--json", "--html", str(tmp_path / "r.html")])
+    assert '"nfr"' in output and "matplotlib" not in loaded
+    assert (tmp_path / "r.html").read_text().count("<svg") == 4
+
+
+def test_only_the_experiment_figure_imports_matplotlib():
+    """matplotlib draws `flipgate experiment`'s reproduction.svg and nothing else: the pair
+    report (which every API server and worker imports) has its own SVG charts."""
+    found = {package: importing(package, ("matplotlib",))
+             for package in ("flipgate", "service", "worker")}
+    assert found == {"flipgate": {"flipgate/reporting/experiment.py": ["matplotlib",
+                                                                       "matplotlib.pyplot"]},
+                     "service": {}, "worker": {}}

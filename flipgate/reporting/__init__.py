@@ -1,7 +1,7 @@
 """Human-readable reports of one old/new comparison: rich terminal output and an HTML page.
 
-`render_html` is imported lazily: it pulls in matplotlib (and selects the Agg backend), which
-a terminal-only caller should not pay for.
+`render_html` is imported lazily: its page's tables, gallery and SVG charts
+(flipgate.reporting.charts) are modules that a terminal-only caller does not need.
 """
 
 from typing import TYPE_CHECKING, Any

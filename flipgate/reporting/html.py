@@ -1,25 +1,27 @@
 """One self-contained HTML page for an old/new comparison: numbers, tables and inline SVG plots.
 
-The page loads nothing: CSS is inline, plots are matplotlib SVG (text drawn as paths) pasted
-into the document, so it opens offline and can be attached to a CI run as one file.
+The page loads nothing: CSS is inline and the plots are SVG drawn by flipgate.reporting.charts
+(text in the page's font), so it opens offline and can be attached to a CI run as one file.
 """
 
 import html
-import io
-import re
 from collections.abc import Sequence
-from functools import partial
 
-import matplotlib
 import numpy as np
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from flipgate.formats import EvalSet
 from flipgate.metrics.report import PairAnalysis, PlotValues
+from flipgate.reporting.charts import (
+    BarRow,
+    DensityPanel,
+    Sample,
+    Segment,
+    Series,
+    Swatch,
+    density_panels,
+    grouped_bars,
+    stacked_bars,
+)
 from flipgate.reporting.gallery import (
     GALLERY_CSS,
     FlipSample,
@@ -41,8 +43,6 @@ from flipgate.reporting.terminal import (
 REGRESS, PROGRESS, COMMON, KEPT = "#d62728", "#2ca02c", "#8c8c8c", "#1f77b4"
 MAX_PLOT_CLASSES = 30
 GALLERY_LIMIT = 200  # negative flips drawn in a report file
-_SVG_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
-_RC = {"svg.fonttype": "path", "svg.hashsalt": "flipgate", "font.size": 9}
 
 REPORT_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
@@ -60,77 +60,20 @@ figcaption { color: #555; font-size: .9rem; }
 """
 
 
-def _plain(text: str) -> str:
-    """Text for a matplotlib label: '$' would otherwise start mathtext."""
-    return text.replace("$", r"\$")
-
-
-def _svg(fig: Figure, prefix: str) -> str:
-    """The figure as an inline <svg> element with ids prefixed; closes the figure."""
-    buffer = io.StringIO()
-    try:
-        fig.savefig(buffer, format="svg", metadata=_SVG_METADATA)
-    finally:
-        plt.close(fig)
-    svg = buffer.getvalue()
-    svg = svg[svg.index("<svg"):]  # drop the XML prolog and the DOCTYPE (a DTD URL)
-    svg = re.sub(r'\bid="', f'id="{prefix}-', svg)
-    svg = re.sub(r'(href=")#', rf"\1#{prefix}-", svg)
-    return svg.replace("url(#", f"url(#{prefix}-")
-
-
-def _note(ax: Axes, message: str) -> None:
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#666")
-
-
-def _empty(ax: Axes, message: str) -> None:
-    _note(ax, message)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _densities(
-    ax: Axes, series: Sequence[tuple[str, np.ndarray, str]], edges: np.ndarray | None = None
-) -> None:
-    """Normalized histograms of several (label, values, color) series on one axis."""
-    present = [(label, values, color) for label, values, color in series if values.size]
-    if not present:
-        _empty(ax, "no samples")
-        return
-    if edges is None:
-        pooled = np.concatenate([values for _, values, _ in present])
-        edges = np.histogram_bin_edges(pooled, bins=int(np.clip(np.sqrt(pooled.size), 5, 30)))
-    for label, values, color in present:
-        ax.hist(values, bins=edges, density=True, histtype="stepfilled", alpha=0.35,
-                color=color, edgecolor=color, linewidth=1.5, label=f"{label} (n={values.size})")
-    ax.set_ylabel("density")
-    ax.legend(frameon=False)
-
-
-def _overlap_plot(values: PlotValues, old_name: str, new_name: str) -> Figure:
+def _overlap_plot(values: PlotValues, old_name: str, new_name: str) -> str:
     """(a) Old and new errors as offset bars: progress | common | regress."""
     counts = values.counts
     progress, common, regress = counts.positive_flips, counts.both_wrong, counts.negative_flips
-    fig, ax = plt.subplots(figsize=(6.4, 2.4), layout="constrained")
-    rows = [(_plain(f"{old_name} wrong"), [(0, progress, PROGRESS), (progress, common, COMMON)]),
-            (_plain(f"{new_name} wrong"), [(progress, common, COMMON),
-                                          (progress + common, regress, REGRESS)])]
-    for y, (_, segments) in enumerate(rows):
-        for left, width, color in segments:
-            ax.barh(y, width, left=left, color=color, height=0.6)
-            if width:
-                ax.text(left + width / 2, y, str(width), ha="center", va="center", color="white",
-                        fontweight="bold")
-    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(progress + common + regress, 1))
-    if not progress + common + regress:
-        _note(ax, "no errors under either model")
-    ax.set_xlabel("samples")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (PROGRESS, COMMON, REGRESS)]
-    ax.legend(handles, [f"progress {progress}", f"common {common}", f"regress {regress}"],
-              loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, frameon=False)
-    return fig
+    rows = [BarRow(f"{old_name} wrong", [Segment(0, progress, "progress", PROGRESS),
+                                         Segment(progress, common, "common", COMMON)]),
+            BarRow(f"{new_name} wrong", [Segment(progress, common, "common", COMMON),
+                                         Segment(progress + common, regress, "regress",
+                                                 REGRESS)])]
+    swatches = [Swatch(f"progress {progress}", "progress", PROGRESS),
+                Swatch(f"common {common}", "common", COMMON),
+                Swatch(f"regress {regress}", "regress", REGRESS)]
+    return stacked_bars("overlap", "error overlap of the old and the new model", rows, swatches,
+                        "samples", "no errors under either model")
 
 
 def _plot_classes(report: dict) -> list[dict]:
@@ -141,46 +84,37 @@ def _plot_classes(report: dict) -> list[dict]:
     return sorted(busiest[:MAX_PLOT_CLASSES], key=lambda e: e["class"])
 
 
-def _class_flips_plot(report: dict, class_names: list[str] | None) -> Figure:
+def _class_flips_plot(report: dict, class_names: list[str] | None) -> str:
     """(b) Negative and positive flips per true class as grouped bars."""
     entries = _plot_classes(report)
-    fig, ax = plt.subplots(figsize=(6.4, 3.2), layout="constrained")
-    x = np.arange(len(entries))
-    ax.bar(x - 0.2, [e["negative_flips"] for e in entries], 0.4, color=REGRESS,
-           label="negative flips")
-    ax.bar(x + 0.2, [e["positive_flips"] for e in entries], 0.4, color=PROGRESS,
-           label="positive flips")
-    labels = [_plain(class_label(e["class"], class_names)) for e in entries]
-    crowded = len(entries) > 8
-    ax.set_xticks(x, labels, rotation=45 if crowded else 0, ha="right" if crowded else "center")
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_ylabel("samples")
-    ax.legend(frameon=False)
-    return fig
+    series = [Series("negative flips", "negative", REGRESS,
+                     [e["negative_flips"] for e in entries]),
+              Series("positive flips", "positive", PROGRESS,
+                     [e["positive_flips"] for e in entries])]
+    return grouped_bars("class-flips", "negative and positive flips per true class",
+                        [class_label(e["class"], class_names) for e in entries], series,
+                        "samples")
 
 
-def _displacement_plot(values: PlotValues) -> Figure:
+def _displacement_plot(values: PlotValues) -> str:
     """(c) ‖z_new − z_old‖ of negative flips vs. samples whose prediction is kept."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.2), layout="constrained")
-    _densities(ax, [("kept", values.displacement[values.kept], KEPT),
-                    ("negative flips", values.displacement[values.flipped["negative"]],
-                     REGRESS)])
-    ax.set_xlabel("logit displacement ‖z_new − z_old‖₂")
-    return fig
+    samples = [Sample("kept", "kept", KEPT, values.displacement[values.kept]),
+               Sample("negative flips", "negative", REGRESS,
+                      values.displacement[values.flipped["negative"]])]
+    return density_panels("displacement", "logit displacement densities",
+                          [DensityPanel("", samples)], "logit displacement ‖z_new − z_old‖₂")
 
 
-def _confidence_plot(values: PlotValues, old_name: str, new_name: str) -> Figure:
+def _confidence_plot(values: PlotValues, old_name: str, new_name: str) -> str:
     """(d) Confidence gap p_top1 − p_top2 of negative flips vs. all samples, per model."""
     negative = values.flipped["negative"]
-    edges = np.linspace(0.0, 1.0, 21)
-    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.2), sharex=True, layout="constrained")
-    for ax, name, role, gap in ((axes[0], old_name, "old", values.old_gap),
-                                (axes[1], new_name, "new", values.new_gap)):
-        _densities(ax, [("all samples", gap, KEPT), ("negative flips", gap[negative], REGRESS)],
-                   edges)
-        ax.set_title(_plain(f"under {name} ({role})"))
-        ax.set_xlabel("confidence gap p_top1 − p_top2")
-    return fig
+    panels = [DensityPanel(f"under {name} ({role})",
+                           [Sample("all samples", "all", KEPT, gap),
+                            Sample("negative flips", "negative", REGRESS, gap[negative])])
+              for name, role, gap in ((old_name, "old", values.old_gap),
+                                      (new_name, "new", values.new_gap))]
+    return density_panels("confidence", "confidence gap densities under each model", panels,
+                          "confidence gap p_top1 − p_top2", np.linspace(0.0, 1.0, 21))
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
@@ -219,21 +153,19 @@ def _plots_section(values: PlotValues, report: dict, old_name: str, new_name: st
                    class_names: list[str] | None) -> str:
     many = len(report.get("per_class") or []) > MAX_PLOT_CLASSES
     plots = [
-        (partial(_overlap_plot, values, old_name, new_name),
+        (_overlap_plot(values, old_name, new_name),
          "Error overlap: progress (old wrong, new right), common (both wrong), "
          "regress (old right, new wrong)."),
-        (partial(_class_flips_plot, report, class_names),
+        (_class_flips_plot(report, class_names),
          "Negative and positive flips per true class"
          + (f" ({MAX_PLOT_CLASSES} classes with the most flips)." if many else ".")),
-        (partial(_displacement_plot, values),
+        (_displacement_plot(values),
          "Logit displacement of negatively flipped samples vs. samples whose prediction is "
          "kept (normalized densities)."),
-        (partial(_confidence_plot, values, old_name, new_name),
+        (_confidence_plot(values, old_name, new_name),
          "Confidence gap of the negatively flipped samples vs. all samples, under each model."),
     ]
-    with plt.rc_context(_RC):
-        items = [_figure(_svg(build(), f"plot{i}"), caption)
-                 for i, (build, caption) in enumerate(plots)]
+    items = [_figure(svg, caption) for svg, caption in plots]
     return f'<h2>Plots</h2><div class="plots">{"".join(items)}</div>'
 
 

@@ -10,9 +10,9 @@ few chunks plus a few bytes per sample (the predicted classes, the kept per-samp
 the report: about 30 bytes x 200,000 = 6 MB), not by the 800 MB of one logits file. Each
 process's peak (VmHWM in /proc: the high-water mark of resident memory, file pages included)
 must stay under 800 MB, the size of one logits file: the interpreter and its imports (numpy,
-ONNX Runtime, SQLAlchemy, matplotlib for the HTML page) take about 350 MB, so a process that
-held one logits file whole (np.load without mmap, np.concatenate, a softmax over all samples,
-or mapped pages never handed back) would pass 1.1 GB and fail.
+ONNX Runtime, SQLAlchemy) take about 350 MB, so a process that held one logits file whole
+(np.load without mmap, np.concatenate, a softmax over all samples, or mapped pages never
+handed back) would pass 1.1 GB and fail.
 """
 
 import time
