@@ -112,7 +112,8 @@ class ModuleStore:
     @contextmanager
     def client_for_test(self, seed: Seed | None) -> Iterator[TestClient]:
         """The shared client on the store as `seed` leaves it (empty for None) until the block
-        ends; then its writes, headers, cookies, settings and sign-in throttle are undone."""
+        ends; then its writes, queued messages, headers, cookies, settings and sign-in
+        throttle are undone."""
         self._seeded_with(seed)
         app = self.client.app
         settings = app.state.settings.model_copy(deep=True)
