@@ -49,11 +49,16 @@ def postgres_schema() -> Iterator[str]:
         server.dispose()
 
 
+def drop_flipgate_environment(patch: pytest.MonkeyPatch) -> None:
+    """Remove the FLIPGATE_* variables from the environment until `patch` is undone."""
+    for name in [name for name in os.environ if name.startswith("FLIPGATE_")]:
+        patch.delenv(name)
+
+
 @pytest.fixture(autouse=True)
 def no_flipgate_environment(monkeypatch) -> None:
     """Settings in these tests come from their arguments, not from FLIPGATE_* variables."""
-    for name in [name for name in os.environ if name.startswith("FLIPGATE_")]:
-        monkeypatch.delenv(name)
+    drop_flipgate_environment(monkeypatch)
 
 
 BACKENDS = ["sqlite", "postgresql"]

@@ -1,10 +1,8 @@
-"""The dashboard on the API test app (tests/service/api/conftest.py): a line with three
-versions whose logits are uploaded, its matrix computed, every pair's report measured, and a
-blocked decision. `seeded` seeds it for one test; a module whose every test reads the same
-line can seed it once instead (`seeded_once_per_module`, as tests/ui/test_pages.py does)."""
+"""The dashboard on the API test app (tests/service/api/conftest.py): `seed` stores a line
+with three versions whose logits are uploaded, its matrix computed, every pair's report
+measured, and a blocked decision (tests/ui/test_pages.py seeds it once per module and
+database, with tests/service/api/conftest.py's shared_store)."""
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
@@ -12,22 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
 
 from flipgate.metrics import compare_logits
-from service.config import Settings
-from service.ui.session import SignInThrottle
 from tests.service.api.conftest import (  # noqa: F401 (fixtures)
-    ADMIN_TOKEN,
-    bearer,
     client,
     db,
     measure,
     mint,
+    module_store,
     post_evalset,
     post_logits,
     post_model,
-    rolled_back_client,
     run_task,
     send_evalset,
     send_model,
@@ -56,36 +49,6 @@ class Seeded:
     logits: dict[str, np.ndarray]
     labels: np.ndarray
     blocked_id: int
-
-
-@pytest.fixture
-def seeded(client, tmp_path) -> "Seeded":  # noqa: F811
-    return seed(client, tmp_path)
-
-
-@contextmanager
-def seeded_once_per_module(on: Engine, folder: Path) -> Iterator[tuple[TestClient, "Seeded"]]:
-    """A client on a store seeded once, in a transaction rolled back when the block ends; pair
-    it with `client_in_savepoint` so that each test sees the seeded store and nothing that an
-    earlier test wrote."""
-    store_settings = Settings(database_url=on.url.render_as_string(hide_password=False),
-                              data_dir=folder / "data", admin_token=ADMIN_TOKEN)
-    with rolled_back_client(on, store_settings) as shared:
-        yield shared, seed(shared, folder)
-
-
-@contextmanager
-def client_in_savepoint(shared: TestClient) -> Iterator[TestClient]:
-    """The shared client inside a savepoint rolled back at the end, with its headers,
-    cookies and sign-in throttle as they were."""
-    savepoint = shared.app.state.connection.begin_nested()
-    try:
-        yield shared
-    finally:
-        savepoint.rollback()
-        shared.headers.update(bearer(ADMIN_TOKEN))
-        shared.cookies.clear()
-        shared.app.state.signin_throttle = SignInThrottle()
 
 
 def seed(client: TestClient, folder: Path) -> "Seeded":  # noqa: F811

@@ -37,6 +37,7 @@ from tests.service.api.conftest import (
     post_evalset,
     post_logits,
     run_task,
+    shared_store,
 )
 from tests.service.conftest import write_npz
 from tests.ui.conftest import (
@@ -44,32 +45,16 @@ from tests.ui.conftest import (
     EVALSET,
     LINE,
     SAMPLES,
-    client_in_savepoint,
     ensemble_curve,
-    seeded_once_per_module,
+    seed,
 )
 
-
-@pytest.fixture(scope="module")
-def seeded_store(engine, tmp_path_factory):
-    with seeded_once_per_module(engine, tmp_path_factory.mktemp("ui")) as store:
-        yield store
+client, settings = shared_store(client=seed)  # every test here starts from the seeded store
 
 
 @pytest.fixture
-def client(seeded_store):
-    with client_in_savepoint(seeded_store[0]) as shared:
-        yield shared
-
-
-@pytest.fixture
-def settings(seeded_store):
-    return seeded_store[0].app.state.settings
-
-
-@pytest.fixture
-def seeded(seeded_store):
-    return seeded_store[1]
+def seeded(client, module_store):
+    return module_store.seeded
 
 
 EXTERNAL = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|url\(\s*["']?\s*"""

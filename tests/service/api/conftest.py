@@ -5,6 +5,9 @@ create_app(settings) builds the real app; only its session factory is rebound to
 connection whose outer transaction the test's end rolls back. The request dependency still
 opens, commits and rolls back its own session (each commit releases a savepoint), so every
 test sees an empty store without migrating a database per module.
+
+A module whose tests start from the same seeded line builds one app per database instead
+(`shared_store`, a ModuleStore): seeded once, each test in a savepoint rolled back at its end.
 """
 
 import io
@@ -12,18 +15,22 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from celery import Celery
 from fastapi.testclient import TestClient
 from httpx import Response
-from sqlalchemy import Engine
+from sqlalchemy import Engine, NestedTransaction
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth.service import create_token
 from service.config import Settings
 from service.db import session_scope
 from service.main import create_app
+from service.ui.session import SignInThrottle
+from tests.service.conftest import drop_flipgate_environment
 from worker import runtime, tasks
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
@@ -48,10 +55,18 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+def store_settings(engine: Engine, folder: Path) -> Settings:
+    """The settings of a test app on `engine`'s database, its files under `folder`, made
+    without the FLIPGATE_* variables of the environment (as every test's are)."""
+    with pytest.MonkeyPatch.context() as patch:
+        drop_flipgate_environment(patch)
+        return Settings(database_url=engine.url.render_as_string(hide_password=False),
+                        data_dir=folder / "data", admin_token=ADMIN_TOKEN)
+
+
 @pytest.fixture
 def settings(engine, tmp_path) -> Settings:
-    return Settings(database_url=engine.url.render_as_string(hide_password=False),
-                    data_dir=tmp_path / "data", admin_token=ADMIN_TOKEN)
+    return store_settings(engine, tmp_path)
 
 
 @contextmanager
@@ -77,6 +92,92 @@ def client(engine, settings) -> Iterator[TestClient]:
     """A client that sends the admin token, on an app whose work is rolled back afterwards."""
     with rolled_back_client(engine, settings) as client:
         yield client
+
+
+Seed = Callable[[TestClient, Path], Any]
+
+
+class ModuleStore:
+    """One rolled-back app and connection that a module's tests share (per database): each
+    test runs in a savepoint rolled back at its end, on the store as a seed left it. The seed
+    runs in a savepoint of its own, once for as long as consecutive tests ask for it; a test
+    that asks for another seed, or none, has it rolled back first."""
+
+    def __init__(self, client: TestClient, settings: Settings, folder: Path) -> None:
+        self.client, self.settings, self.folder = client, settings, folder
+        self.seed: Seed | None = None
+        self.seeded: Any = None  # what the seed returned
+        self._seed_savepoint: NestedTransaction | None = None
+
+    @contextmanager
+    def client_for_test(self, seed: Seed | None) -> Iterator[TestClient]:
+        """The shared client on the store as `seed` leaves it (empty for None) until the block
+        ends; then its writes, queued messages, headers, cookies, settings and sign-in
+        throttle are undone."""
+        self._seeded_with(seed)
+        app = self.client.app
+        settings = app.state.settings.model_copy(deep=True)
+        headers = self.client.headers.copy()
+        savepoint = app.state.connection.begin_nested()
+        try:
+            yield self.client
+        finally:
+            savepoint.rollback()
+            for field in type(settings).model_fields:  # in place: the middleware holds it
+                setattr(app.state.settings, field, getattr(settings, field))
+            self.client.headers = headers
+            self.client.cookies.clear()
+            app.state.signin_throttle = SignInThrottle()
+            drop_queued_messages(app.state.celery)
+
+    def _seeded_with(self, seed: Seed | None) -> None:
+        if seed is self.seed and (seed is None) == (self._seed_savepoint is None):
+            return
+        if self._seed_savepoint is not None:
+            self._seed_savepoint.rollback()
+        self.seed, self.seeded, self._seed_savepoint = None, None, None
+        if seed is None:
+            return
+        self._seed_savepoint = self.client.app.state.connection.begin_nested()
+        self.seeded, self.seed = seed(self.client, self.folder), seed
+
+
+def drop_queued_messages(celery: Celery) -> None:
+    """Empty the folder broker's queues: what a test sent is not the next test's."""
+    for message in Path(celery.conf.broker_transport_options["data_folder_in"]).iterdir():
+        message.unlink()
+
+
+@pytest.fixture(scope="module")
+def module_store(engine, tmp_path_factory) -> Iterator[ModuleStore]:
+    """The module's shared store on each database (see `shared_store`)."""
+    folder = tmp_path_factory.mktemp("module_store")
+    settings = store_settings(engine, folder)
+    with rolled_back_client(engine, settings) as shared:
+        yield ModuleStore(shared, settings, folder)
+
+
+def shared_store(**seeds: Seed) -> tuple[Callable, Callable]:
+    """The `client` and `settings` fixtures of a module whose tests share one app per database
+    (ModuleStore): a test starts from exactly the store that `seeds[name](client, folder)`
+    seeded, for the first `name` among the fixtures it uses (`client=`: every test), or from
+    an empty store if it uses none of them; each seed runs once for consecutive tests, not
+    once per test. `module_store.seeded` is what the seed returned. `db`, `mint`, `worker` and
+    the upload fixtures work on the shared client."""
+
+    @pytest.fixture(name="client")
+    def shared_client(request: pytest.FixtureRequest,
+                      module_store: ModuleStore) -> Iterator[TestClient]:
+        seed = next((seed for name, seed in seeds.items() if name in request.fixturenames),
+                    None)
+        with module_store.client_for_test(seed) as client:
+            yield client
+
+    @pytest.fixture(name="settings")
+    def shared_settings(module_store: ModuleStore) -> Settings:
+        return module_store.settings
+
+    return shared_client, shared_settings
 
 
 def worker_context(client: TestClient) -> runtime.WorkerContext:

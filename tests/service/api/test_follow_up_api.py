@@ -3,10 +3,12 @@ measured on, then metrics against its parent and `production` once both logits e
 tasks run directly on the client's database and send through its Celery app (folder broker)."""
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
 from celery import Celery
+from fastapi.testclient import TestClient
 from sqlalchemy import delete, func, select
 
 from flipgate.formats import load_evalset
@@ -14,12 +16,15 @@ from flipgate.metrics import compare_logits
 from service import flows
 from service.compare.service import find_pair_metrics
 from service.datasets.service import get_dataset
+from service.db import session_scope
 from service.jobs.models import Job, JobKind, JobState
 from service.jobs.service import dependencies, get_job, start_job
 from service.predictions.service import get_predictions, read_logits
 from service.queue import ROUTES
 from service.registry.models import Alias
 from service.registry.service import get_version, set_alias
+from tests.service.api.conftest import post_evalset, post_logits, post_model, shared_store
+from tests.service.conftest import write_npz, write_onnx
 from worker import tasks
 
 N = 40
@@ -59,18 +64,28 @@ def jobs(db) -> Callable[[], list[Job]]:
     return made
 
 
-@pytest.fixture
-def measured_line(db, npz_file, upload_model, upload_evalset, upload_logits) -> dict:
+def seed_measured_line(client: TestClient, folder: Path) -> dict:
     """`line:1.0` with uploaded logits on the eval set `eval`, and `line@production` on it;
     its id and the eval set's labels."""
-    path = npz_file(n=N)
-    upload_evalset("eval", path)
-    response = upload_model("line", "1.0")
+    path = write_npz(folder, n=N)
+    post_evalset(client, "eval", path)
+    response = post_model(client, "line", "1.0", write_onnx(folder).read_bytes())
     logits = np.random.default_rng(0).normal(size=(N, 3))
-    assert upload_logits("line:1.0", "eval", logits).status_code == 201
-    with db() as session:
+    assert post_logits(client, "line:1.0", "eval", logits).status_code == 201
+    with session_scope(client.app.state.sessions) as session:
         set_alias(session=session, line_name="line", alias="production", version="1.0")
     return {"old_id": response.json()["id"], "labels": load_evalset(path).y}
+
+
+# the tests that use `measured_line` share one store per database, seeded once; the others
+# start from an empty one
+client, settings = shared_store(measured_line=seed_measured_line)
+
+
+@pytest.fixture
+def measured_line(client, module_store) -> dict:
+    """What seed_measured_line returned, on the store it seeded."""
+    return module_store.seeded
 
 
 def test_a_version_is_scored_then_compared_with_its_parent_and_production(

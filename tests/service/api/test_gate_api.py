@@ -23,8 +23,16 @@ from service.gate.models import Decision
 from service.gate.settling import settle_pending
 from service.jobs.models import Job, JobState
 from service.jobs.service import get_job, mark_finished, start_job
-from tests.service.api.conftest import bearer, error_code, measure
-from tests.service.conftest import FEATURES
+from tests.service.api.conftest import (
+    bearer,
+    error_code,
+    measure,
+    post_evalset,
+    post_logits,
+    post_model,
+    shared_store,
+)
+from tests.service.conftest import FEATURES, write_npz, write_onnx
 
 N, CLASSES = 100, 3
 P_VALUE = 4944 / 32768
@@ -38,15 +46,22 @@ def logits_wrong_on(wrong: range) -> np.ndarray:
     return np.eye(CLASSES)[predictions] * 3.0
 
 
-@pytest.fixture
-def line(client, npz_file, upload_model, upload_evalset, upload_logits):
+def seed_line(client, folder) -> None:
     """Versions 1 and 2 of `digits` with logits on `ev`; version 1 is production."""
-    upload_evalset("ev", npz_file(n=N, num_classes=CLASSES))
+    post_evalset(client, "ev", write_npz(folder, n=N, num_classes=CLASSES))
+    model = write_onnx(folder).read_bytes()
     for version, wrong in (("1", range(0, 10)), ("2", range(5, 20))):
-        upload_model("digits", version, metadata=json.dumps({"arch": "mlp"}))
-        assert upload_logits(f"digits:{version}", "ev", logits_wrong_on(wrong)).status_code == 201
+        post_model(client, "digits", version, model, metadata=json.dumps({"arch": "mlp"}))
+        assert post_logits(client, f"digits:{version}", "ev",
+                           logits_wrong_on(wrong)).status_code == 201
     assert gate(client, candidate="1").json()["verdict"] == "approve"
     assert client.post("/models/digits/aliases/production", json={"version": "1"}).is_success
+
+
+
+@pytest.fixture
+def line(client):
+    """The client, on the store that seed_line seeded."""
     return client
 
 
@@ -302,13 +317,24 @@ def test_a_failed_callback_is_due_again_from_its_row_with_a_doubling_delay(line,
         assert due_callbacks(session=session, resend_seconds=0) == []
 
 
-@pytest.fixture
-def blocked(line):
-    """The id of a decision blocking 2 under max_nfr 0.05."""
-    line.put("/models/digits/policy", json={"max_nfr": 0.05})
-    decision = measured(line).json()
+def seed_blocked(client, folder) -> int:
+    """seed_line, and a decision blocking 2 under max_nfr 0.05: its id."""
+    seed_line(client, folder)
+    client.put("/models/digits/policy", json={"max_nfr": 0.05})
+    decision = measured(client).json()
     assert decision["verdict"] == "block"
     return decision["decision_id"]
+
+
+# The tests that use `blocked` share one store per database seeded by seed_blocked, those that
+# use `line` one seeded by seed_line; the others start from an empty store.
+client, settings = shared_store(blocked=seed_blocked, line=seed_line)
+
+
+@pytest.fixture
+def blocked(line, module_store) -> int:
+    """The id of the decision that seed_blocked made."""
+    return module_store.seeded
 
 
 def with_training_set(client, npz_file) -> None:

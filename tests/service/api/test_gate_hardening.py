@@ -26,7 +26,9 @@ from service.jobs.service import get_job, mark_finished, start_job
 from service.main import create_app
 from tests.service.api.conftest import ADMIN_TOKEN, error_code
 from tests.service.api.test_gate_api import CLASSES, gate, logits_wrong_on
-from tests.service.api.test_gate_api import line as line  # the fixture
+from tests.service.api.test_gate_api import client as client  # the fixtures: one store
+from tests.service.api.test_gate_api import line as line  # per database, seeded once
+from tests.service.api.test_gate_api import settings as settings
 
 TABLES = (GatePolicy, WebhookSecret, Decision, DecisionJob, Job)
 

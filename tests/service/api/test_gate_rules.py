@@ -13,7 +13,7 @@ import pytest
 from service.config import Settings
 from service.db import utcnow
 from service.jobs.service import get_job, start_job
-from tests.service.api.conftest import measure
+from tests.service.api.conftest import measure, post_evalset, post_logits, shared_store
 from tests.service.api.test_gate_api import (  # noqa: F401
     CLASSES,
     P_VALUE,
@@ -22,6 +22,7 @@ from tests.service.api.test_gate_api import (  # noqa: F401
     line,
     logits_wrong_on,
     measured,
+    seed_line,
 )
 from tests.service.conftest import FEATURES
 from worker.sweeper import sweep
@@ -121,15 +122,26 @@ GROUPS = np.array(["a"] * 15 + ["tiny"] * 5 + ["rest"] * (N - 20))
 GROUP_A_NFR = 5 / 15
 
 
-@pytest.fixture
-def grouped(line, upload_evalset, upload_logits, tmp_path):  # noqa: F811
-    path = tmp_path / "gv.npz"
+def seed_grouped(client, folder) -> None:
+    """seed_line, and 1 → 2 measured on `gv`."""
+    seed_line(client, folder)
+    path = folder / "gv.npz"
     np.savez(path, x=np.zeros((N, FEATURES), np.float32), y=np.arange(N) % CLASSES,
              groups=GROUPS)
-    assert upload_evalset("gv", path).status_code == 201
+    assert post_evalset(client, "gv", path).status_code == 201
     for version, wrong in (("1", range(0, 10)), ("2", range(5, 20))):
-        assert upload_logits(f"digits:{version}", "gv", logits_wrong_on(wrong)).status_code == 201
-    assert measure(line, "digits:1", "digits:2", "gv")["n"] == N
+        assert post_logits(client, f"digits:{version}", "gv",
+                           logits_wrong_on(wrong)).status_code == 201
+    assert measure(client, "digits:1", "digits:2", "gv")["n"] == N
+
+
+# one store per database for the tests that use `grouped`, one for those that use only `line`
+client, settings = shared_store(grouped=seed_grouped, line=seed_line)
+
+
+@pytest.fixture
+def grouped(line):  # noqa: F811
+    """The client, on the store that seed_grouped seeded."""
     return line
 
 

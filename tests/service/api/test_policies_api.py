@@ -21,7 +21,16 @@ from sqlalchemy.orm import Session
 
 from service.gate import history
 from service.predictions.service import read_predicted_classes
-from tests.service.api.conftest import error_code, measure, run_task
+from tests.service.api.conftest import (
+    error_code,
+    measure,
+    post_evalset,
+    post_logits,
+    post_model,
+    run_task,
+    shared_store,
+)
+from tests.service.conftest import write_onnx
 
 N, CLASSES = 100, 3
 LABELS = np.arange(N) % CLASSES
@@ -38,20 +47,29 @@ def one_hot_logits(wrong: dict[int, range]) -> np.ndarray:
     return np.eye(CLASSES)[predictions] * 3.0
 
 
-@pytest.fixture
-def line(client, tmp_path, upload_model, upload_evalset, upload_logits):
+def seed_line(client, folder) -> None:
     """Versions 0, 1 and 2 of `digits` with logits on `ev`; production went 0 → 1."""
-    path = tmp_path / "ev.npz"
+    path = folder / "ev.npz"
     x = np.random.default_rng(0).normal(size=(N, 4)).astype(np.float32)
     np.savez(path, x=x, y=LABELS, groups=GROUPS)
-    assert upload_evalset("ev", path).status_code == 201
+    assert post_evalset(client, "ev", path).status_code == 201
+    model = write_onnx(folder).read_bytes()
     for version, wrong in WRONG.items():
-        upload_model("digits", version, metadata=json.dumps({"arch": "mlp"}))
-        assert upload_logits(f"digits:{version}", "ev", one_hot_logits(wrong)).status_code == 201
+        post_model(client, "digits", version, model, metadata=json.dumps({"arch": "mlp"}))
+        assert post_logits(client, f"digits:{version}", "ev",
+                           one_hot_logits(wrong)).status_code == 201
     for version in ("0", "1"):
         moved = client.post("/models/digits/aliases/production",
                             json={"version": version, "force": True})
         assert moved.is_success, moved.text
+
+
+client, settings = shared_store(line=seed_line)  # every test here uses `line`
+
+
+@pytest.fixture
+def line(client):
+    """The client, on the store that seed_line seeded."""
     return client
 
 

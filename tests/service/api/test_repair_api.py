@@ -16,9 +16,16 @@ from service.gate import repair as repair_service
 from service.jobs.models import Job
 from service.registry.models import ModelVersion
 from tests.conftest import save_graph
-from tests.service.api.conftest import error_code, measure
+from tests.service.api.conftest import (
+    error_code,
+    measure,
+    post_evalset,
+    post_logits,
+    post_model,
+    shared_store,
+)
 from tests.service.api.test_gate_api import CLASSES, N, gate, logits_wrong_on
-from tests.service.conftest import FEATURES
+from tests.service.conftest import FEATURES, write_npz, write_onnx
 from worker import training
 
 
@@ -36,21 +43,29 @@ def two_layer_onnx(path, seed: int):
     return save_graph(graph, path)
 
 
-@pytest.fixture
-def line(client, tmp_path, npz_file, onnx_file, upload_model, upload_evalset, upload_logits):
+def seed_line(client, folder) -> None:
     """Versions 1 (production), 2 and 3 of `digits`, logits on `ev`, eval sets `cal` and
     `ev_copy` (the same data as `ev`), and a policy of NFR ≤ 0.05 on `ev`."""
-    upload_evalset("ev", npz_file(n=N, num_classes=CLASSES))
-    upload_evalset("ev_copy", npz_file(n=N, num_classes=CLASSES))
-    upload_evalset("cal", npz_file(n=200, num_classes=CLASSES, seed=7))
-    files = {"1": onnx_file(CLASSES, seed=1), "2": onnx_file(CLASSES, seed=2),
-             "3": two_layer_onnx(tmp_path / "two_layer.onnx", seed=3)}
+    post_evalset(client, "ev", write_npz(folder, n=N, num_classes=CLASSES))
+    post_evalset(client, "ev_copy", write_npz(folder, n=N, num_classes=CLASSES))
+    post_evalset(client, "cal", write_npz(folder, n=200, num_classes=CLASSES, seed=7))
+    files = {"1": write_onnx(folder, CLASSES, seed=1), "2": write_onnx(folder, CLASSES, seed=2),
+             "3": two_layer_onnx(folder / "two_layer.onnx", seed=3)}
     for version, wrong in (("1", range(0, 10)), ("2", range(5, 20)), ("3", range(5, 20))):
-        assert upload_model("digits", version, content=files[version].read_bytes()).is_success
-        assert upload_logits(f"digits:{version}", "ev", logits_wrong_on(wrong)).status_code == 201
+        assert post_model(client, "digits", version, files[version].read_bytes()).is_success
+        assert post_logits(client, f"digits:{version}", "ev",
+                           logits_wrong_on(wrong)).status_code == 201
     assert gate(client, candidate="1").json()["verdict"] == "approve"
     assert client.post("/models/digits/aliases/production", json={"version": "1"}).is_success
     client.put("/models/digits/policy", json={"max_nfr": 0.05, "evalsets": ["ev"]})
+
+
+client, settings = shared_store(line=seed_line)  # every test here uses `line`
+
+
+@pytest.fixture
+def line(client):
+    """The client, on the store that seed_line seeded."""
     return client
 
 
