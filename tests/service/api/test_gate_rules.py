@@ -10,8 +10,11 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from flipgate.metrics.report import compare_logits
+from service.compare.models import REPORT_SCALARS, PairMetrics
 from service.config import Settings
 from service.db import utcnow
+from service.gate.rules import Policy, measured_metrics
 from service.jobs.service import get_job, start_job
 from tests.service.api.conftest import measure, post_evalset, post_logits, shared_store
 from tests.service.api.test_gate_api import (  # noqa: F401
@@ -170,3 +173,41 @@ def test_a_group_whose_error_rises_over_its_limit_blocks_naming_it(grouped):
                                              pytest.approx(1.0))])
     assert group_reasons(grouped, {"max_group_er_increase": 1.0, "min_group_size": 5}) == (
         "approve", [])
+
+
+def test_a_reason_says_which_side_of_its_bound_the_candidate_is_and_when_it_is_waived(line):  # noqa: F811
+    assert measured(line).status_code == 200
+    decision = decided_under(line, {"min_er_decrease": 0.0, "max_nfr": 0.05,
+                                    "significance": 0.05})
+    messages = {reason["code"]: reason["message"] for reason in decision["reasons"]}
+    assert messages == {
+        "min_er_decrease": f"on ev: the error-rate decrease {ER_OLD - ER_NEW:.4g} is below "
+                           "the minimum 0.0",
+        "max_nfr": "on ev: NFR 0.1 is above the maximum 0.05 (waived: the flips are not "
+                   "significant)"}
+
+
+def test_the_measured_numbers_include_the_sample_count_and_both_error_rates(grouped):
+    assert measured(grouped).status_code == 200  # 1 -> 2 on `ev` too
+    metrics = decided_under(grouped, {"evalsets": ["ev", "gv"]})["metrics"]
+    assert {name: (metrics[name]["n"], metrics[name]["er_old"], metrics[name]["er_new"])
+            for name in ("ev", "gv")} == dict.fromkeys(
+                ("ev", "gv"), (N, pytest.approx(ER_OLD), pytest.approx(ER_NEW)))
+    groups = {group["group"]: (group["n"], group["er_old"], group["er_new"])
+              for group in metrics["gv"]["groups"]}
+    errors_old, errors_new = np.zeros(N, bool), np.zeros(N, bool)
+    errors_old[0:10], errors_new[5:20] = True, True
+    assert groups == {name: (int(members.sum()), pytest.approx(errors_old[members].mean()),
+                             pytest.approx(errors_new[members].mean()))
+                      for name in set(GROUPS) for members in [name == GROUPS]}
+
+
+def test_the_worst_class_is_one_with_samples_when_the_eval_set_lacks_a_class():
+    """A class the eval set has no sample of has no NFR; it is never the worst class."""
+    labels = np.array([0, 0, 1, 1])
+    old, new = np.eye(3, dtype=np.float32)[[0, 0, 1, 1]], np.eye(3, dtype=np.float32)[[0, 2, 1, 1]]
+    report = compare_logits(old, new, labels)
+    row = PairMetrics(report=report, nfr_ci_high=report["nfr_ci"][1],
+                      **{name: report[name] for name in REPORT_SCALARS})
+    numbers = measured_metrics(row, Policy())
+    assert (numbers["worst_class"], numbers["worst_class_nfr"]) == (0, 0.5)
