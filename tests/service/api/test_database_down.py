@@ -1,6 +1,7 @@
 """A database that cannot be reached answers 503 `database_unavailable` within a bound, on
 every path: the token lookup of the admission middleware, an endpoint, and /readyz, which
-answers within a second. "Frozen" is a port that accepts connections and never answers (as
+answers after its checks' bound (0.8 s; about 0.9 s here, alone), never after the connect's
+3 s. "Frozen" is a port that accepts connections and never answers (as
 a PostgreSQL stopped with SIGSTOP does for new connections); "stopped" refuses them."""
 
 import socket
@@ -17,6 +18,7 @@ from service.main import create_app
 from tests.service.api.conftest import ADMIN_TOKEN, timed
 
 pytestmark = pytest.mark.serial  # bounds how long a request waits
+SLACK_SECONDS = 1.5  # a loaded test machine's scheduling (1.35 s seen after the parallel run)
 
 
 @pytest.fixture(params=["frozen", "stopped"])
@@ -44,11 +46,11 @@ def client(unreachable_database, tmp_path) -> TestClient:
 def test_requests_answer_503_database_unavailable_within_the_connect_bound(client, token):
     status, body, took = timed(client, "/models", token)
     assert (status, body["error"]["code"]) == (503, "database_unavailable"), body
-    assert took < CONNECT_SECONDS + 1.5, took
+    assert took < CONNECT_SECONDS + SLACK_SECONDS, took
 
 
 def test_readyz_answers_within_a_second_naming_the_database(client):
     status, body, took = timed(client, "/readyz", "")
     assert status == 503 and body["checks"]["database"]["status"] == "failed", body
     assert body["checks"]["artifacts"]["status"] == "ok"
-    assert took < CHECK_SECONDS + 0.5, took
+    assert took < CHECK_SECONDS + SLACK_SECONDS < CONNECT_SECONDS, took  # never the connect's
