@@ -83,6 +83,15 @@ def test_significance_waives_the_flip_limits_and_nothing_else(line):  # noqa: F8
     assert verdict == "approve" and {code for code, _, _ in reasons} == set(flip_limits)
     verdict, reasons = verdict_under(line, {**flip_limits, "significance": 0.2})  # p < 0.2
     assert verdict == "block" and all(blocking for _, _, blocking in reasons)
+    assert {code for code, _, _ in reasons} == set(flip_limits)  # no separate significance one
+
+
+def test_a_p_value_equal_to_the_significance_level_is_not_significant(line):  # noqa: F811
+    """The test is one-sided at level α: significant when p < α; the server's own p as α
+    waives the flip limits."""
+    p_value = measured(line).json()["metrics"]["ev"]["mcnemar_p"]
+    verdict, reasons = verdict_under(line, {"max_nfr": 0.05, "significance": p_value})
+    assert (verdict, reasons) == ("approve", [("max_nfr", 0.1, False)])
 
 
 def test_a_decision_waiting_on_a_job_whose_worker_is_lost_blocks(line, db):  # noqa: F811
@@ -164,6 +173,9 @@ def test_a_group_over_its_nfr_limit_blocks_naming_it_and_small_groups_are_not_ga
     assert (verdict, reasons) == ("block", [("max_group_nfr", "a", pytest.approx(GROUP_A_NFR))])
     verdict, reasons = group_reasons(grouped, {**at_bound, "min_group_size": 5})
     assert (verdict, reasons) == ("block", [("max_group_nfr", "tiny", pytest.approx(1.0))])
+    [reason] = decided_under(grouped, {**at_bound, "min_group_size": 5, "evalsets": ["gv"]})[
+        "reasons"]
+    assert (reason["evalset"], reason["limit"], reason["blocking"]) == ("gv", GROUP_A_NFR, True)
 
 
 def test_a_group_whose_error_rises_over_its_limit_blocks_naming_it(grouped):
@@ -190,9 +202,9 @@ def test_a_reason_says_which_side_of_its_bound_the_candidate_is_and_when_it_is_w
 def test_the_measured_numbers_include_the_sample_count_and_both_error_rates(grouped):
     assert measured(grouped).status_code == 200  # 1 -> 2 on `ev` too
     metrics = decided_under(grouped, {"evalsets": ["ev", "gv"]})["metrics"]
-    assert {name: (metrics[name]["n"], metrics[name]["er_old"], metrics[name]["er_new"])
-            for name in ("ev", "gv")} == dict.fromkeys(
-                ("ev", "gv"), (N, pytest.approx(ER_OLD), pytest.approx(ER_NEW)))
+    assert {name: (metrics[name]["n"], metrics[name]["er_old"], metrics[name]["er_new"],
+                   metrics[name]["pfr"]) for name in ("ev", "gv")} == dict.fromkeys(
+        ("ev", "gv"), (N, pytest.approx(ER_OLD), pytest.approx(ER_NEW), pytest.approx(5 / N)))
     groups = {group["group"]: (group["n"], group["er_old"], group["er_new"])
               for group in metrics["gv"]["groups"]}
     errors_old, errors_new = np.zeros(N, bool), np.zeros(N, bool)
@@ -202,12 +214,27 @@ def test_the_measured_numbers_include_the_sample_count_and_both_error_rates(grou
                       for name in set(GROUPS) for members in [name == GROUPS]}
 
 
+def stored_row(old: np.ndarray, new: np.ndarray, labels: np.ndarray, **options) -> PairMetrics:
+    """A pair's metrics as the server stores them, from flipgate's report on the logits."""
+    report = compare_logits(old, new, labels, **options)
+    return PairMetrics(report=report, nfr_ci_high=report["nfr_ci"][1],
+                       **{name: report[name] for name in REPORT_SCALARS})
+
+
 def test_the_worst_class_is_one_with_samples_when_the_eval_set_lacks_a_class():
     """A class the eval set has no sample of has no NFR; it is never the worst class."""
-    labels = np.array([0, 0, 1, 1])
-    old, new = np.eye(3, dtype=np.float32)[[0, 0, 1, 1]], np.eye(3, dtype=np.float32)[[0, 2, 1, 1]]
-    report = compare_logits(old, new, labels)
-    row = PairMetrics(report=report, nfr_ci_high=report["nfr_ci"][1],
-                      **{name: report[name] for name in REPORT_SCALARS})
+    classes = np.eye(3, dtype=np.float32)
+    row = stored_row(classes[[0, 0, 1, 1]], classes[[0, 2, 1, 1]], np.array([0, 0, 1, 1]))
     numbers = measured_metrics(row, Policy())
     assert (numbers["worst_class"], numbers["worst_class_nfr"]) == (0, 0.5)
+
+
+def test_without_negative_flips_the_worst_class_nfr_is_zero_and_every_group_is_gated():
+    """No policy minimum: a group of one sample is gated; no flips: the worst class's NFR is 0."""
+    logits = np.eye(3, dtype=np.float32)[[0, 1, 2, 2]]
+    row = stored_row(logits, logits, np.array([0, 1, 2, 2]),
+                     groups=np.array(["one", "rest", "rest", "rest"]))
+    numbers = measured_metrics(row, Policy())
+    assert numbers["worst_class_nfr"] == 0.0
+    assert {group["group"]: (group["n"], group["gated"]) for group in numbers["groups"]} == {
+        "one": (1, True), "rest": (3, True)}
