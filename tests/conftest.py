@@ -30,13 +30,6 @@ def pytest_deselected(items) -> None:
         out.writelines(f"{nodeid}\n" for nodeid in serial)
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """On pytest-xdist's workers the files with slow tests are handed out first, so that the
-    long tests start early and the short ones even out the end (one process keeps the order)."""
-    if hasattr(config, "workerinput"):  # this process is one of pytest-xdist's workers
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def linear_onnx(path: Path, weight: np.ndarray, bias: np.ndarray,
                 input_shape: tuple[int | str, ...]) -> Path:
     """An ONNX classifier logits = flatten(x) @ weight + bias, written with onnx.helper."""
