@@ -52,13 +52,17 @@ def store_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion
     existing = find_pair_metrics(session=session, old=old, new=new, dataset=dataset)
     if existing is not None:
         return existing
-    low, high = report["nfr_ci"]
-    row = PairMetrics(old_version=old, new_version=new, dataset=dataset, report=report,
-                      html_sha256=html_sha256, nfr_ci_low=low, nfr_ci_high=high,
-                      **{name: report[name] for name in REPORT_SCALARS})
+    row = PairMetrics(old_version=old, new_version=new, dataset=dataset, html_sha256=html_sha256,
+                      **report_columns(report))
     return insert_or_conflict(session, row, code="pair_metrics_exist", message=f"versions "
                               f"{old.id} → {new.id} on {dataset.name!r} are being stored")
 
+
+def report_columns(report: dict[str, Any]) -> dict[str, Any]:
+    """The columns of a pair's stored row that come from its `compare_logits` report."""
+    low, high = report["nfr_ci"]
+    return {"report": report, "nfr_ci_low": low, "nfr_ci_high": high,
+            **{name: report[name] for name in REPORT_SCALARS}}
 
 def _check_report(old: ModelVersion, new: ModelVersion, dataset: Dataset,
                   report: dict[str, Any]) -> None:

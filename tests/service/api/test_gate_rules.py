@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from flipgate.metrics.report import compare_logits
-from service.compare.models import REPORT_SCALARS, PairMetrics
+from service.compare.models import PairMetrics
+from service.compare.service import report_columns
 from service.config import Settings
 from service.db import utcnow
 from service.gate.rules import Policy, measured_metrics
@@ -216,9 +217,7 @@ def test_the_measured_numbers_include_the_sample_count_and_both_error_rates(grou
 
 def stored_row(old: np.ndarray, new: np.ndarray, labels: np.ndarray, **options) -> PairMetrics:
     """A pair's metrics as the server stores them, from flipgate's report on the logits."""
-    report = compare_logits(old, new, labels, **options)
-    return PairMetrics(report=report, nfr_ci_high=report["nfr_ci"][1],
-                       **{name: report[name] for name in REPORT_SCALARS})
+    return PairMetrics(**report_columns(compare_logits(old, new, labels, **options)))
 
 
 def test_the_worst_class_is_one_with_samples_when_the_eval_set_lacks_a_class():
