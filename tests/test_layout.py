@@ -130,6 +130,21 @@ def test_the_top_level_help_loads_neither_torch_nor_the_server_stack():
     assert modules_loaded_by(["--help"], ("torch", "scipy", "httpx", *SERVER_STACK)) == []
 
 
+def test_the_server_and_the_worker_start_without_torch():
+    """torch (over a second to import) loads with the first repair request or retraining job,
+    not with every `flipgate serve` and `flipgate worker`."""
+    result = run_python("""
+        import sys
+        import service.main
+        from worker.app import TASK_MODULES
+        for module in TASK_MODULES:
+            __import__(module)
+        print("torch" in sys.modules)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
 def test_a_pair_report_with_its_statistics_loads_no_scipy():
     """Its Wilson intervals and McNemar p come from the standard library: scipy would add
     about 0.13 s to every `flipgate compare`."""

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from flipgate.formats import load_training_set
+from flipgate.progress import ProgressFactory
 from flipgate.repair import Limits, RepairResult, ensemble, interpolate
-from flipgate.train import recipes
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
-from flipgate.train.recipes import ProgressFactory
 from service import flows, urls
 from service.datasets.service import get_dataset
 from service.db import session_scope
@@ -41,6 +40,8 @@ def retrain(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     with its lineage and gate it like the original."""
     # checked when requested; again before any import
     allowed_architecture(params["arch"], ctx.settings)
+    from flipgate.train import recipes  # torch: loaded by the first retraining, not at start
+
     with session_scope(ctx.sessions) as session:
         line = session.get_one(ModelLine, get_decision(
             session=session, decision_id=params["decision_id"]).line_id)

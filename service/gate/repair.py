@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -24,7 +23,6 @@ from flipgate.repair import Limits, same_structure
 from flipgate.repair.search import DEFAULT_LIMITS
 from flipgate.train.config import TrainConfig, is_custom_architecture
 from flipgate.train.methods import METHODS, resolve_options
-from flipgate.train.zoo import build_model
 from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
@@ -40,6 +38,9 @@ from service.jobs.models import Job, JobKind
 from service.names import VERSION, check_name
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, qualified_name
+
+if TYPE_CHECKING:
+    import torch
 
 ONNX_REPAIRS = tuple(ONNX_REPAIR_OPTIONS)
 TRAINING_FIELDS = ("config", "arch", "dataset")
@@ -101,8 +102,7 @@ def _check_repair_size(settings: Settings, method: str, options: Any, arch: str,
                        candidate: ModelVersion, dataset: Dataset, *, has_old: bool) -> None:
     """422 `repair_too_large` when the models training holds at once (each replica, the old
     model) and the training set, as float32, would take more than FLIPGATE_MAX_REPAIR_MB."""
-    with torch.device("meta"):
-        model = build_model(arch, tuple(candidate.input_shape[1:]), candidate.num_classes)
+    model = meta_model(arch, candidate)
     parameters = sum(parameter.numel() for parameter in model.parameters())
     models = METHODS[method].models(options) + has_old
     samples = dataset.n * math.prod(dataset.sample_shape) * 4
@@ -265,10 +265,21 @@ def _check_zoo_architecture(arch: str, candidate: ModelVersion) -> None:
     """Build the zoo model on torch's meta device (no memory): its options parse, lie within
     the zoo's bounds and fit the candidate's samples and classes."""
     try:
-        with torch.device("meta"):
-            build_model(arch, tuple(candidate.input_shape[1:]), candidate.num_classes)
+        meta_model(arch, candidate)
     except ValueError as error:
         raise InvalidInput("invalid_architecture", f"architecture {arch!r}: {error}") from error
+
+
+def meta_model(arch: str, candidate: ModelVersion) -> "torch.nn.Module":
+    """The zoo model of `arch` for the candidate's samples and classes, on torch's meta device
+    (no memory). torch is imported here, by the first repair request, not when the server
+    starts (a second of every start)."""
+    import torch
+
+    from flipgate.train.zoo import build_model
+
+    with torch.device("meta"):
+        return build_model(arch, tuple(candidate.input_shape[1:]), candidate.num_classes)
 
 
 def allowed_architecture(arch: str, settings: Settings) -> str:
