@@ -15,6 +15,8 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
+SHUTDOWN_CHECK_SECONDS = 0.25
+
 
 class Channel(filesystem.Channel):
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
@@ -32,3 +34,10 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+        """kombu's wait for a message, for at most SHUTDOWN_CHECK_SECONDS at a time: Celery's
+        worker loop waits 2 s per call and looks for a shutdown between calls, so a SIGTERM
+        waited up to 2 s before the worker began to stop."""
+        capped = timeout if timeout is None else min(timeout, SHUTDOWN_CHECK_SECONDS)
+        super().drain_events(connection, timeout=capped)
