@@ -120,7 +120,7 @@ def main() -> int:
 # pytest-xdist's workers (a file's tests stay together, so each module's fixtures are built
 # once), then the `serial` ones (load holds, timing bounds) alone on a quiet machine.
 PYTEST = [str(BIN / "python"), "-m", "pytest"]
-WORKERS = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile"]
+WORKERS = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", "--no-loadscope-reorder"]
 NO_TESTS_COLLECTED = 5  # pytest's exit code when a marker selects nothing
 
 

@@ -16,6 +16,22 @@ from flipgate.export import export_onnx
 from flipgate.formats import EvalSet
 from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
+from tests.scheduling import DurationRecorder, longest_files_first
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help="write each file's seconds into tests/durations.json, the order "
+                          "pytest-xdist's workers take the files in (tests/scheduling.py)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("store_durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(DurationRecorder(), "flipgate-durations")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    longest_files_first(items)
 
 
 def pytest_deselected(items) -> None:

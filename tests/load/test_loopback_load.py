@@ -12,7 +12,7 @@ from flipgate.processes import free_port
 from service.config import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
-CLIENTS, SECONDS, CLIENT_PROCESSES = 200, 20, 2
+CLIENTS, SECONDS, CLIENT_PROCESSES = 200, 10, 2
 
 
 def test_200_clients_on_sqlite_get_answers_and_healthz_stays_up(monkeypatch):
