@@ -38,6 +38,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_ignore_result": True,
         "broker_connection_retry_on_startup": True,
         "worker_hijack_root_logger": False,
+        # the worker's timer thread sleeps at most this long: stopping it waited up to 1 s
+        "worker_timer_precision": 0.25,
     }
 
 
