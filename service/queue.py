@@ -40,6 +40,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         # the worker's timer thread sleeps at most this long: stopping it waited up to 1 s
         "worker_timer_precision": 0.25,
+        # a pool process that died frees its slot after this (Celery's default, 10 s, waits for
+        # a result it might have sent; results are ignored here, the job row is the truth)
+        "worker_lost_wait": 1.0,
     }
 
 
