@@ -37,14 +37,13 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-GRACEFUL_SHUTDOWN_SECONDS = 10  # after SIGTERM, open requests get this long, then are cut
 STARTUP_FAILURE = 3  # uvicorn's exit code when it could not start serving (a port in use)
 
 
 def run_serve(args: argparse.Namespace) -> int:
     """Serve the API with uvicorn, with a worker subprocess unless --api-only; SIGTERM stops
-    both within about GRACEFUL_SHUTDOWN_SECONDS, whatever its clients do (the worker's own
-    shutdown runs meanwhile)."""
+    both within about FLIPGATE_SHUTDOWN_GRACE_SECONDS, whatever its clients do (the worker's
+    own shutdown runs meanwhile)."""
     import uvicorn
 
     from service.config import get_settings
@@ -57,7 +56,7 @@ def run_serve(args: argparse.Namespace) -> int:
     worker = None if args.api_only else subprocess.Popen(
         [sys.executable, "-m", "flipgate.cli", "worker", "--queues", ALL_QUEUES])
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=args.port,
-                                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS))
+                                           timeout_graceful_shutdown=settings.shutdown_grace_seconds))
     if worker is not None:
         server.handle_exit = stopping_first(worker, server.handle_exit)
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit normally so `finally` runs

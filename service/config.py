@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     body_grace_seconds: float = Field(default=10.0, gt=0)
     body_min_rate: int = Field(default=16 * 1024, ge=1)  # bytes per second
     body_deadline_seconds: float = Field(default=600.0, gt=0)
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # open requests after SIGTERM
 
     @model_validator(mode="after")
     def _default_database(self) -> Self:

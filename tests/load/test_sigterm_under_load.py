@@ -23,9 +23,10 @@ from tests.e2e.conftest import alive, child_pids
 from tests.load.conftest import AUTHORIZED, Server, partial_upload, serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
-# open requests get GRACEFUL_SHUTDOWN_SECONDS (10) and the worker's own shutdown (about 7 s)
-# overlaps them: 11-13 s measured on a busy 2-core machine, so 25 s is a bound, not a race
-CLIENTS, LOAD_SECONDS, EXIT_WITHIN_SECONDS = 100, 3.0, 25.0
+# open requests get FLIPGATE_SHUTDOWN_GRACE_SECONDS (here 2 s, not the default 10) and the
+# worker's own shutdown (about 4 s) overlaps them: the bound is below the default grace, so a
+# server that ignored the setting fails it
+CLIENTS, LOAD_SECONDS, GRACE_SECONDS, EXIT_WITHIN_SECONDS = 100, 3.0, 2, 8.0
 RETRY_SECONDS = 0.5  # a client whose connection failed waits this long before the next
 
 
@@ -74,7 +75,7 @@ def hammer(server: Server, index: int, load: Load) -> None:
 
 def test_sigterm_under_load_stops_serve_in_time_with_whole_rows(tmp_path):
     load = Load()
-    with (serving(tmp_path) as server,
+    with (serving(tmp_path, FLIPGATE_SHUTDOWN_GRACE_SECONDS=str(GRACE_SECONDS)) as server,
           partial_upload(server, declared=10 * 2**20, headers=AUTHORIZED)):  # never ends
         clients = [threading.Thread(target=hammer, args=(server, index, load))
                    for index in range(CLIENTS)]
