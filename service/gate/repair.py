@@ -102,7 +102,7 @@ def _check_repair_size(settings: Settings, method: str, options: Any, arch: str,
                        candidate: ModelVersion, dataset: Dataset, *, has_old: bool) -> None:
     """422 `repair_too_large` when the models training holds at once (each replica, the old
     model) and the training set, as float32, would take more than FLIPGATE_MAX_REPAIR_MB."""
-    model = meta_model(arch, candidate)
+    model = _meta_model(arch, candidate)
     parameters = sum(parameter.numel() for parameter in model.parameters())
     models = METHODS[method].models(options) + has_old
     samples = dataset.n * math.prod(dataset.sample_shape) * 4
@@ -265,12 +265,12 @@ def _check_zoo_architecture(arch: str, candidate: ModelVersion) -> None:
     """Build the zoo model on torch's meta device (no memory): its options parse, lie within
     the zoo's bounds and fit the candidate's samples and classes."""
     try:
-        meta_model(arch, candidate)
+        _meta_model(arch, candidate)
     except ValueError as error:
         raise InvalidInput("invalid_architecture", f"architecture {arch!r}: {error}") from error
 
 
-def meta_model(arch: str, candidate: ModelVersion) -> "torch.nn.Module":
+def _meta_model(arch: str, candidate: ModelVersion) -> "torch.nn.Module":
     """The zoo model of `arch` for the candidate's samples and classes, on torch's meta device
     (no memory). torch is imported here, by the first repair request, not when the server
     starts (a second of every start)."""
