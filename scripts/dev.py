@@ -122,6 +122,10 @@ def main() -> int:
 PYTEST = [str(BIN / "python"), "-m", "pytest"]
 WORKERS = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", "--no-loadscope-reorder"]
 NO_TESTS_COLLECTED = 5  # pytest's exit code when a marker selects nothing
+# The parallel run's processes compute on one thread each (unless OMP_NUM_THREADS is set):
+# the workers are the parallelism, and torch's or OpenBLAS's threads in every worker and in
+# the servers it starts would oversubscribe the cores, spinning while they wait for each other.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def run_tests(args: list[str]) -> int:
@@ -146,7 +150,7 @@ def run_in_two_parts(marker: str, args: list[str], env: dict[str, str]) -> int:
         listed = Path(folder) / "serial-tests.txt"
         parallel = subprocess.call(
             [*PYTEST, *WORKERS, "-m", f"not serial{selected}", *args],
-            env={**env, "FLIPGATE_SERIAL_TESTS": str(listed)})
+            env={**ONE_THREAD, **env, "FLIPGATE_SERIAL_TESTS": str(listed)})
         serial_ids = listed.read_text(encoding="utf-8").split() if listed.exists() else []
         serial = subprocess.call([*PYTEST, "-m", f"serial{selected}", *args, *serial_ids],
                                  env=env)
