@@ -135,12 +135,12 @@ class System:
         assert decision.status_code == 202, decision.text
         return decision.json()["decision_id"]
 
-    def wait_running(self, attempt: int, job_id: int | None = None) -> Job:
-        """A job (`job_id`, or any) seen running its `attempt`-th run with some progress."""
+    def wait_running(self) -> Job:
+        """A job seen running its first run with some progress: one to kill mid-job."""
         return wait_for(lambda: next((job for job in self.jobs()
-                                      if job.state == "running" and job.attempts == attempt
-                                      and job.progress > 0 and job_id in (None, job.id)), None),
-                        f"job {job_id or ''} running attempt {attempt}", WAIT_SECONDS)
+                                      if job.state == "running" and job.attempts == 1
+                                      and job.progress > 0), None),
+                        "a job running its first run", WAIT_SECONDS)
 
     def wait_ended(self) -> list[Job]:
         """Every job once none is queued or running."""

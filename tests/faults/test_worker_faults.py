@@ -54,7 +54,7 @@ def test_a_killed_pool_process_loses_nothing_on_the_folder_broker(tmp_path, work
     with system(tmp_path) as running:
         worker = running.start_worker()
         running.gate(workload)
-        victim = running.wait_running(attempt=1)
+        victim = running.wait_running()
         killed_at = now()
         for pid in pool_processes(worker):
             os.kill(pid, signal.SIGKILL)
@@ -76,7 +76,7 @@ def test_a_killed_sweeper_is_restarted_and_its_successor_requeues_lost_jobs(tmp_
     with system(tmp_path) as running:
         worker = running.start_worker()
         running.gate(workload)
-        victim = running.wait_running(attempt=1)
+        victim = running.wait_running()
         [sweeper] = sweepers(worker)
         killed_at = now()
         for pid in [sweeper, *pool_processes(worker)]:
@@ -93,7 +93,7 @@ def test_a_killed_worker_group_on_redis_loses_nothing(tmp_path, workload, spare_
     with system(tmp_path, redis_url=spare_redis.url) as running:
         worker = running.start_worker()
         running.gate(workload)
-        victim = running.wait_running(attempt=1)
+        victim = running.wait_running()
         killed_at = now()
         kill_group(worker)
         running.start_worker()
@@ -134,7 +134,7 @@ def test_a_worker_survives_its_database_disappearing_mid_job(tmp_path, workload,
                                           redis_url=spare_redis.url) as running:
         running.start_worker()
         running.gate(workload)
-        victim = running.wait_running(attempt=1)
+        victim = running.wait_running()
         schema = make_url(url).query["options"].split("=", 1)[1]
         server = create_engine(POSTGRES_URL)
         with server.begin() as connection:
