@@ -126,13 +126,13 @@ def run_token_revoke(args: argparse.Namespace) -> int:
 def run_store_check(args: argparse.Namespace) -> int:
     """Print the artifacts no row references and the rows whose artifact is missing; exit 1
     when there is either."""
-    from service.artifacts import ArtifactStore
     from service.config import get_settings
     from service.housekeeping import check_store
+    from service.storage import open_store
 
     settings = get_settings()
     with token_session() as session:
-        report = check_store(session=session, store=ArtifactStore.from_settings(settings))
+        report = check_store(session=session, store=open_store(settings))
     for sha256 in report.unreferenced:
         print(f"unreferenced artifact {sha256}")
     for sha256 in report.missing:
@@ -144,12 +144,12 @@ def run_store_check(args: argparse.Namespace) -> int:
 
 def run_store_gc(args: argparse.Namespace) -> int:
     """Delete the unreferenced artifacts older than --min-age-minutes and print them."""
-    from service.artifacts import ArtifactStore
     from service.config import get_settings
     from service.housekeeping import collect_garbage
+    from service.storage import open_store
 
     with token_session() as session:
-        removed = collect_garbage(session=session, store=ArtifactStore.from_settings(
+        removed = collect_garbage(session=session, store=open_store(
             get_settings()), min_age_seconds=args.min_age_minutes * 60)
     for sha256 in removed:
         print(f"removed {sha256}")

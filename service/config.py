@@ -29,6 +29,15 @@ class Settings(BaseSettings):
     # database is this plus the 3 s connect timeout
     db_statement_seconds: float = Field(default=30.0, gt=0)
     admin_token: SecretStr | None = None
+    # s3://BUCKET[/PREFIX]: artifacts in an S3-compatible bucket (credentials, region and
+    # endpoint from the standard AWS chain); None: the local folder <data_dir>/artifacts
+    artifact_store: str | None = None
+    cache_dir: Path | None = None  # the S3 store's local read cache; None: <data_dir>/cache
+    cache_max_gb: float = Field(default=20.0, gt=0)  # least recently used evicted beyond it
+    # one call to the S3 store that gets no answer for this long fails (connect and each
+    # read); with its retries a request waits at most about 3x this, then answers 503
+    # `storage_unavailable`
+    store_timeout_seconds: float = Field(default=5.0, gt=0)
     max_upload_mb: int = Field(default=512, ge=1)  # request bodies (uploads) at most
     max_decompressed_mb: int = Field(default=2048, ge=1)  # .npz arrays, model .zips, expanded
     max_repair_mb: int = Field(default=8192, ge=1)  # a retraining repair's estimated memory
@@ -132,6 +141,10 @@ class Settings(BaseSettings):
     @property
     def artifacts_dir(self) -> Path:
         return self.data_dir / "artifacts"
+
+    @property
+    def artifact_cache_dir(self) -> Path:
+        return self.cache_dir or self.data_dir / "cache"
 
 
 @cache

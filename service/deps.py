@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from starlette.datastructures import State
 
 from flipgate.logits_scan import LogitsScan
-from service.artifacts import ArtifactStore, StagedFile
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
@@ -24,6 +23,7 @@ from service.db import read_only
 from service.errors import Unauthorized, UnsupportedMediaType
 from service.outbox import enqueue_after_commit
 from service.schemas import ErrorBody
+from service.storage import ArtifactStore, StagedFile
 
 bearer = HTTPBearer(auto_error=False, description="an API token, or FLIPGATE_ADMIN_TOKEN")
 

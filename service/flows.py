@@ -25,7 +25,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.artifacts import ArtifactStore
 from service.compare.matrix import queue_matrix
 from service.compare.service import Pair, queue_measurement
 from service.config import Settings
@@ -44,6 +43,7 @@ from service.predictions.service import (
 )
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, production_version_id
+from service.storage import ArtifactStore
 
 
 def version_registered(*, session: Session, version: ModelVersion) -> list[Job]:

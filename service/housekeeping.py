@@ -2,19 +2,17 @@
 artifacts that no row references (reported by `flipgate store check`, removed by
 `flipgate store gc`)."""
 
-import shutil
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from sqlalchemy import select, union
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from service.artifacts import ArtifactStore
 from service.compare.models import PairMetrics
 from service.datasets.models import Dataset
 from service.predictions.models import Prediction
 from service.registry.models import ModelVersion
+from service.storage import ArtifactStore
 
 # Every column that holds the address of an artifact. A new one must be added here, or gc
 # would take its artifacts for garbage (tests/service/test_housekeeping.py checks the schema).
@@ -32,25 +30,11 @@ class StoreReport:
     missing: list[str]
 
 
-def last_modified(path: Path) -> float:
-    """The newest modification time of a file, or of anything inside a folder."""
-    times = [path.stat().st_mtime]
-    if path.is_dir():
-        times += [child.stat().st_mtime for child in path.rglob("*")]
-    return max(times)
-
-
-def sweep_partial_files(*, store: ArtifactStore, idle_seconds: float) -> list[Path]:
-    """Remove the staging folders and unfinished writes untouched for `idle_seconds` (an
-    upload under way keeps writing, so its files stay fresh); what was removed."""
-    cutoff = time.time() - idle_seconds
-    stale = [path for path in store.partial_files() if last_modified(path) < cutoff]
-    for path in stale:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-    return stale
+def sweep_partial_files(*, store: ArtifactStore, idle_seconds: float) -> list[str]:
+    """Remove the staging files, unfinished writes and (S3) staging objects and incomplete
+    multipart uploads untouched for `idle_seconds` (an upload under way keeps writing, so
+    its files stay fresh); what was removed."""
+    return store.sweep_partial(idle_seconds)
 
 
 def referenced_artifacts(*, session: Session) -> set[str]:
@@ -70,9 +54,9 @@ def collect_garbage(*, session: Session, store: ArtifactStore,
                     min_age_seconds: float) -> list[str]:
     """Delete the unreferenced artifacts older than `min_age_seconds` (a younger one may
     belong to a registration whose transaction has not committed yet); what was deleted."""
-    cutoff = time.time() - min_age_seconds
-    garbage = [sha256 for sha256 in check_store(session=session, store=store).unreferenced
-               if store.path(sha256).stat().st_mtime < cutoff]
-    for sha256 in garbage:
-        store.remove(sha256)
+    cutoff, stored = time.time() - min_age_seconds, dict(store.entries())
+    referenced = referenced_artifacts(session=session)
+    garbage = sorted(sha256 for sha256, stored_at in stored.items()
+                     if sha256 not in referenced and stored_at < cutoff)
+    store.remove(garbage)
     return garbage

@@ -16,7 +16,6 @@ from starlette.exceptions import HTTPException
 
 import flipgate
 from service import health
-from service.artifacts import ArtifactStore
 from service.auth.router import router as auth_router
 from service.compare.router import router as compare_router
 from service.config import Settings, get_settings
@@ -46,6 +45,7 @@ from service.predictions.router import router as predictions_router
 from service.queue import create_celery_app
 from service.registry.router import router as registry_router
 from service.schemas import ErrorBody
+from service.storage import ArtifactStore, open_store
 from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
@@ -122,7 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessions = create_session_factory(app.state.engine)
     app.add_middleware(Admission, slots=ADMITTED_REQUESTS, state=app.state,
                        authenticate=token_checker(app.state))
-    app.state.store = ArtifactStore.from_settings(settings)
+    app.state.store = open_store(settings)
     app.state.celery = create_celery_app(settings)
     app.add_exception_handler(ServiceError, service_error)
     app.add_exception_handler(RequestValidationError, validation_error)

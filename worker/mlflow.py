@@ -10,7 +10,6 @@ decision, and a job that dies after its commit leaves a state the reconcile job 
 """
 
 import hashlib
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from flipgate.mlflow_gate import (
     set_verdict_tags,
 )
 from service import flows
-from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.errors import Conflict, NotFound
 from service.gate.decisions import get_decision, waited_jobs
@@ -47,6 +45,7 @@ from service.registry.service import (
     production_version,
     register_version,
 )
+from service.storage import ArtifactStore
 from worker.runtime import WorkerContext, finishing, job_task, running_job, succeed
 
 
@@ -79,9 +78,8 @@ def import_and_gate(ctx: WorkerContext, job_id: int, params: dict[str, Any],
     """The decision's id once it is final; None when it is pending (the job then succeeds,
     and a job waiting for the measurements settles it)."""
     model = onnx_bytes(version, settings.mlflow_tracking_uri)
-    ctx.store.staging.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=ctx.store.staging) as folder:
-        path = Path(folder) / "model.onnx"
+    with ctx.store.scratch() as folder:
+        path = folder / "model.onnx"
         path.write_bytes(model)
         with running_job(ctx, job_id) as (session, job):
             registered = import_version(session, ctx.store, version, path)

@@ -30,7 +30,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flipgate.inference import allow_runs, terminate_runs
 from service import flows
-from service.artifacts import ArtifactStore
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import ServiceError
@@ -38,6 +37,7 @@ from service.jobs.leases import renew
 from service.jobs.models import Job, JobState
 from service.jobs.service import claim_job, lock_running_job, set_progress
 from service.outbox import enqueue_after_commit
+from service.storage import ArtifactStore, open_store
 from worker.app import app
 
 PROGRESS_STEP = 0.05
@@ -59,7 +59,7 @@ class WorkerContext:
     def from_settings(cls, settings: Settings, celery: Celery) -> "WorkerContext":
         """A context on the database and artifact store of `settings` (a new engine)."""
         return cls(create_session_factory(create_db_engine(settings)),
-                   ArtifactStore.from_settings(settings), celery, settings)
+                   open_store(settings), celery, settings)
 
 
 class JobStopped(Exception):

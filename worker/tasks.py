@@ -4,7 +4,6 @@ running job delivered again (its worker was lost before acking) is run again."""
 
 import os
 import socket
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,9 +68,8 @@ def infer(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
 def scratch_file(ctx: WorkerContext) -> Iterator[Path]:
     """A path for logits being written, in a fresh folder beside the store (so that storing
     them is a link, not a copy), removed afterwards."""
-    ctx.store.staging.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=ctx.store.staging) as folder:
-        yield Path(folder) / "logits.npy"
+    with ctx.store.scratch() as folder:
+        yield folder / "logits.npy"
 
 
 def keep_logits(ctx: WorkerContext, session: Session, params: dict[str, Any],

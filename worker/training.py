@@ -48,7 +48,7 @@ def retrain(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
         dataset = get_dataset(session=session, name=params["dataset"])
         old = (None if params["old_version_id"] is None
                else get_version(session=session, version_id=params["old_version_id"]))
-    data = load_training_set(ctx.store.path(dataset.sha256), source=dataset.name)
+    data = load_training_set(ctx.store.local_path(dataset.sha256), source=dataset.name)
     old_logits = None if old is None else score_version(store=ctx.store, version=old,
                                                         dataset=dataset)[0]
     trained = recipes.train(
@@ -70,7 +70,8 @@ def repair_on_onnx(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> N
         calibration = get_dataset(session=session, name=params["calibration"])
     with tempfile.TemporaryDirectory() as folder:
         with artifacts_named(pair):
-            result = _mixed(params, *(path for path, _ in pair), ctx.store.path(calibration.sha256),
+            result = _mixed(params, *(path for path, _ in pair),
+                            ctx.store.local_path(calibration.sha256),
                             Path(folder) / "model.onnx", JobProgress(ctx, job_id))
         details = {key: value for key, value in result.to_dict().items() if key != "out"}
         finish_repair(ctx, job_id, params, result.out,

@@ -10,7 +10,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.metrics import pair_count_matrices
-from service.artifacts import ArtifactStore
 from service.compare.models import PairCounts
 from service.compare.schemas import MissingPair, PairMatrix
 from service.datasets.models import Dataset
@@ -28,6 +27,7 @@ from service.predictions.service import (
 )
 from service.registry.models import ModelVersion
 from service.registry.service import list_versions
+from service.storage import ArtifactStore
 
 PairKey = tuple[int, int]  # (lower version id, higher version id)
 

@@ -13,7 +13,6 @@ from flipgate.onnx_io import InputSpec
 from flipgate.progress import Progress
 from flipgate.reporting.html import render_html
 from service import urls
-from service.artifacts import ArtifactStore
 from service.compare.models import REPORT_SCALARS, PairMetrics
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset, read_groups, read_labels
@@ -32,6 +31,7 @@ from service.predictions.service import (
 )
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, qualified_name, resolve_reference
+from service.storage import ArtifactStore
 
 
 @dataclass(frozen=True)

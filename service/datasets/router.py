@@ -4,7 +4,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
 
-from service.artifacts import StagedFile, upload_name
 from service.datasets import service
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.schemas import DatasetRead
@@ -18,6 +17,7 @@ from service.deps import (
     StagedNpz,
     StoreDep,
 )
+from service.storage import StagedFile, upload_name
 
 router = APIRouter(tags=["evalsets"], route_class=CommittingRoute)
 

@@ -7,11 +7,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.formats import check_labels, label_columns, load_evalset
-from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import InvalidInput, library_input
 from service.names import check_name
+from service.storage import ArtifactStore, file_sha256
 
 
 def register_dataset(
@@ -68,13 +68,13 @@ def list_datasets(*, session: Session, role: DatasetRole) -> list[Dataset]:
 
 def read_groups(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray | None:
     """The optional `groups` array of a stored eval set (one string or integer per sample)."""
-    with np.load(store.path(dataset.sha256), allow_pickle=False) as archive:
+    with np.load(store.local_path(dataset.sha256), allow_pickle=False) as archive:
         return archive["groups"] if "groups" in archive.files else None
 
 
 def read_labels(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray:
     """The labels y of a stored data set as column indices (names mapped by its `classes`;
     the inputs are not read)."""
-    with np.load(store.path(dataset.sha256), allow_pickle=False) as archive:
+    with np.load(store.local_path(dataset.sha256), allow_pickle=False) as archive:
         classes = archive["classes"].tolist() if "classes" in archive.files else []
         return label_columns(archive["y"], classes)

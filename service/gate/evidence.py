@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.artifacts import ArtifactStore
 from service.compare.models import PairMetrics
 from service.compare.service import find_pair_metrics
 from service.config import Settings
@@ -18,6 +17,7 @@ from service.gate.models import Decision
 from service.gate.rules import Policy, measured_metrics
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version
+from service.storage import ArtifactStore, open_store
 
 HistoryRead = dict[tuple[int, ...], dict[str, Any]]  # HistoryInputs.key -> its breaks
 
@@ -33,7 +33,7 @@ def pair_evidence(*, session: Session, settings: Settings, policy: Policy,
     rows = _rows(session, baseline, candidate, datasets)
     if not all(rows):
         return None
-    limit, store = policy.max_nfr_vs_history, ArtifactStore.from_settings(settings)
+    limit, store = policy.max_nfr_vs_history, open_store(settings)
 
     def history(dataset: Dataset) -> dict[str, Any] | None:
         if not limit:

@@ -10,7 +10,6 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.artifacts import ArtifactStore
 from service.datasets.models import Dataset
 from service.datasets.service import read_labels
 from service.gate.models import Promotion
@@ -24,6 +23,7 @@ from service.predictions.service import (
 )
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_line, get_version
+from service.storage import ArtifactStore
 
 
 def production_history(*, session: Session, line: ModelLine,

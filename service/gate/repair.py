@@ -23,7 +23,6 @@ from flipgate.repair import Limits, same_structure
 from flipgate.repair.search import DEFAULT_LIMITS
 from flipgate.train.config import TrainConfig, is_custom_architecture
 from flipgate.train.methods import METHODS, resolve_options
-from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
@@ -38,6 +37,7 @@ from service.jobs.models import Job, JobKind
 from service.names import VERSION, check_name
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, qualified_name
+from service.storage import ArtifactStore
 
 if TYPE_CHECKING:
     import torch

@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.artifacts import ArtifactStore
 from service.callbacks.targets import full_callback_url
 from service.config import Settings
 from service.gate.decisions import gate_request, get_decision
@@ -18,6 +17,7 @@ from service.gate.schemas import GateRequest
 from service.jobs.models import Job
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, register_version
+from service.storage import ArtifactStore
 
 
 def register_repaired(*, session: Session, store: ArtifactStore, job: Job, path: Path,

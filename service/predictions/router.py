@@ -7,7 +7,6 @@ from sqlalchemy.orm import Session
 
 from flipgate.scores import PROBABILITIES
 from service import flows
-from service.artifacts import ArtifactStore, StagedFile, upload_name
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.deps import (
@@ -27,6 +26,7 @@ from service.predictions.schemas import PredictionRead
 from service.registry.models import ModelVersion
 from service.registry.schemas import ScoreKind
 from service.registry.service import get_named_version
+from service.storage import ArtifactStore, StagedFile, upload_name
 
 router = APIRouter(tags=["predictions"], route_class=CommittingRoute)
 

@@ -16,15 +16,15 @@ from flipgate.logits_scan import LogitsScan
 from flipgate.metrics import predicted_classes
 from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
 from flipgate.scores import PROBABILITIES, to_logits
-from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
-from service.errors import Conflict, InvalidInput, NotFound, library_input
+from service.errors import Conflict, InvalidInput, library_input
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
 from service.predictions.models import Prediction, PredictionSource
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import qualified_name
+from service.storage import ArtifactStore, file_sha256
 
 
 def store_predictions(
@@ -104,7 +104,7 @@ def read_predicted_classes(*, store: ArtifactStore, prediction: Prediction) -> n
 
 def read_classes_artifact(*, store: ArtifactStore, sha256: str) -> np.ndarray:
     """The predicted classes stored as the artifact `sha256`, memory-mapped (read-only)."""
-    return np.load(store.path(sha256), mmap_mode="r", allow_pickle=False)
+    return np.load(store.local_path(sha256), mmap_mode="r", allow_pickle=False)
 
 
 def give_classes(*, session: Session, predictions: list[Prediction],
@@ -143,7 +143,7 @@ def _scoring(store: ArtifactStore, version: ModelVersion,
     data set's array for each of its inputs (memory-mapped), checked to fit."""
     classifier = OnnxClassifier(store.model_path(version.artifact_sha256),
                                 output=version.scores_output, scores=version.scores_kind)
-    evalset = load_evalset(store.path(dataset.sha256), mmap=True)
+    evalset = load_evalset(store.local_path(dataset.sha256), mmap=True)
     classifier.check_evalset(evalset)
     return classifier, classifier.feeds(evalset)
 
@@ -250,9 +250,7 @@ def read_logits(*, store: ArtifactStore, prediction: Prediction) -> np.ndarray:
 
 def read_logits_artifact(*, store: ArtifactStore, sha256: str) -> np.ndarray:
     """The logits array stored as the artifact `sha256`, memory-mapped (read-only)."""
-    if not store.exists(sha256):
-        raise NotFound("artifact_not_found", f"no artifact {sha256}")
-    return np.load(store.path(sha256), mmap_mode="r", allow_pickle=False)
+    return np.load(store.local_path(sha256), mmap_mode="r", allow_pickle=False)
 
 
 def versions_with_predictions(*, session: Session, versions: list[ModelVersion],

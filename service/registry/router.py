@@ -7,7 +7,6 @@ from fastapi import APIRouter, Form, Query, UploadFile
 from pydantic import BaseModel, Field, StringConstraints
 
 from service import flows
-from service.artifacts import StagedFile, upload_name
 from service.datasets.service import get_dataset
 from service.deps import (
     RAW_BODY_ROUTE,
@@ -28,6 +27,7 @@ from service.registry.schemas import (
     ModelVersionRead,
     ScoreKind,
 )
+from service.storage import StagedFile, upload_name
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=CommittingRoute)
 METADATA_MAX_CHARS = 64 * 1024

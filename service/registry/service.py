@@ -10,12 +10,12 @@ from sqlalchemy.orm import Session
 from flipgate.formats import external_data_names, inspect_onnx
 from flipgate.model_zip import unpack_model_zip
 from flipgate.onnx_io import InputSpec, OutputSpec
-from service.artifacts import BUNDLE_MODEL, ArtifactStore, model_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, NotFound, library_input
 from service.names import VERSION, check_name
 from service.registry.models import Alias, ModelLine, ModelVersion
+from service.storage import BUNDLE_MODEL, ArtifactStore, model_sha256
 
 ZIP_MAGIC = b"PK\x03\x04"
 REFERENCE = re.compile(r"(?P<line>[^:@]+)(?P<separator>[:@])(?P<name>[^:@]+)")

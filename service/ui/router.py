@@ -25,12 +25,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
 from flipgate.reporting.html import stored_body
 from service import urls
-from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.db import read_only
 from service.deps import CommittingRoute
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.integrations.mlflow.service import list_events
+from service.storage import ArtifactStore
 from service.ui import docs, queries, samples
 from service.ui.ci import ci_links
 from service.ui.curve import repair_curve_svg
@@ -206,8 +206,9 @@ def _gallery(rows: queries.PairRows, store: ArtifactStore,
     negative = rows.metrics.report["flipped_indices"]["negative"]
     if rows.old_logits is None or rows.new_logits is None:
         return LABELS_ONLY_GALLERY, len(negative), 1, 1, False
-    paths = {"old_logits": store.path(rows.old_logits), "new_logits": store.path(rows.new_logits),
-             "evalset": store.path(rows.dataset.sha256)}
+    paths = {"old_logits": store.local_path(rows.old_logits),
+             "new_logits": store.local_path(rows.new_logits),
+             "evalset": store.local_path(rows.dataset.sha256)}
     ranked = samples.ranked_negative_flips(negative, paths["new_logits"])
     page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
     view = samples.sample_view(paths["evalset"])

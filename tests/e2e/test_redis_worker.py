@@ -10,7 +10,6 @@ from fastapi.testclient import TestClient
 
 from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
-from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.datasets.service import get_dataset
 from service.db import settings_session
@@ -20,6 +19,7 @@ from service.main import create_app
 from service.migrate import upgrade
 from service.predictions.service import get_predictions, read_logits
 from service.registry.service import get_named_version
+from service.storage import open_store
 from tests.e2e.conftest import (
     empty_redis,
     flipgate_env,
@@ -85,7 +85,7 @@ def test_two_workers_share_the_shards_of_a_job(tmp_path, models, evalset):
         pending = client.post("/compare/digits:1.0/digits:1.1", params={"evalset": "eval"})
         jobs = wait_for_jobs(client, pending.json()["job_ids"])[:-1]  # the inference jobs
     assert [job["result"]["shards"] for job in jobs] == [15, 15]
-    store = ArtifactStore.from_settings(settings)
+    store = open_store(settings)
     with settings_session(settings) as session:
         workers = {shard.result["worker"] for job in jobs for shard in list_shards(
             session=session, job=session.get_one(Job, job["id"]))}

@@ -22,7 +22,6 @@ from sqlalchemy import func, select
 
 from flipgate.inference import OnnxClassifier
 from flipgate.processes import free_port, stop_process
-from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.datasets.service import get_dataset
 from service.db import settings_session
@@ -33,6 +32,7 @@ from service.migrate import upgrade
 from service.predictions.models import Prediction
 from service.predictions.service import get_predictions, read_logits
 from service.registry.service import get_named_version
+from service.storage import open_store
 from tests.conftest import save_graph
 from tests.e2e.conftest import child_pids, flipgate_env, wait_for
 
@@ -152,7 +152,7 @@ class System:
 
     def logits(self) -> list[np.ndarray]:
         """The stored logits of versions 1.0 and 1.1 on the eval set."""
-        store = ArtifactStore.from_settings(self.settings)
+        store = open_store(self.settings)
         with settings_session(self.settings) as session:
             dataset = get_dataset(session=session, name="eval")
             return [read_logits(store=store, prediction=get_predictions(

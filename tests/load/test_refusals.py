@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.artifacts import ArtifactStore
 from service.main import ADMITTED_REQUESTS
+from service.storage import open_store
 from tests.e2e.conftest import wait_for
 from tests.load.conftest import AUTHORIZED, Server, partial_upload, read_response
 
@@ -96,7 +96,7 @@ def test_a_300_mb_body_without_credentials_is_refused_unread(api_server: Server)
     assert response.getheader("connection") == "close"
     assert answered_in < BUSY_WITHIN_SECONDS
     assert refused_after < UNREAD_BYTES // 10
-    assert list(ArtifactStore.from_settings(api_server.settings).partial_files()) == []
+    assert list(open_store(api_server.settings).partial_files()) == []
     assert files_under(api_server.tmp_dir) == temporary_files
 
 

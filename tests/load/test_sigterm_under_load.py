@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from service.artifacts import ArtifactStore
 from service.datasets.models import Dataset
 from service.db import settings_session
 from service.housekeeping import check_store
+from service.storage import open_store
 from tests.e2e.conftest import alive, child_pids
 from tests.load.conftest import AUTHORIZED, Server, partial_upload, serving
 
@@ -105,7 +105,7 @@ def test_sigterm_under_load_stops_serve_in_time_with_whole_rows(tmp_path):
 def assert_stored_whole(server: Server, acknowledged: list[str]) -> None:
     """Every acknowledged upload has its row, every row its artifact, and no upload is left
     half-written (no staging folder, no unfinished store write)."""
-    store = ArtifactStore.from_settings(server.settings)
+    store = open_store(server.settings)
     with settings_session(server.settings) as session:
         stored = set(session.scalars(select(Dataset.name)))
         report = check_store(session=session, store=store)

@@ -14,10 +14,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.db import create_db_engine
 from service.migrate import upgrade
+from service.storage import ArtifactStore, LocalStore
 from tests.conftest import linear_onnx
 
 POSTGRES_URL = os.environ.get("FLIPGATE_TEST_DATABASE_URL",
@@ -112,7 +112,7 @@ def session(engine) -> Iterator[Session]:
 
 @pytest.fixture
 def store(tmp_path) -> ArtifactStore:
-    return ArtifactStore(tmp_path / "artifacts")
+    return LocalStore(tmp_path / "artifacts")
 
 
 def linear_weights(num_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

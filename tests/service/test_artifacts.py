@@ -6,19 +6,19 @@ import threading
 
 import pytest
 
-from service.artifacts import ArtifactStore, bundle_sha256
 from service.config import Settings
 from service.errors import InvalidInput, NotFound, PayloadTooLarge
+from service.storage import LocalStore, bundle_sha256, open_store
 
 CONTENT = bytes(range(256)) * 12_000  # 3 MB: several chunks
 
 
-def stored_files(store: ArtifactStore) -> list:
+def stored_files(store: LocalStore) -> list:
     return sorted(path for path in store.root.rglob("*") if path.is_file())
 
 
 def test_the_store_lives_in_the_data_dir(tmp_path):
-    store = ArtifactStore.from_settings(Settings(data_dir=tmp_path))
+    store = open_store(Settings(data_dir=tmp_path))
     artifact = store.put_stream(io.BytesIO(b"model"))
     assert store.path(artifact.sha256).is_relative_to(tmp_path / "artifacts" / "sha256")
 
@@ -85,5 +85,5 @@ def test_a_bundle_is_one_address_for_a_model_and_its_data(store, tmp_path):
     files["model.onnx.data"].write_bytes(b"other weights")
     assert bundle_sha256(files) != sha256
     assert sha256 in set(store.addresses())
-    store.remove(sha256)
+    store.remove([sha256])
     assert not store.exists(sha256) and stored_files(store) == []

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.artifacts import ArtifactStore
 from service.config import Settings
 from service.datasets.models import DatasetRole
 from service.datasets.service import register_dataset
 from service.db import settings_session
 from service.migrate import upgrade
+from service.storage import ArtifactStore, open_store
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def registered(tmp_path) -> tuple[Path, ArtifactStore, str]:
     data_dir = tmp_path / "data"
     settings = Settings(data_dir=data_dir)
     upgrade(settings)
-    store = ArtifactStore.from_settings(settings)
+    store = open_store(settings)
     evalset = tmp_path / "eval.npz"
     np.savez(evalset, x=np.zeros((3, 2), np.float32), y=np.array([0, 1, 0]))
     with settings_session(settings) as session:
@@ -70,7 +70,7 @@ def test_check_reports_strays_and_gc_removes_only_old_unreferenced_ones(register
 
 def test_check_reports_a_row_whose_artifact_is_gone_and_gc_rejects_a_bad_age(registered):
     data_dir, store, lost = registered
-    store.remove(lost)
+    store.remove([lost])
     check = flipgate(data_dir, "check")
     assert check.returncode == 1
     assert check.stdout.split("\n")[0] == f"missing artifact {lost} (a row references it)"

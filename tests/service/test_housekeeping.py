@@ -47,7 +47,7 @@ def test_only_partial_files_idle_for_the_period_are_swept(store):
     age(fresh, 2 * HOUR)
     (fresh / "data.npz").touch()  # an upload still writing
     swept = sweep_partial_files(store=store, idle_seconds=HOUR)
-    assert sorted(swept) == sorted([stale, unfinished])
+    assert sorted(swept) == sorted([str(stale), str(unfinished)])
     assert fresh.exists() and not stale.exists() and not unfinished.exists()
 
 
@@ -81,7 +81,7 @@ def test_check_reports_unreferenced_artifacts_and_rows_without_one(session, stor
     orphan.write_bytes(b"left by a crash")
     stray = store.put_file(orphan).sha256
     lost = sorted(registered)[0]
-    store.remove(lost)
+    store.remove([lost])
     report = check_store(session=session, store=store)
     assert (report.unreferenced, report.missing) == ([stray], [lost])
 
