@@ -17,7 +17,7 @@ COPY worker ./worker
 COPY alembic.ini ./
 RUN pip install .
 
-RUN useradd --create-home flipgate && mkdir -p /data && chown flipgate /data
+RUN useradd --create-home flipgate && mkdir -p /data /cache && chown flipgate /data /cache
 USER flipgate
 ENV FLIPGATE_DATA_DIR=/data
 ENTRYPOINT ["flipgate"]

@@ -1,6 +1,7 @@
 """Shared fixtures: small ONNX graphs built by hand, and real MNIST models trained once."""
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from flipgate.export import export_onnx
 from flipgate.formats import EvalSet
 from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
+from tests.s3server import S3Server, s3_server, unique_prefix
 from tests.scheduling import DurationRecorder, longest_files_first
 
 
@@ -168,3 +170,18 @@ def torch_export_pair(tmp_path_factory) -> TorchExportPair:
             logits.append(model(torch.from_numpy(evalset.x)).numpy())
         models.append(export_with_torch_defaults(model, 64, folder / f"m{seed}" / "model.onnx"))
     return TorchExportPair(*models, *logits, evalset, save_evalset(evalset, folder / "eval.npz"))
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory) -> Iterator[S3Server]:
+    """A real S3 server (SeaweedFS) shared by the tests of a session (of a pytest-xdist
+    worker): each keeps its objects under its own prefix (`s3_prefix`). Tests that stop or
+    freeze a server start their own with tests.s3server.s3_server."""
+    with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_prefix() -> str:
+    """A key prefix in the shared bucket that no other test uses."""
+    return unique_prefix()
