@@ -54,6 +54,14 @@ class PayloadTooLarge(ServiceError, status_code=413):
     """An upload exceeds the size limit."""
 
 
+class StorageUnavailable(ServiceError, status_code=503):
+    """The artifact store cannot be reached, refuses the server's credentials or does not
+    answer in time (`storage_unavailable`), or handed back bytes that are not the artifact
+    (`artifact_corrupt`); nothing of the request was kept: retry later (Retry-After)."""
+
+    retry_after_seconds: ClassVar[int] = 5
+
+
 def describe_problems(problems: list[dict]) -> str:
     """Pydantic's validation errors as one line: "where: what; where: what"."""
     return "; ".join(f"{'.'.join(map(str, problem['loc'])) or 'body'}: {problem['msg']}"

@@ -27,6 +27,7 @@ from service.db import (
 from service.deps import CommittingRoute, token_checker
 from service.errors import (
     ServiceError,
+    StorageUnavailable,
     Unauthorized,
     database_refusal,
     describe_problems,
@@ -72,7 +73,7 @@ REFUSALS = {
     409: "clashes with what is stored",
     413: "the upload is over the size limit (payload_too_large)",
     422: "the request is refused: its code says why",
-    503: "the database is busy or unreachable; retry (Retry-After)",
+    503: "the database or the artifact store is busy or unreachable; retry (Retry-After)",
     507: "the server's storage is full (storage_full); nothing was kept",
 }
 PROBE_REFUSALS = (422, 503)
@@ -147,6 +148,8 @@ def documented_refusals(statuses: Iterable[int]) -> dict[int | str, dict]:
 def service_error(_request: Request, error: ServiceError) -> JSONResponse:
     """A typed service error with its own status and code."""
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
+    if isinstance(error, StorageUnavailable):
+        headers = {"Retry-After": str(error.retry_after_seconds)}
     return error_response(error.status_code, error.code, error.message, headers)
 
 

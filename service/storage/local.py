@@ -6,7 +6,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from service.errors import NotFound
@@ -54,14 +54,7 @@ class LocalStore(ArtifactStore):
             path.unlink(missing_ok=True)
 
     def sweep_partial(self, idle_seconds: float) -> list[str]:
-        cutoff = time.time() - idle_seconds
-        stale = [path for path in self.partial_files() if last_modified(path) < cutoff]
-        for path in stale:
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        return [str(path) for path in stale]
+        return remove_idle(self.partial_files(), idle_seconds)
 
     def partial_files(self) -> Iterator[Path]:
         """Uploads under way or abandoned: staging folders and unfinished store writes."""
@@ -119,6 +112,18 @@ def place(temporary: Path, target: Path) -> None:
     except OSError:  # another upload placed the same bundle first
         if not target.is_dir():
             raise
+
+
+def remove_idle(paths: Iterable[Path], idle_seconds: float) -> list[str]:
+    """Remove those of `paths` (files or folders) untouched for `idle_seconds`; which."""
+    cutoff = time.time() - idle_seconds
+    stale = [path for path in paths if last_modified(path) < cutoff]
+    for path in stale:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return [str(path) for path in stale]
 
 
 def last_modified(path: Path) -> float:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.db import create_db_engine
 from service.migrate import upgrade
-from service.storage import ArtifactStore, LocalStore
+from service.storage import ArtifactStore, LocalStore, open_store
 from tests.conftest import linear_onnx
 
 POSTGRES_URL = os.environ.get("FLIPGATE_TEST_DATABASE_URL",
@@ -113,6 +113,23 @@ def session(engine) -> Iterator[Session]:
 @pytest.fixture
 def store(tmp_path) -> ArtifactStore:
     return LocalStore(tmp_path / "artifacts")
+
+
+@pytest.fixture
+def s3_settings(s3, s3_prefix, tmp_path, monkeypatch) -> Settings:
+    """Settings whose artifact store is a prefix of its own in the suite's S3 server (the
+    AWS chain pointed at it through the environment, as an operator would)."""
+    for name, value in s3.aws_env().items():
+        monkeypatch.setenv(name, value)
+    return Settings(data_dir=tmp_path / "s3-data", artifact_store=s3.store_url(s3_prefix))
+
+
+@pytest.fixture(params=["local", "s3"])
+def each_store(request, tmp_path) -> ArtifactStore:
+    """The local store, then one in the S3 server (for the tests of the interface)."""
+    if request.param == "local":
+        return LocalStore(tmp_path / "artifacts")
+    return open_store(request.getfixturevalue("s3_settings"))
 
 
 def linear_weights(num_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,400 @@
+"""The S3 back-end: artifacts in a bucket (`s3://BUCKET[/PREFIX]`), each at
+PREFIX/sha256/ab/cdef… and written only by a conditional write (If-None-Match: *), so that
+no reader ever sees a half-written object and the same bytes are stored once; read through
+the host's cache (service.storage.cache). Credentials, region and endpoint come from the
+standard AWS chain (boto3's), never from flipgate's settings."""
+
+import functools
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent import futures
+from contextlib import asynccontextmanager, contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import anyio
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from flipgate.logits_scan import LogitsScan
+from service.config import Settings
+from service.errors import NotFound, StorageUnavailable
+from service.storage.base import (
+    CHUNK_BYTES,
+    HEAD_BYTES,
+    ArtifactStore,
+    StagedFile,
+    StoredArtifact,
+    check_address,
+    file_sha256,
+    receive_batches,
+)
+from service.storage.bundle import pack_bundle, unpack_bundle
+from service.storage.cache import ReadCache
+from service.storage.local import remove_idle
+
+PART_BYTES = 8 << 20  # a streamed upload's parts (S3's least is 5 MiB but for the last)
+PARTS_IN_FLIGHT = 4  # parts of one upload being sent at once: memory <= 5 parts per upload
+COPY_PART_BYTES = 256 << 20  # a larger object is copied part by part (UploadPartCopy)
+DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's most)
+ATTEMPTS = 2  # tries of each call (botocore's standard retry mode)
+BUNDLE_KIND = {"flipgate-kind": "bundle"}  # the user metadata of a bundle object
+NOT_THERE = {"404", "NoSuchKey", "NotFound"}
+ALREADY_THERE = {"412", "PreconditionFailed"}
+# the variables of the AWS chain a client depends on (a new one is made when they change)
+AWS_CHAIN = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+             "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+UPLOAD_THREADS = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="s3-parts")
+
+
+class S3Store(ArtifactStore):
+    """Artifacts in `bucket` under `prefix`, read through `cache`; uploads that must be read
+    whole are staged in the cache's folder (one file system: a stored file is linked into
+    the cache), raw bodies streamed into a staging object (`receive`)."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str, cache: ReadCache) -> None:
+        self.client, self.bucket, self.prefix, self.cache = client, bucket, prefix, cache
+        self.staging = cache.root / "staging"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "S3Store":
+        bucket, prefix = parse_store_url(settings.artifact_store)
+        cache = ReadCache(settings.artifact_cache_dir, int(settings.cache_max_gb * 2**30))
+        chain = tuple(os.environ.get(name) for name in AWS_CHAIN)
+        return cls(s3_client(settings.store_timeout_seconds, chain), bucket, prefix, cache)
+
+    def key(self, sha256: str) -> str:
+        check_address(sha256)
+        return f"{self.prefix}sha256/{sha256[:2]}/{sha256[2:]}"
+
+    def exists(self, sha256: str) -> bool:
+        return self.cache.path(check_address(sha256)).exists() or self._head(
+            self.key(sha256)) is not None
+
+    def local_path(self, sha256: str) -> Path:
+        check_address(sha256)
+        return self.cache.get(sha256, self._download)
+
+    def put_file(self, path: Path, sha256: str | None = None) -> StoredArtifact:
+        path = Path(path)
+        artifact = StoredArtifact(sha256 or file_sha256(path), path.stat().st_size)
+        if self._head(self.key(artifact.sha256)) is None:
+            with path.open("rb") as readable:
+                self._upload(readable, self.key(artifact.sha256), {})
+        self.cache.adopt(path, artifact.sha256)
+        return artifact
+
+    def put_bundle(self, files: dict[str, Path], sha256: str) -> None:
+        """One object: the bundle's tar (service.storage.bundle)."""
+        if self._head(self.key(sha256)) is not None:
+            return
+        with self.scratch() as folder, pack_bundle(files, folder / "bundle.tar").open(
+                "rb") as readable:
+            self._upload(readable, self.key(sha256), BUNDLE_KIND)
+
+    def put_staged(self, staged: StagedFile) -> None:
+        if staged.key is None:
+            self.put_file(staged.path, staged.sha256)
+        else:
+            self._copy(staged.key, self.key(staged.sha256), staged.size)
+
+    @asynccontextmanager
+    async def receive(self, chunks: AsyncIterator[bytes], *, filename: str, max_bytes: int,
+                      scan: LogitsScan | None = None) -> AsyncIterator[StagedFile]:
+        """Streamed into a multipart upload of a staging object while it is hashed and
+        scanned (a part at a time, sent off the event loop); the upload is aborted if the
+        body fails or stops, the staging object deleted once the request is done."""
+        key = f"{self.prefix}staging/{uuid.uuid4().hex}"
+        upload = await anyio.to_thread.run_sync(functools.partial(
+            MultipartUpload, self._call, bucket=self.bucket, key=key))
+        digest, head = hashlib.sha256(), bytearray()
+
+        def keep(data: bytes) -> None:
+            digest.update(data)
+            head.extend(data[:HEAD_BYTES - len(head)])
+            if scan is not None:
+                scan.feed(data)
+            upload.write(data)
+
+        try:
+            size = await receive_batches(chunks, keep, max_bytes)
+            await anyio.to_thread.run_sync(upload.complete)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(upload.abort)
+            raise
+        try:
+            yield StagedFile(None, digest.hexdigest(), scan, size=size, head=bytes(head),
+                             key=key)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._delete_quietly, [key])
+
+    def entries(self) -> Iterator[tuple[str, float]]:
+        start = f"{self.prefix}sha256/"
+        for item in self._listing(start):
+            address = item["Key"][len(start):].replace("/", "")
+            if len(address) == 64:
+                yield address, item["LastModified"].timestamp()
+
+    def remove(self, addresses: list[str]) -> None:
+        """Batched DeleteObjects; the cache forgets them too."""
+        self._delete([self.key(sha256) for sha256 in addresses])
+        self.cache.discard(addresses)
+
+    def sweep_partial(self, idle_seconds: float) -> list[str]:
+        """The local staging folders, and the staging objects and incomplete multipart
+        uploads begun `idle_seconds` ago or earlier."""
+        swept = remove_idle(self.staging.glob("*"), idle_seconds)
+        cutoff = time.time() - idle_seconds
+        stale = [item["Key"] for item in self._listing(f"{self.prefix}staging/")
+                 if item["LastModified"].timestamp() < cutoff]
+        self._delete(stale)
+        for upload in self._uploads():
+            if upload["Initiated"].timestamp() < cutoff:
+                self._call("abort_multipart_upload", Bucket=self.bucket, Key=upload["Key"],
+                           UploadId=upload["UploadId"])
+                stale.append(upload["Key"])
+        return swept + stale
+
+    def check(self) -> str:
+        self._call("head_bucket", Bucket=self.bucket)
+        return "s3"
+
+    def _download(self, sha256: str, folder: Path) -> Path:
+        """Fetch an artifact into `folder`, verified against its digest (a bundle rebuilt
+        as a folder); NotFound when it is not stored."""
+        answer = self._get(self.key(sha256))
+        if answer is None:
+            raise NotFound("artifact_not_found", f"no artifact {sha256}")
+        path, digest = folder / "download", hashlib.sha256()
+        with self._answering(), path.open("wb") as out:
+            for chunk in answer["Body"].iter_chunks(CHUNK_BYTES):
+                digest.update(chunk)
+                out.write(chunk)
+        if answer.get("Metadata", {}).get("flipgate-kind") == BUNDLE_KIND["flipgate-kind"]:
+            return unpack_bundle(path, folder, sha256)
+        if digest.hexdigest() != sha256:
+            raise StorageUnavailable("artifact_corrupt", f"the store holds other bytes than "
+                                     f"the artifact {sha256}")
+        return path
+
+    def _upload(self, readable: Any, key: str, metadata: dict[str, str]) -> None:
+        """Write a local file to `key` if nothing is there: a conditional PutObject, or a
+        multipart upload completed conditionally."""
+        first = readable.read(PART_BYTES)
+        if len(first) < PART_BYTES:
+            self._unless_there(lambda: self._call(
+                "put_object", Bucket=self.bucket, Key=key, Body=first, Metadata=metadata,
+                IfNoneMatch="*"))
+            return
+        upload = MultipartUpload(self._call, bucket=self.bucket, key=key, metadata=metadata)
+        try:
+            upload.write(first)
+            while chunk := readable.read(PART_BYTES):
+                upload.write(chunk)
+            self._unless_there(lambda: upload.complete(if_none_match=True))
+        except BaseException:
+            upload.abort()
+            raise
+
+    def _copy(self, source: str, target: str, size: int) -> None:
+        """Copy an object within the bucket to `target` unless something is there: one
+        conditional CopyObject, or above COPY_PART_BYTES part by part (UploadPartCopy, also
+        past S3's 5 GB limit of CopyObject) completed conditionally."""
+        copied = {"Bucket": self.bucket, "Key": source}
+        if size <= COPY_PART_BYTES:
+            self._unless_there(lambda: self._call(
+                "copy_object", Bucket=self.bucket, Key=target, CopySource=copied,
+                IfNoneMatch="*"))
+            return
+        if self._head(target) is not None:
+            return
+        upload = MultipartUpload(self._call, bucket=self.bucket, key=target)
+        try:
+            upload.copy_parts(copied, size, COPY_PART_BYTES)
+            self._unless_there(lambda: upload.complete(if_none_match=True))
+        except BaseException:
+            upload.abort()
+            raise
+
+    def _unless_there(self, write: Callable[[], Any]) -> None:
+        """Run a conditional write; 412 (the object is there: the same bytes) is success."""
+        try:
+            write()
+        except ClientError as error:
+            if _code(error) not in ALREADY_THERE:
+                raise
+
+    def _head(self, key: str) -> dict | None:
+        try:
+            return self._call("head_object", Bucket=self.bucket, Key=key)
+        except ClientError as error:
+            if _code(error) in NOT_THERE:
+                return None
+            raise
+
+    def _get(self, key: str) -> dict | None:
+        try:
+            return self._call("get_object", Bucket=self.bucket, Key=key)
+        except ClientError as error:
+            if _code(error) in NOT_THERE:
+                return None
+            raise
+
+    def _listing(self, prefix: str) -> Iterator[dict]:
+        with self._answering():
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                yield from page.get("Contents", [])
+
+    def _uploads(self) -> list[dict]:
+        with self._answering():
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=f"{self.prefix}staging/")
+            return [upload for page in pages for upload in page.get("Uploads", [])]
+
+    def _delete(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), DELETE_BATCH):
+            batch = [{"Key": key} for key in keys[start:start + DELETE_BATCH]]
+            answer = self._call("delete_objects", Bucket=self.bucket,
+                                Delete={"Objects": batch, "Quiet": True})
+            if answer.get("Errors"):
+                raise StorageUnavailable("storage_unavailable", f"the artifact store kept "
+                                         f"{len(answer['Errors'])} objects it was asked to "
+                                         "delete")
+
+    def _delete_quietly(self, keys: list[str]) -> None:
+        """Delete staging objects; one the store cannot delete now is swept later."""
+        with suppress(StorageUnavailable):
+            self._delete(keys)
+
+    def _call(self, operation: str, **kwargs: Any) -> Any:
+        """One S3 call; a store that cannot be reached, refuses the credentials or does not
+        answer in time is StorageUnavailable (a 404 or 412 is the caller's to read)."""
+        with self._answering():
+            return getattr(self.client, operation)(**kwargs)
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        try:
+            yield
+        except ClientError as error:
+            if _code(error) in NOT_THERE | ALREADY_THERE:
+                raise
+            raise _unavailable(error) from error
+        except BotoCoreError as error:
+            raise _unavailable(error) from error
+
+
+class MultipartUpload:
+    """One multipart upload: parts written in order, sent PARTS_IN_FLIGHT at a time on the
+    upload threads; `complete` or `abort` ends it."""
+
+    def __init__(self, call: Callable[..., Any], *, bucket: str, key: str,
+                 metadata: dict[str, str] | None = None) -> None:
+        self.call, self.bucket, self.key = call, bucket, key
+        self.upload_id = call("create_multipart_upload", Bucket=bucket, Key=key,
+                              Metadata=metadata or {})["UploadId"]
+        self.buffer, self.sent = bytearray(), []
+
+    def write(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= PART_BYTES:
+            self._send(bytes(self.buffer[:PART_BYTES]))
+            del self.buffer[:PART_BYTES]
+
+    def copy_parts(self, source: dict[str, str], size: int, part_bytes: int) -> None:
+        """The parts copied from the object `source` of `size` bytes (UploadPartCopy)."""
+        for start in range(0, size, part_bytes):
+            byte_range = f"bytes={start}-{min(size, start + part_bytes) - 1}"
+            self._submit(lambda number, byte_range=byte_range: self.call(
+                "upload_part_copy", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
+                PartNumber=number, CopySource=source,
+                CopySourceRange=byte_range)["CopyPartResult"]["ETag"])
+
+    def complete(self, *, if_none_match: bool = False) -> None:
+        """Send what is left as the last part and complete the upload (with If-None-Match:
+        * when asked: 412 when an object is there)."""
+        if self.buffer or not self.sent:
+            self._send(bytes(self.buffer))
+            self.buffer = bytearray()
+        parts = [{"ETag": future.result(), "PartNumber": number}
+                 for number, future in enumerate(self.sent, start=1)]
+        extra = {"IfNoneMatch": "*"} if if_none_match else {}
+        self.call("complete_multipart_upload", Bucket=self.bucket, Key=self.key,
+                  UploadId=self.upload_id, MultipartUpload={"Parts": parts}, **extra)
+
+    def abort(self) -> None:
+        """Give the upload up (its parts are dropped); a store that cannot be reached now
+        leaves it to the sweep and the bucket's lifecycle rule."""
+        for future in self.sent:
+            future.cancel()
+        futures.wait(self.sent)
+        with suppress(StorageUnavailable, ClientError):
+            self.call("abort_multipart_upload", Bucket=self.bucket, Key=self.key,
+                      UploadId=self.upload_id)
+
+    def _send(self, body: bytes) -> None:
+        self._submit(lambda number: self.call(
+            "upload_part", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
+            PartNumber=number, Body=body)["ETag"])
+
+    def _submit(self, send: Callable[[int], str]) -> None:
+        """Start sending part number len(sent) + 1 once fewer than PARTS_IN_FLIGHT are
+        under way; a part that failed raises here."""
+        running = [future for future in self.sent if not future.done()]
+        if len(running) >= PARTS_IN_FLIGHT:
+            futures.wait(running, return_when=futures.FIRST_COMPLETED)
+        for future in self.sent:
+            if future.done():
+                future.result()
+        number = len(self.sent) + 1
+        self.sent.append(UPLOAD_THREADS.submit(send, number))
+
+
+def parse_store_url(url: str) -> tuple[str, str]:
+    """(bucket, key prefix ending in '/' or empty) of `s3://BUCKET[/PREFIX]`."""
+    if not url.startswith("s3://") or not url[5:].split("/", 1)[0]:
+        raise ValueError(f"FLIPGATE_ARTIFACT_STORE must be s3://BUCKET[/PREFIX], got {url!r}")
+    bucket, _, prefix = url[5:].partition("/")
+    prefix = prefix.strip("/")
+    return bucket, f"{prefix}/" if prefix else ""
+
+
+@functools.lru_cache(maxsize=8)
+def s3_client(timeout_seconds: float, chain: tuple[str | None, ...]) -> Any:
+    """An S3 client from the standard AWS chain (AWS_* variables, profiles, instance roles;
+    AWS_ENDPOINT_URL[_S3] for another server): checksums only where S3 requires them (the
+    newer defaults are refused by SeaweedFS, Ceph RGW and MinIO releases), path-style
+    addresses off AWS, `timeout_seconds` to connect and per read, ATTEMPTS tries. One
+    client per `chain` (the values of AWS_CHAIN it was made with)."""
+    config = Config(request_checksum_calculation="when_required",
+                    response_checksum_validation="when_required",
+                    connect_timeout=timeout_seconds, read_timeout=timeout_seconds,
+                    retries={"max_attempts": ATTEMPTS, "mode": "standard"},
+                    max_pool_connections=UPLOAD_THREADS._max_workers + 4)
+    client = boto3.session.Session().client("s3", config=config)
+    if client.meta.endpoint_url.endswith(".amazonaws.com"):
+        return client
+    return boto3.session.Session().client("s3", config=config.merge(
+        Config(s3={"addressing_style": "path"})))
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _unavailable(error: Exception) -> StorageUnavailable:
+    """The error's type (and S3 code) only: never the bucket, host or key."""
+    kind = type(error).__name__
+    if isinstance(error, ClientError):
+        kind = f"{kind} {_code(error)}"
+    return StorageUnavailable("storage_unavailable", f"the artifact store is unavailable "
+                              f"({kind}); retry later")
+

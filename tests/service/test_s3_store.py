@@ -1,0 +1,122 @@
+"""What is particular to the S3 back-end, against a real S3 server (SeaweedFS): the read
+cache of each host, the conditional writes, and the streamed uploads."""
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from service.errors import NotFound, StorageUnavailable
+from service.storage import open_store
+from service.storage.s3 import PART_BYTES
+
+CONTENT = os.urandom(3 << 20)
+
+
+@pytest.fixture
+def s3_store(s3_settings):
+    return open_store(s3_settings)
+
+
+def another_host(s3_settings, tmp_path, name: str = "host-2", **changes):
+    """The same bucket seen from another machine: its own empty data and cache folders."""
+    return open_store(s3_settings.model_copy(update={"data_dir": tmp_path / name, **changes}))
+
+
+def test_another_host_reads_an_artifact_from_the_bucket_into_its_cache(s3_store, s3_settings,
+                                                                       tmp_path):
+    (tmp_path / "a").write_bytes(CONTENT)
+    sha256 = s3_store.put_file(tmp_path / "a").sha256
+    reader = another_host(s3_settings, tmp_path)
+    path = reader.local_path(sha256)
+    assert path.is_relative_to(tmp_path / "host-2" / "cache") and path.read_bytes() == CONTENT
+    assert not (tmp_path / "host-2" / "artifacts").exists()
+
+
+def test_an_object_whose_bytes_are_not_its_address_is_refused_and_not_cached(
+        s3, s3_store, s3_settings, tmp_path):
+    (tmp_path / "a").write_bytes(CONTENT)
+    sha256 = s3_store.put_file(tmp_path / "a").sha256
+    s3.client().put_object(Bucket=s3.bucket, Key=s3_store.key(sha256), Body=b"tampered")
+    reader = another_host(s3_settings, tmp_path)
+    with pytest.raises(StorageUnavailable) as refused:
+        reader.local_path(sha256)
+    assert refused.value.code == "artifact_corrupt"
+    assert not reader.cache.path(sha256).exists()
+
+
+def test_the_processes_of_one_host_fetch_an_artifact_once(s3_store, s3_settings, tmp_path):
+    (tmp_path / "a").write_bytes(CONTENT)
+    sha256 = s3_store.put_file(tmp_path / "a").sha256
+    readers = [another_host(s3_settings, tmp_path) for _ in range(6)]  # one cache folder
+    fetched, start = [], threading.Barrier(len(readers))
+    for reader in readers:
+        download = reader._download
+        reader._download = lambda *args, download=download: fetched.append(1) or download(*args)
+
+    def read(reader) -> None:
+        start.wait()
+        assert reader.local_path(sha256).read_bytes() == CONTENT
+
+    threads = [threading.Thread(target=read, args=(reader,)) for reader in readers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(fetched) == 1
+
+
+def test_the_least_recently_used_artifacts_are_evicted_beyond_the_limit(
+        s3_store, s3_settings, tmp_path):
+    reader = another_host(s3_settings, tmp_path, cache_max_gb=3.5 * len(CONTENT) / 2**30)
+    addresses = []
+    for index in range(4):
+        (tmp_path / f"a{index}").write_bytes(CONTENT[index:] + CONTENT[:index])
+        addresses.append(s3_store.put_file(tmp_path / f"a{index}").sha256)
+    for age, sha256 in zip((300, 200, 100), addresses[:3], strict=True):
+        path = reader.local_path(sha256)
+        os.utime(path, (time.time() - age, time.time() - age))  # last read `age` s ago
+    reader.local_path(addresses[0])  # read again: now the most recently used
+    reader.local_path(addresses[3])  # a fourth does not fit: the least recently used goes
+    cached = [sha256 for sha256 in addresses if reader.cache.path(sha256).exists()]
+    assert cached == [addresses[0], addresses[2], addresses[3]]
+
+
+def test_a_streamed_body_is_stored_only_once_put(s3, s3_store, s3_prefix):
+    async def body():
+        for start in range(0, len(CONTENT), 1 << 20):
+            yield CONTENT[start:start + (1 << 20)]
+
+    async def receive():
+        async with s3_store.receive(body(), filename="x", max_bytes=len(CONTENT)) as staged:
+            assert s3_store.exists(staged.sha256) is False  # only the staging object so far
+            assert s3.keys(f"{s3_prefix}/staging/") == [staged.key]
+            s3_store.put_staged(staged)
+        return staged
+
+    staged = asyncio.run(receive())
+    assert staged.head == CONTENT[:len(staged.head)] and staged.size == len(CONTENT)
+    assert s3.keys(s3_prefix) == [s3_store.key(staged.sha256)]
+    assert s3.incomplete_uploads(s3_prefix) == []
+
+
+def test_a_body_that_fails_midway_leaves_no_object_and_no_upload(s3, s3_store, s3_prefix):
+    async def broken_body():
+        for _ in range(3):
+            yield os.urandom(PART_BYTES)  # parts are sent before it fails
+        raise ConnectionResetError("the client went away")
+
+    async def receive():
+        async with s3_store.receive(broken_body(), filename="x", max_bytes=1 << 30):
+            pass
+
+    with pytest.raises(ConnectionResetError):
+        asyncio.run(receive())
+    assert s3.keys(s3_prefix) == [] and s3.incomplete_uploads(s3_prefix) == []
+
+
+def test_a_missing_artifact_is_not_found(s3_store):
+    with pytest.raises(NotFound):
+        s3_store.local_path("0" * 64)
