@@ -4,6 +4,7 @@ Nothing here unpickles: arrays are read with allow_pickle=False and ONNX files a
 as protobuf. Every refusal is an InputError with a machine-readable code.
 """
 
+import io
 import math
 import struct
 import zipfile
@@ -30,6 +31,7 @@ MAX_FIXED_BATCH = 1 << 16  # a model that insists on a larger batch cannot be sc
 MAX_INITIALIZERS = 100_000
 INPUT_NAME, OUTPUT_NAME = "input", "logits"  # what flipgate's own exports call them
 CHECK_CHUNK_BYTES = 64 << 20  # how much of an array a value check holds at once
+ZIP_MAGIC = b"PK"  # how every zip archive (an .npz) begins
 ZIP_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # a member's local file header (30 bytes)
 DEFLATE_MAX_RATIO = 1032  # no deflate stream expands more than this: larger claims are lies
 
@@ -389,9 +391,7 @@ def load_logits(path: str | Path, *, mmap: bool = False, source: str | None = No
     try:
         header = single_npy_header(path, source=source, what="logits")
         _check_logits_header(header, source)
-        if path.stat().st_size != header.data_offset + header.nbytes:
-            raise ValueError(f"the header declares {header.nbytes} bytes of data, the file "
-                             f"holds {path.stat().st_size - header.data_offset}")
+        _check_data_size(header, path.stat().st_size)
         logits = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except InputError:
         raise
@@ -403,11 +403,43 @@ def load_logits(path: str | Path, *, mmap: bool = False, source: str | None = No
     return logits
 
 
+def check_logits_head(head: bytes, size: int, *, source: str,
+                      non_finite: int) -> tuple[int, ...]:
+    """`load_logits`' checks of an .npy of `size` bytes known by its first bytes `head`
+    (holding its header) and the count of its NaN or infinite values (flipgate.logits_scan:
+    a body streamed elsewhere, never read again); the shape it declares."""
+    try:
+        if head.startswith(ZIP_MAGIC):
+            raise _npz_not_npy("logits", source)
+        handle = io.BytesIO(head)
+        shape, fortran_order, dtype = read_npy_header(handle, source=source)
+        header = _Header(shape, dtype, fortran_order, data_offset=handle.tell())
+        _check_logits_header(header, source)
+        _check_data_size(header, size)
+    except InputError:
+        raise
+    except NUMPY_READ_ERRORS as error:
+        raise _unreadable(error, source, "logits_corrupt", "a readable .npy array") from error
+    _refuse_non_finite(non_finite, source)
+    return shape
+
+
+def _check_data_size(header: _Header, size: int) -> None:
+    """A file of `size` bytes holds exactly the data its header declares."""
+    if size != header.data_offset + header.nbytes:
+        raise ValueError(f"the header declares {header.nbytes} bytes of data, the file "
+                         f"holds {size - header.data_offset}")
+
+
+def _npz_not_npy(what: str, source: str) -> InputError:
+    return InputError(f"{what}_not_npy", f"{source}: expected one .npy array of {what}, "
+                      "found an .npz archive")
+
+
 def single_npy_header(path: Path, *, source: str, what: str) -> _Header:
     """The header of a one-array .npy file of `what` (an .npz archive is refused)."""
     if zipfile.is_zipfile(path):
-        raise InputError(f"{what}_not_npy", f"{source}: expected one .npy array of {what}, "
-                           "found an .npz archive")
+        raise _npz_not_npy(what, source)
     with path.open("rb") as handle:
         shape, _, dtype = read_npy_header(handle, source=source)
         return _Header(shape, dtype, data_offset=handle.tell())

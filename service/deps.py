@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from starlette.datastructures import State
 
 from flipgate.logits_scan import LogitsScan
+from flipgate.scores import PROBABILITIES
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
@@ -51,8 +52,10 @@ def raw_body(filename: str, *, logits: bool = False) -> Any:
     """A dependency: the raw request body (Content-Type application/octet-stream) streamed
     to the staging file `filename` and hashed (and with `logits`, scanned: LogitsScan) in
     one pass, at most FLIPGATE_MAX_UPLOAD_MB (413 beyond); removed after the answer.
-    Another type is 415 `unsupported_media_type`, unread. Routes that take it add
-    RAW_BODY_ROUTE to their decorator."""
+    Logits (but probabilities, which are rewritten as their logs) go to the store's
+    `receive`: streamed into the bucket of an S3 store, checked from their scan. Another
+    type is 415 `unsupported_media_type`, unread. Routes that take it add RAW_BODY_ROUTE to
+    their decorator."""
 
     async def staged(request: Request) -> AsyncIterator[StagedFile]:
         content_type = request.headers.get("content-type", "").partition(";")[0]
@@ -60,9 +63,11 @@ def raw_body(filename: str, *, logits: bool = False) -> Any:
             raise UnsupportedMediaType("unsupported_media_type", f"send the file as the "
                                        f"request body with Content-Type: {RAW_BODY_TYPE}")
         store: ArtifactStore = request.app.state.store
-        async with store.stage_chunks(request.stream(), filename=filename,
-                                      max_bytes=request.app.state.settings.max_upload_bytes,
-                                      scan=LogitsScan() if logits else None) as staged_file:
+        streamed = logits and request.query_params.get("scores") != PROBABILITIES
+        receive = store.receive if streamed else store.stage_chunks
+        async with receive(request.stream(), filename=filename,
+                           max_bytes=request.app.state.settings.max_upload_bytes,
+                           scan=LogitsScan() if logits else None) as staged_file:
             yield staged_file
 
     return Depends(staged)

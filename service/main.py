@@ -99,12 +99,13 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 async def sweep_abandoned_uploads(store: ArtifactStore, settings: Settings) -> None:
     """At start and then every half idle period: remove the partial files of uploads that
-    stopped writing (a killed server's, or a client that went away)."""
+    stopped writing (a killed server's, or a client that went away; with an S3 store also
+    its staging objects and incomplete multipart uploads)."""
     idle_seconds = settings.staging_idle_minutes * 60
     while True:
         try:
             await asyncio.to_thread(sweep_partial_files, store=store, idle_seconds=idle_seconds)
-        except OSError:
+        except (OSError, StorageUnavailable):
             logger.exception("could not sweep abandoned uploads")
         await asyncio.sleep(idle_seconds / 2)
 

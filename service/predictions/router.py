@@ -83,11 +83,15 @@ def put_predictions(name: str, version: str, session: SessionDep, store: StoreDe
 def _store_scores(session: Session, store: ArtifactStore, version: ModelVersion,
                   dataset: Dataset, staged: StagedFile, scores: str, shown: str) -> Prediction:
     """Store an uploaded scores file as the version's logits (probabilities as their logs)."""
-    path, sha256, scan = staged.path, staged.sha256, staged.scan
-    if scores == PROBABILITIES:
-        path, sha256, scan = service.logits_of_probabilities(path, name=shown), None, None
-    checked = service.check_logits_file(version=version, dataset=dataset, npy_path=path,
-                                        name=shown, sha256=sha256, scan=scan)
+    if staged.path is None:  # streamed into the store: checked from its scan
+        checked = service.check_streamed_logits(version=version, dataset=dataset,
+                                                staged=staged, name=shown)
+    else:
+        path, sha256, scan = staged.path, staged.sha256, staged.scan
+        if scores == PROBABILITIES:
+            path, sha256, scan = service.logits_of_probabilities(path, name=shown), None, None
+        checked = service.check_logits_file(version=version, dataset=dataset, npy_path=path,
+                                            name=shown, sha256=sha256, scan=scan)
     return service.store_logits_file(session=session, store=store, version=version,
                                      dataset=dataset, logits=checked,
                                      source=PredictionSource.UPLOADED)

@@ -9,7 +9,13 @@ import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import load_evalset, load_logits, row_chunks, validate_logits
+from flipgate.formats import (
+    check_logits_head,
+    load_evalset,
+    load_logits,
+    row_chunks,
+    validate_logits,
+)
 from flipgate.inference import OnnxClassifier, Progress
 from flipgate.labels import load_predicted_labels
 from flipgate.logits_scan import LogitsScan
@@ -24,7 +30,7 @@ from service.jobs.models import Job, JobKind
 from service.predictions.models import Prediction, PredictionSource
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import qualified_name
-from service.storage import ArtifactStore, file_sha256
+from service.storage import ArtifactStore, StagedFile, file_sha256
 
 
 def store_predictions(
@@ -35,7 +41,7 @@ def store_predictions(
     again change nothing."""
     with library_input():
         validate_logits(logits, source=f"logits of version {version.id}")
-    _check_shape(logits, version, dataset)
+    _check_shape(logits.shape, version, dataset)
     sha256 = store_array(store=store, array=logits)
     row = _prediction_row(session=session, version=version, dataset=dataset, sha256=sha256,
                           source=source, provider=provider)
@@ -150,12 +156,15 @@ def _scoring(store: ArtifactStore, version: ModelVersion,
 
 @dataclass(frozen=True, eq=False)
 class LogitsFile:
-    """An .npy of logits checked to fit a version on a data set: where it is, its sha256 and
-    its predicted classes."""
+    """An .npy of logits checked to fit a version on a data set: where it is (a local file,
+    or a staging object of the store) with its sha256, and its predicted classes."""
 
-    path: Path
-    sha256: str
+    staged: StagedFile
     classes: np.ndarray
+
+    @property
+    def sha256(self) -> str:
+        return self.staged.sha256
 
 
 def check_logits_file(*, version: ModelVersion, dataset: Dataset, npy_path: Path,
@@ -169,9 +178,25 @@ def check_logits_file(*, version: ModelVersion, dataset: Dataset, npy_path: Path
     with library_input():
         logits = load_logits(npy_path, mmap=True, source=name,
                              non_finite=None if scanned is None else scanned[0])
-    _check_shape(logits, version, dataset)
+    _check_shape(logits.shape, version, dataset)
     classes = predicted_classes(logits) if scanned is None else scanned[1]
-    return LogitsFile(npy_path, sha256 or file_sha256(npy_path), classes)
+    return LogitsFile(StagedFile(npy_path, sha256 or file_sha256(npy_path)), classes)
+
+
+def check_streamed_logits(*, version: ModelVersion, dataset: Dataset, staged: StagedFile,
+                          name: str) -> LogitsFile:
+    """`check_logits_file` for logits streamed into the store: from the scan taken as they
+    arrived, their head and their size (never read again). A file the scan gave up on
+    (not plain C-ordered (N, C) floats) is refused with the header's own reason."""
+    scanned = staged.scan.result()
+    with library_input():
+        shape = check_logits_head(staged.head, staged.size, source=name,
+                                  non_finite=0 if scanned is None else scanned[0])
+    if scanned is None:
+        raise InvalidInput("logits_layout", f"{name}: logits must be a C-ordered (N, C) "
+                           "float array (a Fortran-ordered one is refused when streamed)")
+    _check_shape(shape, version, dataset)
+    return LogitsFile(staged, scanned[1])
 
 
 def logits_of_probabilities(path: Path, *, name: str) -> Path:
@@ -196,11 +221,12 @@ def _float32_header(shape: tuple[int, ...]) -> dict:
 def store_logits_file(*, session: Session, store: ArtifactStore, version: ModelVersion,
                       dataset: Dataset, logits: LogitsFile, source: PredictionSource,
                       provider: str | None = None) -> Prediction:
-    """Keep checked logits: their row, then the file linked into the store as it is (no
-    copy) and their predicted classes beside it."""
+    """Keep checked logits: their row, then the file stored as it is (linked into the local
+    store, no copy; a staging object copied to its address) and their predicted classes
+    beside it."""
     row = _prediction_row(session=session, version=version, dataset=dataset,
                           sha256=logits.sha256, source=source, provider=provider)
-    store.put_file(logits.path, logits.sha256)
+    store.put_staged(logits.staged)
     return _with_classes(store, row, logits.classes)
 
 
@@ -216,11 +242,11 @@ def concatenate_logits(parts: list[np.ndarray], path: Path) -> None:
                 release(part, start, stop)
 
 
-def _check_shape(logits: np.ndarray, version: ModelVersion, dataset: Dataset) -> None:
+def _check_shape(shape: tuple[int, ...], version: ModelVersion, dataset: Dataset) -> None:
     """One row of logits per sample and one column per class of the version."""
     expected = (dataset.n, version.num_classes)
-    if logits.shape != expected or dataset.num_classes > version.num_classes:
-        raise InvalidInput("logits_shape", f"logits of shape {logits.shape} do not fit data "
+    if tuple(shape) != expected or dataset.num_classes > version.num_classes:
+        raise InvalidInput("logits_shape", f"logits of shape {tuple(shape)} do not fit data "
                            f"set {dataset.name!r} ({dataset.n} samples, labels < "
                            f"{dataset.num_classes}) and a model of {version.num_classes} classes")
 
