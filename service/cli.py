@@ -143,18 +143,46 @@ def run_store_check(args: argparse.Namespace) -> int:
 
 
 def run_store_gc(args: argparse.Namespace) -> int:
-    """Delete the unreferenced artifacts older than --min-age-minutes and print them."""
+    """Delete the unreferenced artifacts older than --min-age-minutes and print them; the
+    uploads abandoned that long ago (staging files; in a bucket, staging objects and
+    incomplete multipart uploads) go too."""
     from service.config import get_settings
-    from service.housekeeping import collect_garbage
+    from service.housekeeping import collect_garbage, sweep_partial_files
     from service.storage import open_store
 
+    store, min_age_seconds = open_store(get_settings()), args.min_age_minutes * 60
     with token_session() as session:
-        removed = collect_garbage(session=session, store=open_store(
-            get_settings()), min_age_seconds=args.min_age_minutes * 60)
+        removed = collect_garbage(session=session, store=store,
+                                  min_age_seconds=min_age_seconds)
     for sha256 in removed:
         print(f"removed {sha256}")
-    print(f"{len(removed)} unreferenced artifacts removed", file=sys.stderr)
+    partial = sweep_partial_files(store=store, idle_seconds=min_age_seconds)
+    print(f"{len(removed)} unreferenced artifacts removed, {len(partial)} abandoned uploads",
+          file=sys.stderr)
     return 0
+
+
+def run_store_migrate(args: argparse.Namespace) -> int:
+    """Copy the local store's artifacts into the bucket --to; exit 1 if a local artifact's
+    bytes do not match its address (those are listed, the others copied)."""
+    from flipgate.progress import progress_bars
+    from service.config import get_settings
+    from service.housekeeping import migrate_store
+    from service.storage import LocalStore, open_store
+
+    settings = get_settings()
+    try:
+        target = open_store(settings.model_copy(update={"artifact_store": args.to}))
+    except ValueError as error:
+        raise InputError("invalid_store", str(error)) from error
+    with progress_bars() as bar:
+        report = migrate_store(source=LocalStore(settings.artifacts_dir), target=target,
+                               progress=bar("copying artifacts"))
+    for sha256 in report.corrupt:
+        print(f"corrupt artifact {sha256} (its bytes do not match its address; not copied)")
+    print(f"{len(report.copied)} copied, {len(report.present)} already there, "
+          f"{len(report.corrupt)} corrupt", file=sys.stderr)
+    return 1 if report.corrupt else 0
 
 
 def add_migrate_command(commands: argparse._SubParsersAction) -> None:
@@ -215,11 +243,12 @@ def non_negative_float(text: str) -> float:
 
 
 def add_store_command(commands: argparse._SubParsersAction) -> None:
-    """The `flipgate store` subcommand: check and gc."""
+    """The `flipgate store` subcommand: check, gc and migrate."""
     store = commands.add_parser("store", help="check or clean the server's artifact store")
     store_commands = store.add_subparsers(dest="store_command", required=True,
                                           parser_class=Parser)
-    where = ("The artifacts in $FLIPGATE_DATA_DIR/artifacts against the rows of "
+    where = ("The artifacts in the store ($FLIPGATE_ARTIFACT_STORE, default "
+             "$FLIPGATE_DATA_DIR/artifacts) against the rows of "
              "$FLIPGATE_DATABASE_URL.")
     check = store_commands.add_parser(
         "check", help="list unreferenced artifacts and rows without theirs (exit 1 if any)",
@@ -232,3 +261,12 @@ def add_store_command(commands: argparse._SubParsersAction) -> None:
                     help="keep younger artifacts: a registration may not have committed its "
                          "row yet (default 60)")
     gc.set_defaults(run=run_store_gc)
+    migrate = store_commands.add_parser(
+        "migrate", help="copy the local store's artifacts into a bucket (resumable)",
+        description="Copies every artifact of $FLIPGATE_DATA_DIR/artifacts that the bucket "
+                    "lacks, each verified against its digest, into the S3 store --to "
+                    "(credentials and endpoint from the standard AWS chain). Run it again "
+                    "to resume; then set FLIPGATE_ARTIFACT_STORE to the same URL.")
+    migrate.add_argument("--to", required=True, metavar="s3://BUCKET[/PREFIX]",
+                         help="the artifact store to copy into")
+    migrate.set_defaults(run=run_store_migrate)

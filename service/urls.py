@@ -23,6 +23,11 @@ def version(line: str, name: str) -> str:
     return f"/models/{line}/versions/{name}"
 
 
+def model(line: str, name: str) -> str:
+    """A version's model file (or bundle), for a deploy job."""
+    return f"{version(line, name)}/artifact"
+
+
 def predictions(line: str, name: str) -> str:
     """Where a version's predictions are uploaded."""
     return f"{version(line, name)}/predictions"

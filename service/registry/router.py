@@ -2,8 +2,10 @@
 
 import json
 from typing import Annotated, Any, NamedTuple
+from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Query, UploadFile
+from fastapi import APIRouter, Form, Query, Response, UploadFile
+from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field, StringConstraints
 
 from service import flows
@@ -28,6 +30,7 @@ from service.registry.schemas import (
     ScoreKind,
 )
 from service.storage import StagedFile, upload_name
+from service.storage.bundle import bundle_chunks, folder_files
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=CommittingRoute)
 METADATA_MAX_CHARS = 64 * 1024
@@ -168,6 +171,30 @@ def read_line(name: str, session: SessionDep) -> ModelLineDetail:
 def read_version(name: str, version: str, session: SessionDep) -> ModelVersion:
     """One version of a line."""
     return service.get_named_version(session=session, line_name=name, version=version)
+
+
+ARTIFACT_RESPONSES: dict[int | str, dict[str, Any]] = {200: {
+    "description": "the .onnx file (application/octet-stream), or for a model with external "
+    "data its bundle: an uncompressed tar of model.onnx and its data files in name order "
+    "(application/x-tar); X-Flipgate-Sha256 is the version's artifact_sha256",
+    "content": {"application/octet-stream": {}, "application/x-tar": {}}}}
+
+
+@router.get("/{name}/versions/{version}/artifact", response_class=Response,
+            responses=ARTIFACT_RESPONSES, dependencies=[READ])
+def download_model(name: str, version: str, session: SessionDep, store: StoreDep) -> Response:
+    """The exact model a version registered (and a gate measured), streamed from the artifact
+    store (through the server's cache when the store is a bucket), for a deploy job; an
+    external version has none (404 `version_has_no_model`)."""
+    row = service.get_named_version(session=session, line_name=name, version=version)
+    path = service.version_model(store=store, version=row)
+    headers = {"X-Flipgate-Sha256": row.artifact_sha256, "ETag": f'"{row.artifact_sha256}"'}
+    if path.is_dir():
+        disposition = f"attachment; filename*=utf-8''{quote(f'{name}-{version}.tar')}"
+        return StreamingResponse(bundle_chunks(folder_files(path)), media_type="application/x-tar",
+                                 headers={**headers, "Content-Disposition": disposition})
+    return FileResponse(path, media_type="application/octet-stream", headers=headers,
+                        filename=f"{name}-{version}.onnx")
 
 
 class TrainingDatasetChoice(BaseModel):

@@ -3,21 +3,39 @@
 beside the model); its address stays `bundle_sha256` of the files."""
 
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from service.errors import StorageUnavailable
-from service.storage.base import BUNDLE_MODEL, bundle_sha256
+from service.storage.base import BUNDLE_MODEL, CHUNK_BYTES, bundle_sha256
 
 
 def pack_bundle(files: dict[str, Path], out: Path) -> Path:
     """Write the bundle of `files` (by their names in it) to the tar `out`."""
-    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as archive:
-        for name, path in sorted(files.items()):
-            member = tarfile.TarInfo(name)
-            member.size, member.mode = path.stat().st_size, 0o444
-            with path.open("rb") as readable:
-                archive.addfile(member, readable)
+    with out.open("wb") as writable:
+        for chunk in bundle_chunks(files):
+            writable.write(chunk)
     return out
+
+
+def bundle_chunks(files: dict[str, Path]) -> Iterator[bytes]:
+    """The bytes of the bundle of `files`, a header or a megabyte at a time (the same bytes
+    for the same files, whichever store holds them)."""
+    for name, path in sorted(files.items()):
+        member = tarfile.TarInfo(name)
+        member.size, member.mode = path.stat().st_size, 0o444
+        yield member.tobuf(tarfile.PAX_FORMAT)
+        with path.open("rb") as readable:
+            while chunk := readable.read(CHUNK_BYTES):
+                yield chunk
+        yield bytes(-member.size % tarfile.BLOCKSIZE)
+    yield bytes(2 * tarfile.BLOCKSIZE)  # the end of the archive
+
+
+def folder_files(folder: Path) -> dict[str, Path]:
+    """The files of a bundle's folder by their names in it."""
+    return {path.relative_to(folder).as_posix(): path for path in folder.rglob("*")
+            if path.is_file()}
 
 
 def unpack_bundle(tar: Path, folder: Path, sha256: str) -> Path:

@@ -72,8 +72,8 @@ class S3Store(ArtifactStore):
         return f"{self.prefix}sha256/{sha256[:2]}/{sha256[2:]}"
 
     def exists(self, sha256: str) -> bool:
-        return self.cache.path(check_address(sha256)).exists() or self._head(
-            self.key(sha256)) is not None
+        """Asks the bucket (a cached copy may outlive an object that gc deleted)."""
+        return self._head(self.key(sha256)) is not None
 
     def local_path(self, sha256: str) -> Path:
         check_address(sha256)

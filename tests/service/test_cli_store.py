@@ -15,16 +15,17 @@ from service.datasets.models import DatasetRole
 from service.datasets.service import register_dataset
 from service.db import settings_session
 from service.migrate import upgrade
-from service.storage import ArtifactStore, open_store
+from service.storage import ArtifactStore, bundle_sha256, open_store
 
 pytestmark = pytest.mark.slow
 
 
-def flipgate(data_dir: Path, *args: str) -> subprocess.CompletedProcess:
+def flipgate(data_dir: Path, *args: str, **variables: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("FLIPGATE_")}
     command = Path(sys.executable).with_name("flipgate")
-    return subprocess.run([command, "store", *args], env={**environment, "FLIPGATE_DATA_DIR":
-                          str(data_dir)}, capture_output=True, text=True, timeout=120)
+    return subprocess.run([command, "store", *args], env={
+        **environment, "FLIPGATE_DATA_DIR": str(data_dir), **variables},
+        capture_output=True, text=True, timeout=120)
 
 
 def stray(store: ArtifactStore, tmp_path: Path, content: bytes, age_seconds: float) -> str:
@@ -37,11 +38,10 @@ def stray(store: ArtifactStore, tmp_path: Path, content: bytes, age_seconds: flo
     return sha256
 
 
-@pytest.fixture
-def registered(tmp_path) -> tuple[Path, ArtifactStore, str]:
-    """A migrated data directory, its store, and the address of its one registered eval set."""
-    data_dir = tmp_path / "data"
-    settings = Settings(data_dir=data_dir)
+def registered_in(settings: Settings, tmp_path: Path) -> tuple[Path, ArtifactStore, str]:
+    """The data directory of `settings` migrated, its store, and the address of the one eval
+    set registered in it."""
+    data_dir = settings.data_dir
     upgrade(settings)
     store = open_store(settings)
     evalset = tmp_path / "eval.npz"
@@ -50,6 +50,12 @@ def registered(tmp_path) -> tuple[Path, ArtifactStore, str]:
         dataset = register_dataset(session=session, store=store, name="eval",
                                    npz_path=evalset, role=DatasetRole.EVAL)
         return data_dir, store, dataset.sha256
+
+
+@pytest.fixture
+def registered(tmp_path) -> tuple[Path, ArtifactStore, str]:
+    """An embedded data directory with its local store (registered_in)."""
+    return registered_in(Settings(data_dir=tmp_path / "data"), tmp_path)
 
 
 def test_check_reports_strays_and_gc_removes_only_old_unreferenced_ones(registered, tmp_path):
@@ -76,3 +82,59 @@ def test_check_reports_a_row_whose_artifact_is_gone_and_gc_rejects_a_bad_age(reg
     assert check.stdout.split("\n")[0] == f"missing artifact {lost} (a row references it)"
     refused = flipgate(data_dir, "gc", "--min-age-minutes", "-5")
     assert refused.returncode == 2 and "must be a number >= 0" in refused.stderr
+
+
+def test_check_and_gc_work_on_a_bucket(s3, s3_prefix, s3_settings, tmp_path):
+    data_dir, store, kept = registered_in(s3_settings, tmp_path)
+    bucket = s3.flipgate_env(s3_prefix)
+    (tmp_path / "stray").write_bytes(b"stray")
+    young = store.put_file(tmp_path / "stray").sha256
+    abandoned = s3.client().create_multipart_upload(Bucket=s3.bucket,
+                                                    Key=f"{s3_prefix}/staging/abandoned")
+    check = flipgate(data_dir, "check", **bucket)
+    assert check.returncode == 1 and check.stdout.split() == ["unreferenced", "artifact",
+                                                              young], check.stderr
+    assert flipgate(data_dir, "gc", "--min-age-minutes", "30", **bucket).stdout == ""
+    assert store.exists(young) and s3.incomplete_uploads(s3_prefix)  # younger than the grace
+    gc = flipgate(data_dir, "gc", "--min-age-minutes", "0", **bucket)
+    assert gc.returncode == 0 and gc.stdout.split() == ["removed", young], gc.stderr
+    assert store.exists(kept) and not store.exists(young)
+    assert s3.incomplete_uploads(s3_prefix) == [], abandoned["UploadId"]
+    assert not (data_dir / "artifacts").exists()
+
+
+def test_migrate_copies_a_local_store_into_a_bucket_and_resumes(registered, s3, s3_prefix,
+                                                                 tmp_path):
+    data_dir, local, evalset = registered
+    files = {"model.onnx": tmp_path / "m.onnx", "model.onnx.data": tmp_path / "d"}
+    files["model.onnx"].write_bytes(b"graph")
+    files["model.onnx.data"].write_bytes(b"weights")
+    bundle = bundle_sha256(files)
+    local.put_bundle(files, bundle)
+    bucket = s3.flipgate_env(s3_prefix)
+    to = ["migrate", "--to", bucket["FLIPGATE_ARTIFACT_STORE"]]
+    first = flipgate(data_dir, *to, **s3.aws_env())
+    assert first.returncode == 0 and "2 copied, 0 already there" in first.stderr, first.stderr
+    s3.client().delete_object(Bucket=s3.bucket, Key=f"{s3_prefix}/sha256/{evalset[:2]}/"
+                              f"{evalset[2:]}")  # a run cut short before this one
+    again = flipgate(data_dir, *to, **s3.aws_env())
+    assert "1 copied, 1 already there" in again.stderr, again.stderr
+    assert flipgate(data_dir, "check", **bucket).returncode == 1  # the bundle: no row
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in s3.aws_env().items():
+            patch.setenv(name, value)
+        moved = open_store(Settings(data_dir=tmp_path / "another-host",
+                                    artifact_store=bucket["FLIPGATE_ARTIFACT_STORE"]))
+        assert moved.local_path(evalset).read_bytes() == local.path(evalset).read_bytes()
+        assert moved.model_path(bundle).read_bytes() == b"graph"
+
+
+def test_migrate_copies_no_artifact_whose_bytes_are_not_its_address(registered, s3,
+                                                                    s3_prefix):
+    data_dir, local, evalset = registered
+    path = local.path(evalset)
+    path.chmod(0o644)
+    path.write_bytes(b"bit rot")
+    migrated = flipgate(data_dir, "migrate", "--to", s3.store_url(s3_prefix), **s3.aws_env())
+    assert migrated.returncode == 1 and evalset in migrated.stdout, migrated.stderr
+    assert s3.keys(s3_prefix) == []

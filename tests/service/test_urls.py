@@ -22,6 +22,7 @@ def app(tmp_path_factory):
 @pytest.mark.parametrize(("method", "address"), [
     ("GET", urls.job(7)),
     ("GET", urls.version("digits", "1.0")),
+    ("GET", urls.model("digits", "1.0")),
     ("POST", urls.predictions("digits", "1.0")),
     ("GET", urls.matrix("digits", "ev")),
     ("GET", urls.compare("digits:1.0", "digits:2.0", "ev", html=True)),
