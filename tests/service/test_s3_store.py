@@ -120,3 +120,29 @@ def test_a_body_that_fails_midway_leaves_no_object_and_no_upload(s3, s3_store, s
 def test_a_missing_artifact_is_not_found(s3_store):
     with pytest.raises(NotFound):
         s3_store.local_path("0" * 64)
+
+
+def test_the_same_body_streamed_to_two_servers_at_once_is_one_object(s3, s3_store, s3_settings,
+                                                                     s3_prefix, tmp_path):
+    """Two API processes (here two stores of one bucket, on two threads) receiving the same
+    bytes at the same moment: both copies are conditional, so one object is stored."""
+    stores, start = [s3_store, another_host(s3_settings, tmp_path)], threading.Barrier(2)
+    staged = []
+
+    async def body():
+        yield CONTENT
+
+    async def receive(store) -> None:
+        async with store.receive(body(), filename="x", max_bytes=len(CONTENT)) as upload:
+            await asyncio.to_thread(start.wait)
+            store.put_staged(upload)
+            staged.append(upload.sha256)
+
+    threads = [threading.Thread(target=asyncio.run, args=(receive(store),)) for store in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(staged) == 2 and staged[0] == staged[1]
+    assert s3.keys(s3_prefix) == [s3_store.key(staged[0])]
+    assert s3.incomplete_uploads(s3_prefix) == []

@@ -20,11 +20,13 @@ from service.config import get_settings
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset, register_dataset
 from service.db import create_session_factory, session_scope
+from service.errors import NotFound
 from service.jobs.enqueue import create_job
 from service.jobs.models import JobKind, JobState
 from service.jobs.service import get_job, list_shards, mark_cancelled
 from service.predictions.service import get_predictions, read_logits
 from service.registry.service import get_version, register_version
+from service.storage import open_store
 from tests.conftest import save_graph
 from tests.service.conftest import BACKENDS, FEATURES, empty_database, migrated_engine
 from worker import runtime, tasks
@@ -328,3 +330,54 @@ def test_a_shard_that_ends_without_logits_fails_the_parent(ctx, arrange, shard_s
     job = job_row(ctx, job_id)
     assert job.state == JobState.FAILED and job.error.startswith(f"shard {shard_ids[2]} ")
     assert {job_row(ctx, shard).state for shard in shard_ids} == {JobState.CANCELLED}
+
+
+@pytest.fixture
+def s3_hosts(ctx, s3_settings, tmp_path, onnx_file, npz_file, monkeypatch):
+    """A version and an eval set registered through one host's S3 store (the API's), and the
+    worker's context on another host's (its own empty data and cache folders, the same
+    bucket); (the API's store, the worker's context, the job's params)."""
+    api = open_store(s3_settings)
+    line, evalset = f"line-{uuid.uuid4().hex[:8]}", f"set-{uuid.uuid4().hex[:8]}"
+    with session_scope(ctx.sessions) as session:
+        version = register_version(session=session, store=api, line_name=line,
+                                   version="1", onnx_path=onnx_file(3, 0))
+        register_dataset(session=session, store=api, name=evalset, role=DatasetRole.EVAL,
+                         npz_path=npz_file(40))
+    worker = replace(ctx, store=open_store(s3_settings.model_copy(
+        update={"data_dir": tmp_path / "worker-host"})))
+    monkeypatch.setattr(runtime, "context", lambda: worker)
+    return api, worker, {"version_id": version.id, "evalset": evalset}
+
+
+def test_a_worker_sharing_no_disk_writes_its_logits_to_the_bucket(s3_hosts, onnx_file,
+                                                                  npz_file):
+    api, worker, params = s3_hosts
+    job_id = queue(worker, JobKind.INFERENCE, **params)
+    tasks.inference(job_id)
+    assert job_row(worker, job_id).state == JobState.SUCCEEDED, job_row(worker, job_id).error
+    with session_scope(worker.sessions) as session:
+        prediction = get_predictions(session=session, dataset=get_dataset(
+            session=session, name=params["evalset"]), version=get_version(
+            session=session, version_id=params["version_id"]))
+        api.cache.discard([prediction.logits_sha256])  # the API reads it from the bucket
+        logits = read_logits(store=api, prediction=prediction)
+    expected = OnnxClassifier(onnx_file(3, 0)).predict(load_evalset(npz_file(40)).x)
+    np.testing.assert_allclose(logits, expected, rtol=1e-5)
+
+
+def test_a_worker_that_loses_the_store_fails_the_job_and_keeps_nothing(
+        s3_hosts, s3_settings, tmp_path, monkeypatch):
+    _, worker, params = s3_hosts
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")  # the store refuses it
+    cut_off = replace(worker, store=open_store(s3_settings.model_copy(
+        update={"data_dir": tmp_path / "worker-host"})))
+    monkeypatch.setattr(runtime, "context", lambda: cut_off)
+    job_id = queue(cut_off, JobKind.INFERENCE, **params)
+    tasks.inference(job_id)
+    job = job_row(cut_off, job_id)
+    assert job.state == JobState.FAILED and job.error.startswith("storage_unavailable:")
+    with session_scope(cut_off.sessions) as session, pytest.raises(NotFound):
+        get_predictions(session=session, dataset=get_dataset(
+            session=session, name=params["evalset"]), version=get_version(
+            session=session, version_id=params["version_id"]))
