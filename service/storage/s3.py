@@ -4,6 +4,7 @@ no reader ever sees a half-written object and the same bytes are stored once; re
 the host's cache (service.storage.cache). Credentials, region and endpoint come from the
 standard AWS chain (boto3's), never from flipgate's settings."""
 
+import asyncio
 import functools
 import hashlib
 import os
@@ -40,6 +41,7 @@ from service.storage.local import remove_idle
 PART_BYTES = 8 << 20  # a streamed upload's parts (S3's least is 5 MiB but for the last)
 PARTS_IN_FLIGHT = 4  # parts of one upload being sent at once: memory <= 5 parts per upload
 COPY_PART_BYTES = 256 << 20  # a larger object is copied part by part (UploadPartCopy)
+ABORT_WAIT_SECONDS = 2.0  # a failed upload's answer waits this long at most for its abort
 DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's most)
 ATTEMPTS = 2  # tries of each call (botocore's standard retry mode)
 BUNDLE_KIND = {"flipgate-kind": "bundle"}  # the user metadata of a bundle object
@@ -125,7 +127,7 @@ class S3Store(ArtifactStore):
             await anyio.to_thread.run_sync(upload.complete)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(upload.abort)
+                await _abort(upload)
             raise
         try:
             yield StagedFile(None, digest.hexdigest(), scan, size=size, head=bytes(head),
@@ -356,6 +358,15 @@ class MultipartUpload:
                 future.result()
         number = len(self.sent) + 1
         self.sent.append(UPLOAD_THREADS.submit(send, number))
+
+
+async def _abort(upload: "MultipartUpload") -> None:
+    """Abort an upload on the upload threads, waiting for it ABORT_WAIT_SECONDS at most: a
+    store that answers has dropped it by then, and a refusal is not held up longer by one
+    that does not (the abort goes on, and the sweep or the lifecycle rule ends the rest)."""
+    aborting = asyncio.wrap_future(UPLOAD_THREADS.submit(upload.abort))
+    with anyio.move_on_after(ABORT_WAIT_SECONDS):
+        await asyncio.shield(aborting)
 
 
 def parse_store_url(url: str) -> tuple[str, str]:
