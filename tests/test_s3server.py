@@ -49,3 +49,15 @@ def test_a_restarted_server_keeps_its_objects(server, s3_prefix):
     server.start()
     body = server.client().get_object(Bucket=server.bucket, Key=f"{s3_prefix}/kept")["Body"]
     assert body.read() == b"kept"
+
+
+def test_a_multipart_upload_is_listed_until_it_is_aborted(server, s3_prefix):
+    """What the disconnect tests look for: a begun upload shows until it is aborted."""
+    client, key = server.client(), f"{s3_prefix}/partial"
+    upload = client.create_multipart_upload(Bucket=server.bucket, Key=key)["UploadId"]
+    client.upload_part(Bucket=server.bucket, Key=key, UploadId=upload, PartNumber=1,
+                       Body=b"x" * 1024)
+    assert server.incomplete_uploads(s3_prefix) == [key]
+    assert server.keys(s3_prefix) == []
+    client.abort_multipart_upload(Bucket=server.bucket, Key=key, UploadId=upload)
+    assert server.incomplete_uploads(s3_prefix) == []

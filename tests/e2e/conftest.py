@@ -14,7 +14,11 @@ import numpy as np
 import pytest
 import redis
 
+from flipgate.datasets import save_evalset
+from flipgate.formats import EvalSet
 from flipgate.processes import free_port, stop_process
+from flipgate.train.config import TrainConfig
+from flipgate.train.recipes import train
 from tests.conftest import linear_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,6 +115,27 @@ def evalset(tmp_path) -> Path:
     np.savez(path, x=rng.normal(size=(300, FEATURES)).astype(np.float32),
              y=rng.integers(0, CLASSES, 300))
     return path
+
+
+@pytest.fixture
+def digits(tmp_path) -> dict[str, Path]:
+    """Training and eval sets of scikit-learn's 8x8 digits, production (v1: 600 samples) and a
+    candidate trained on 60 samples for one epoch (v2), each with its run record."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    x, y = (data.images / 16.0).astype(np.float32), data.target
+    order = np.random.default_rng(0).permutation(len(y))
+    training, evaluation = EvalSet(x[order[:1000]], y[order[:1000]]), EvalSet(
+        x[order[1000:]], y[order[1000:]])
+    files = {"train": save_evalset(training, tmp_path / "train.npz"),
+             "eval": save_evalset(evaluation, tmp_path / "eval.npz")}
+    for version, samples, epochs in (("1", 600, 10), ("2", 60, 1)):
+        subset = EvalSet(training.x[:samples], training.y[:samples])
+        model = train("baseline", "mlp:hidden=64", subset, 10,
+                      TrainConfig(epochs=epochs, seed=int(version)))
+        files[version] = model.save(tmp_path / f"v{version}.onnx", (8, 8))
+    return files
 
 
 def register(client: httpx.Client, models: list[Path], evalset: Path) -> None:

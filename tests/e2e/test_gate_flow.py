@@ -11,18 +11,13 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
-import numpy as np
 import pytest
-from sklearn.datasets import load_digits
 
-from flipgate.datasets import save_evalset
-from flipgate.formats import EvalSet, load_evalset
+from flipgate.formats import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits
 from flipgate.processes import free_port
 from flipgate.signing import signature, signature_matches
-from flipgate.train.config import TrainConfig
-from flipgate.train.recipes import train
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for, wait_for_jobs
 
 TOKEN = "e2e-gate-admin-token-0123456789"
@@ -55,25 +50,6 @@ def receiver():
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/status", StatusReceiver.received
     server.shutdown()
-
-
-@pytest.fixture
-def digits(tmp_path) -> dict[str, Path]:
-    """Training and eval sets of the 8x8 digits, production (v1: 600 samples) and a candidate
-    trained on 60 samples for one epoch (v2), each with its run record."""
-    data = load_digits()
-    x, y = (data.images / 16.0).astype(np.float32), data.target
-    order = np.random.default_rng(0).permutation(len(y))
-    training, evaluation = EvalSet(x[order[:1000]], y[order[:1000]]), EvalSet(
-        x[order[1000:]], y[order[1000:]])
-    files = {"train": save_evalset(training, tmp_path / "train.npz"),
-             "eval": save_evalset(evaluation, tmp_path / "eval.npz")}
-    for version, samples, epochs in (("1", 600, 10), ("2", 60, 1)):
-        subset = EvalSet(training.x[:samples], training.y[:samples])
-        model = train("baseline", "mlp:hidden=64", subset, 10,
-                      TrainConfig(epochs=epochs, seed=int(version)))
-        files[version] = model.save(tmp_path / f"v{version}.onnx", (8, 8))
-    return files
 
 
 def register(client: httpx.Client, files: dict[str, Path]) -> None:
