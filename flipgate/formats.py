@@ -32,6 +32,8 @@ INPUT_NAME, OUTPUT_NAME = "input", "logits"  # what flipgate's own exports call 
 CHECK_CHUNK_BYTES = 64 << 20  # how much of an array a value check holds at once
 ZIP_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # a member's local file header (30 bytes)
 DEFLATE_MAX_RATIO = 1032  # no deflate stream expands more than this: larger claims are lies
+ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate",
+               zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}  # what zipfile reads
 
 
 OPTIONAL_ARRAYS = ("classes", "groups", "text", "images")  # eval-set arrays no model reads
@@ -245,7 +247,14 @@ def npz_headers(path: Path, *, source: str) -> dict[str, _Header]:
 
 
 def _check_members(members: list[zipfile.ZipInfo], source: str) -> None:
-    """No member encrypted, and no name twice (readers disagree on which of two they read)."""
+    """No member encrypted or compressed by a method zipfile cannot read, and no name twice
+    (readers disagree on which of two they read)."""
+    for info in members:
+        if info.compress_type not in ZIP_METHODS:
+            raise InputError("npz_compression", f"{source}: member {info.filename!r} is "
+                             f"compressed with zip method {info.compress_type}, which flipgate "
+                             f"cannot read; use one of {sorted(ZIP_METHODS.values())} "
+                             "(np.savez or np.savez_compressed)")
     if encrypted := [info.filename for info in members if info.flag_bits & 1]:
         raise InputError("evalset_encrypted", f"{source}: members {encrypted} are encrypted; "
                          "store the arrays without a password")
