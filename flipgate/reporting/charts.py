@@ -81,7 +81,7 @@ class Axis:
         exponent form for steps below 1e-6 and ticks from 1e7 up."""
         step_digit = floor(log10(self.step) + 1e-9)
         largest = max(abs(tick) for tick in self.ticks)
-        if -6 <= step_digit and largest < 1e7:
+        if step_digit >= -6 and largest < 1e7:
             return f"{value:.{max(0, -step_digit)}f}"
         return f"{value:.{max(1, floor(log10(largest)) - step_digit + 1)}g}"
 
