@@ -82,18 +82,26 @@ class EvalSet:
                        classes=tuple(str(name) for name in class_names))
 
 
-def label_columns(labels: np.ndarray, class_names: Sequence[str], *,
+def label_columns(labels: np.ndarray, class_names: Sequence[str] | None, *,
                   source: str = "eval set") -> np.ndarray:
-    """Labels as int64 column indices: class-name strings mapped by `class_names` (a name
-    that no column has is refused), integers as they are."""
+    """Labels as int64 column indices: integers as they are, class-name strings mapped to
+    the columns `class_names` names (an eval set's `classes`, a model's class labels, or on
+    the server its line's). A name that no column has is refused (`unknown_class_name`),
+    names without any class names too (`labels_need_class_names`). Every caller that maps an
+    eval set's names to columns goes through here."""
     if labels.dtype.kind != "U":
         return labels.astype(np.int64)
+    if not class_names:
+        raise InputError("labels_need_class_names", f"{source}: y holds class names, but no "
+                           "class names are known to map them to columns (an array `classes` "
+                           "in the eval set, or a model that names its classes)")
     columns = {str(name): column for column, name in enumerate(class_names)}
-    unknown = sorted(set(np.unique(labels).tolist()) - set(columns))
-    if unknown:
-        raise InputError("unknown_label", f"{source}: label {unknown[0]!r} names no class "
-                           f"(the classes are {list(columns)})")
-    return np.array([columns[label] for label in labels.tolist()], dtype=np.int64)
+    names, positions = np.unique(labels, return_inverse=True)
+    if unknown := [name for name in names.tolist() if name not in columns]:
+        raise InputError("unknown_class_name", f"{source}: label {unknown[0]!r} names no "
+                           f"class (the classes are {list(columns)})")
+    return np.array([columns[name] for name in names.tolist()], dtype=np.int64)[
+        positions.reshape(labels.shape)]
 
 
 def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,

@@ -211,7 +211,8 @@ def _gallery(rows: queries.PairRows, store: ArtifactStore,
     ranked = samples.ranked_negative_flips(negative, paths["new_logits"])
     page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
     view = samples.sample_view(paths["evalset"])
-    flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view)
+    flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view,
+                                 class_names=rows.class_names)
     return (gallery_html(flips, view, rows.class_names), len(ranked), page, pages,
             view.kind == IMAGE)
 

@@ -107,19 +107,25 @@ def sample_view(evalset: Path) -> SampleView:
 
 
 def gallery_page(ranked: np.ndarray, page: int, per_page: int, *, old_logits: Path,
-                 new_logits: Path, evalset: Path, view: SampleView) -> list[FlipSample]:
+                 new_logits: Path, evalset: Path, view: SampleView,
+                 class_names: list[str] | None) -> list[FlipSample]:
     """The gallery entries of one page of `ranked` flips, reading only their rows."""
     shown = ranked[(page - 1) * per_page:page * per_page]
-    return flip_samples(shown, column_labels(evalset, shown), logits_rows(old_logits, shown),
+    return flip_samples(shown, column_labels(evalset, shown, class_names),
+                        logits_rows(old_logits, shown),
                         logits_rows(new_logits, shown),
                         {name: npz_rows(evalset, name, shown) for name in view.arrays})
 
 
-def column_labels(evalset: Path, indices: np.ndarray) -> np.ndarray:
-    """The labels of samples `indices` as column indices (class names mapped by `classes`)."""
+def column_labels(evalset: Path, indices: np.ndarray,
+                  class_names: list[str] | None) -> np.ndarray:
+    """The labels of samples `indices` as column indices (class names mapped by the set's
+    `classes`, else by the line's `class_names`)."""
     labels = npz_rows(evalset, "y", indices)
     if labels.dtype.kind != "U":
         return labels
     with np.load(evalset, allow_pickle=False) as archive:
-        return label_columns(labels, archive["classes"].tolist())
+        if "classes" in archive.files:
+            class_names = archive["classes"].tolist()
+    return label_columns(labels, class_names, source=evalset.name)
 
