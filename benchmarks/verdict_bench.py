@@ -47,7 +47,7 @@ from flipgate.processes import free_port, stop_process
 TOKEN = "verdict-bench-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 REPEATS = 5  # runs of each side of the CLI's comparison; the best counts
-UPLOAD_REPEATS = 7  # uploads of one file by each path, alternated; the medians count
+UPLOAD_REPEATS = 9  # uploads of one file by each path, alternated; the medians count
 
 
 def timed(work: Callable[[], object]) -> float:

@@ -29,7 +29,7 @@ def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
     """PUT the file `path` as the raw body of `url` (with query `params`) on `server`; the
     server's JSON answer. The body is sized (Content-Length, never chunked) and its bytes are
     copied by the kernel (socket.sendfile), SEND_BYTES between progress reports; through an
-    HTTP proxy (HTTP_PROXY / HTTPS_PROXY) it goes by httpx, sized as well."""
+    HTTP proxy (HTTP_PROXY / HTTPS_PROXY) it goes by httpx."""
     address = f"{server.rstrip('/')}{url}" + (f"?{urlencode(params)}" if params else "")
     headers = {"Content-Type": "application/octet-stream",
                "Content-Length": str(path.stat().st_size), **credentials.headers()}
@@ -45,6 +45,7 @@ def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
 
 def _put_by_sendfile(address: str, file: BinaryIO, headers: dict[str, str],
                      progress: Progress | None) -> dict:
+    """The PUT on a connection of the standard library, the body sent by the kernel."""
     parts = urlsplit(address)
     if parts.scheme not in CONNECTIONS or not parts.hostname:
         raise InputError("invalid_server", f"{address}: the server must be an http(s) URL")
@@ -81,32 +82,25 @@ def _proxied(address: str) -> bool:
         parts.hostname or "")
 
 
-class SizedChunks:
-    """A file as an iterable of SEND_BYTES pieces whose length httpx reads from fileno(): the
-    body goes out with Content-Length (a generator would be sent chunked)."""
-
-    def __init__(self, file: BinaryIO, progress: Progress | None) -> None:
-        self.file, self.progress = file, progress
-
-    def fileno(self) -> int:
-        return self.file.fileno()
-
-    def __iter__(self) -> Iterator[bytes]:
-        total, sent = os.fstat(self.fileno()).st_size, 0
-        while chunk := self.file.read(SEND_BYTES):
-            sent += len(chunk)
-            yield chunk
-            if self.progress:
-                self.progress(sent, total)
+def file_chunks(file: BinaryIO, progress: Progress | None) -> Iterator[bytes]:
+    """The file SEND_BYTES at a time, reporting the bytes sent."""
+    total, sent = os.fstat(file.fileno()).st_size, 0
+    while chunk := file.read(SEND_BYTES):
+        sent += len(chunk)
+        yield chunk
+        if progress:
+            progress(sent, total)
 
 
 def _put_by_httpx(server: str, url: str, file: BinaryIO, params: dict[str, str],
                   headers: dict[str, str], progress: Progress | None) -> dict:
+    """The PUT through httpx, which honours the proxy settings of the environment (the
+    declared Content-Length keeps the body unchunked)."""
     import httpx
 
     with http_client(server, httpx.Timeout(READ_SECONDS, write=WRITE_SECONDS)) as http:
         try:
-            response = http.put(url, params=params, content=SizedChunks(file, progress),
+            response = http.put(url, params=params, content=file_chunks(file, progress),
                                 headers=headers)
         except httpx.TransportError as error:
             raise OSError(str(error) or type(error).__name__) from error
