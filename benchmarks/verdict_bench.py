@@ -7,9 +7,12 @@ Two versions' float32 logits of N × C (scale_bench's files) are gated through a
 `flipgate serve` (embedded: SQLite and the folder broker, its own worker), as a CI job
 would: the eval set (labels, and one feature per sample) and two external versions are
 registered, both logits uploaded, then POST /gate is polled to its verdict. The uploads are
-timed both ways: multipart POST (the browser's and the old clients' path) and the raw PUT
-(`flipgate upload logits`); the gate after them (a small line goes through first, so that
-neither path pays the worker's first job).
+timed three ways: multipart POST (the browser's and the old clients' path), the raw PUT as
+one `httpx.put` of the open file in this process, and the raw PUT as a CI job sends it, the
+`flipgate upload logits` command in a fresh interpreter (start-up included); the gate after
+them (a small line goes through first, so that no path pays the worker's first job). Then
+the command against the plain PUT alone: one file uploaded UPLOAD_REPEATS times each way,
+alternated, medians compared.
 Floor: reading and hashing both files once and `compare_logits` on them memory-mapped, in
 this process. Printed: each time, and time to verdict / floor for each upload path. Files
 are written first, so they are in the page cache for every path alike.
@@ -26,6 +29,7 @@ start time of `flipgate --help` and `flipgate compare --help` (fresh interpreter
 import argparse
 import hashlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +47,7 @@ from flipgate.processes import free_port, stop_process
 TOKEN = "verdict-bench-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 REPEATS = 5  # runs of each side of the CLI's comparison; the best counts
+UPLOAD_REPEATS = 9  # uploads of one file by each path, alternated; the medians count
 
 
 def timed(work: Callable[[], object]) -> float:
@@ -105,6 +110,35 @@ def put_upload(http: httpx.Client, line: str, version: str, path: Path) -> None:
         http.put(f"/models/{line}/versions/{version}/predictions", params={"evalset": line},
                  content=file, headers={"Content-Type": "application/octet-stream"}
                  ).raise_for_status()
+
+
+def cli_upload(http: httpx.Client, line: str, version: str, path: Path) -> None:
+    """`flipgate upload logits`, as a CI job runs it: a fresh interpreter, start-up included."""
+    subprocess.run([sys.executable, "-m", "flipgate.cli", "upload", "logits",
+                    f"{line}:{version}", str(path), "--evalset", line, "--server",
+                    str(http.base_url).rstrip("/"), "--token", TOKEN], check=True,
+                   capture_output=True)
+
+
+def cli_against_put(http: httpx.Client, folder: Path, paths: tuple[Path, Path, Path],
+                    classes: int) -> None:
+    """The command against one httpx.put of the open file: the same file uploaded to new
+    versions of one line, alternately, UPLOAD_REPEATS times each; medians."""
+    line = "alternated"
+    register(http, folder, paths[2], classes, line)
+    times: dict[str, list[float]] = {"put": [], "cli": []}
+    for run in range(UPLOAD_REPEATS):
+        for label, upload in (("put", put_upload), ("cli", cli_upload)):
+            version = f"{label}{run}"
+            http.post("/models", data={"name": line, "version": version,
+                                       "num_classes": str(classes)}).raise_for_status()
+            times[label].append(timed(lambda upload=upload, version=version: upload(
+                http, line, version, paths[0])))
+    put, cli = (statistics.median(times[label]) for label in ("put", "cli"))
+    print(f"one upload, median of {UPLOAD_REPEATS} alternated: `flipgate upload logits` "
+          f"{cli:.2f} s, httpx.put {put:.2f} s: {cli / put:.2f}x "
+          f"(each: {' '.join(f'{t:.2f}' for t in times['cli'])} / "
+          f"{' '.join(f'{t:.2f}' for t in times['put'])})")
 
 
 def gate(http: httpx.Client, line: str) -> str:
@@ -271,12 +305,15 @@ def through_serve(folder: Path, samples: int, classes: int) -> None:
             warm_up.mkdir()
             through_server(http, warm_up, write_pair(warm_up, 1000, classes), classes,
                            "warm-up", put_upload)  # the worker's first job
-            for label, upload in (("multipart POST", post_upload), ("raw PUT", put_upload)):
-                uploads, decided = through_server(http, folder, paths, classes,
-                                                  label.split()[-1].lower(), upload)
-                print(f"{label:15s}: uploads {uploads:.2f} s + gate {decided:.2f} s = "
+            for label, line, upload in (
+                    ("multipart POST", "post", post_upload),
+                    ("raw PUT, httpx.put", "put", put_upload),
+                    ("raw PUT, flipgate upload logits", "cli", cli_upload)):
+                uploads, decided = through_server(http, folder, paths, classes, line, upload)
+                print(f"{label:32s}: uploads {uploads:.2f} s + gate {decided:.2f} s = "
                       f"{uploads + decided:.2f} s, {(uploads + decided) / bottom:.1f}x "
                       "the floor")
+            cli_against_put(http, folder, paths, classes)
     finally:
         stop_process(process, grace_seconds=30)
     for path in paths:

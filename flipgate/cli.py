@@ -9,8 +9,6 @@ from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from flipgate.commands import (
     COMMAND_GROUP,
     Parser,
@@ -19,15 +17,15 @@ from flipgate.commands import (
     comma_list,
     positive_int,
 )
-from flipgate.compare import ReadAs, analyse, score
 from flipgate.errors import InputError
-from flipgate.formats import EvalSet, check_labels, load_evalset, load_training_set
-from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
 from flipgate.progress import progress_bars
-from flipgate.scores import SCORE_KINDS
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and ONNX Runtime (0.16 s) load where a command needs them
+    import numpy as np
+
+    from flipgate.compare import ReadAs
     from flipgate.demo import DemoFiles
+    from flipgate.formats import EvalSet
 
 AddCommand = Callable[[argparse._SubParsersAction], None]
 
@@ -38,6 +36,8 @@ def data_dir() -> Path:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Compare OLD and NEW on the eval set and print or write the report."""
+    from flipgate.compare import ReadAs
+
     reads = tuple(ReadAs(getattr(args, f"{side}_output") or args.output,
                          getattr(args, f"{side}_scores") or args.scores) for side in ("old", "new"))
     compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
@@ -48,11 +48,17 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def compare_and_report(
     old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto", gallery: bool = True,
-    reads: tuple[ReadAs, ReadAs] = (ReadAs(), ReadAs()),
+    batch_size: int | None = None, device: str = "auto", gallery: bool = True,
+    reads: "tuple[ReadAs, ReadAs] | None" = None,
 ) -> None:
-    """Score both models (each read as `reads` says), then print the terminal report or JSON
-    and write the HTML page (with the flip gallery unless `gallery` is false)."""
+    """Score both models (each read as `reads` says, default as the graph tells, in batches
+    of `batch_size`, default DEFAULT_BATCH_SIZE), then print the terminal report or JSON and
+    write the HTML page (with the flip gallery unless `gallery` is false)."""
+    from flipgate.compare import ReadAs, analyse, score
+    from flipgate.formats import load_evalset
+    from flipgate.inference import DEFAULT_BATCH_SIZE
+
+    reads, batch_size = reads or (ReadAs(), ReadAs()), batch_size or DEFAULT_BATCH_SIZE
     evalset = load_evalset(evalset_path, mmap=True)
     with progress_bars(enabled=not as_json) as bar:
         scored = [score(source, evalset, batch_size=batch_size, device=device, read=read,
@@ -135,6 +141,7 @@ def demo_through_server(files: "DemoFiles", folder: Path, serve: bool = False) -
 
 def run_train(args: argparse.Namespace) -> int:
     """Train a model with a recipe and export it as ONNX with its record beside it."""
+    from flipgate.formats import check_labels, load_training_set
     from flipgate.train import recipes
     from flipgate.train.loop import TrainConfig
     from flipgate.train.options import method_options
@@ -163,8 +170,11 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def old_model_logits(args: argparse.Namespace, data: EvalSet) -> tuple[np.ndarray | None, int]:
+def old_model_logits(args: argparse.Namespace,
+                     data: "EvalSet") -> "tuple[np.ndarray | None, int]":
     """The old model's logits on the training set and the class count it implies."""
+    from flipgate.inference import OnnxClassifier
+
     num_classes = args.num_classes or int(data.y.max()) + 1
     if args.old is None:
         return None, num_classes
@@ -218,6 +228,8 @@ def run_gate(args: argparse.Namespace) -> int:
 
 def add_read_as_flags(parser: argparse.ArgumentParser) -> None:
     """--output/--scores for both ONNX models, --old-*/--new-* for one of them."""
+    from flipgate.scores import SCORE_KINDS
+
     for side, whose in (("", "both models"), ("old-", "OLD"), ("new-", "NEW")):
         parser.add_argument(f"--{side}output", metavar="NAME", help="the ONNX output that "
                             f"holds the scores of {whose} (default: chosen from the graph)")
@@ -227,6 +239,8 @@ def add_read_as_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_compare_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate compare` subcommand."""
+    from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES
+
     compare = commands.add_parser(
         "compare", help="compare two models sample by sample on a labeled eval set",
         description="OLD and NEW are ONNX classifiers (.onnx) or precomputed logits (.npy).")

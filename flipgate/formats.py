@@ -34,6 +34,8 @@ CHECK_CHUNK_BYTES = 64 << 20  # how much of an array a value check holds at once
 ZIP_MAGIC = b"PK"  # how every zip archive (an .npz) begins
 ZIP_LOCAL_HEADER = struct.Struct("<4s5H3L2H")  # a member's local file header (30 bytes)
 DEFLATE_MAX_RATIO = 1032  # no deflate stream expands more than this: larger claims are lies
+ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate",
+               zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}  # what zipfile reads
 
 
 OPTIONAL_ARRAYS = ("classes", "groups", "text", "images")  # eval-set arrays no model reads
@@ -82,18 +84,26 @@ class EvalSet:
                        classes=tuple(str(name) for name in class_names))
 
 
-def label_columns(labels: np.ndarray, class_names: Sequence[str], *,
+def label_columns(labels: np.ndarray, class_names: Sequence[str] | None, *,
                   source: str = "eval set") -> np.ndarray:
-    """Labels as int64 column indices: class-name strings mapped by `class_names` (a name
-    that no column has is refused), integers as they are."""
+    """Labels as int64 column indices: integers as they are, class-name strings mapped to
+    the columns `class_names` names (an eval set's `classes`, a model's class labels, or on
+    the server its line's). A name that no column has is refused (`unknown_class_name`),
+    names without any class names too (`labels_need_class_names`). Every caller that maps an
+    eval set's names to columns goes through here."""
     if labels.dtype.kind != "U":
         return labels.astype(np.int64)
+    if not class_names:
+        raise InputError("labels_need_class_names", f"{source}: y holds class names, but no "
+                           "class names are known to map them to columns (an array `classes` "
+                           "in the eval set, or a model that names its classes)")
     columns = {str(name): column for column, name in enumerate(class_names)}
-    unknown = sorted(set(np.unique(labels).tolist()) - set(columns))
-    if unknown:
-        raise InputError("unknown_label", f"{source}: label {unknown[0]!r} names no class "
-                           f"(the classes are {list(columns)})")
-    return np.array([columns[label] for label in labels.tolist()], dtype=np.int64)
+    names, positions = np.unique(labels, return_inverse=True)
+    if unknown := [name for name in names.tolist() if name not in columns]:
+        raise InputError("unknown_class_name", f"{source}: label {unknown[0]!r} names no "
+                           f"class (the classes are {list(columns)})")
+    return np.array([columns[name] for name in names.tolist()], dtype=np.int64)[
+        positions.reshape(labels.shape)]
 
 
 def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,
@@ -247,7 +257,14 @@ def npz_headers(path: Path, *, source: str) -> dict[str, _Header]:
 
 
 def _check_members(members: list[zipfile.ZipInfo], source: str) -> None:
-    """No member encrypted, and no name twice (readers disagree on which of two they read)."""
+    """No member encrypted or compressed by a method zipfile cannot read, and no name twice
+    (readers disagree on which of two they read)."""
+    for info in members:
+        if info.compress_type not in ZIP_METHODS:
+            raise InputError("npz_compression", f"{source}: member {info.filename!r} is "
+                             f"compressed with zip method {info.compress_type}, which flipgate "
+                             f"cannot read; use one of {sorted(ZIP_METHODS.values())} "
+                             "(np.savez or np.savez_compressed)")
     if encrypted := [info.filename for info in members if info.flag_bits & 1]:
         raise InputError("evalset_encrypted", f"{source}: members {encrypted} are encrypted; "
                          "store the arrays without a password")

@@ -134,13 +134,18 @@ class GateClient:
 
 def answer(response: "httpx.Response") -> dict:
     """The JSON object of a 2xx answer; a 4xx raises its error as InputError."""
-    if response.is_error:
-        raise refusal(response)
+    return json_answer(response.status_code, response.content, response.reason_phrase,
+                       str(response.request.url))
+
+
+def json_answer(status: int, body: bytes, reason: str, url: str) -> dict:
+    """The JSON object of a 2xx answer `body` from `url`; a 4xx raises its error."""
+    if status >= 400:
+        raise refusal_of(status, body, reason)
     try:
-        return response.json()
+        return json.loads(body)
     except ValueError as error:
-        raise InputError("invalid_response", f"{response.request.url} answered "
-                           f"{response.status_code} without JSON") from error
+        raise InputError("invalid_response", f"{url} answered {status} without JSON") from error
 
 
 def as_decision(body: dict) -> dict:
@@ -154,12 +159,17 @@ def as_decision(body: dict) -> dict:
 
 def refusal(response: "httpx.Response") -> InputError:
     """The server's `{"error": {"code", "message"}}` (or the raw body) as InputError."""
+    return refusal_of(response.status_code, response.content, response.reason_phrase)
+
+
+def refusal_of(status: int, body: bytes, reason: str) -> InputError:
+    """An error answer's `{"error": {"code", "message"}}` (or its raw body) as InputError."""
     try:
-        error = response.json()["error"]
+        error = json.loads(body)["error"]
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
-        code, message = "http_error", response.text.strip()[:300] or response.reason_phrase
-    return InputError(code, f"HTTP {response.status_code} {code}: {message}")
+        code, message = "http_error", body.decode("utf-8", "replace").strip()[:300] or reason
+    return InputError(code, f"HTTP {status} {code}: {message}")
 
 
 def decide(client: GateClient, request: dict, delivery: str, *, timeout: float, poll: float,

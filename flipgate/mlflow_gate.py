@@ -99,16 +99,23 @@ def onnx_bytes(version: MlflowVersion, tracking_uri: str | None) -> bytes:
 
 def set_verdict_tags(client, version: MlflowVersion, decision: dict) -> None:
     """Write the decision on the MLflow version as flipgate.* tags, the verdict last (whoever
-    sees it sees the others); the NFR is the worst over the decision's eval sets."""
+    sees it sees the others); the NFR is the worst over the decision's eval sets. The report
+    link is left out unless it is absolute: a relative one means nothing in MLflow's UI."""
     tags = {DECISION_TAG: str(decision["decision_id"])}
     if decision.get("baseline"):
         nfrs = [metrics["nfr"] for metrics in decision.get("metrics", {}).values()
                 if metrics and metrics.get("nfr") is not None]
         tags[NFR_TAG] = f"{max(nfrs):.6g}" if nfrs else "n/a"
-        tags[REPORT_TAG] = decision.get("report_url") or ""
+        if is_absolute(report := decision.get("report_url") or ""):
+            tags[REPORT_TAG] = report
     tags[VERDICT_TAG] = decision["verdict"]
     for key, value in tags.items():
         client.set_model_version_tag(version.name, version.version, key, value)
+
+
+def is_absolute(link: str) -> bool:
+    """Whether `link` is an http(s) address that opens from anywhere."""
+    return link.startswith(("https://", "http://"))
 
 
 class FlipgateRegistry:

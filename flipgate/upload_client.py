@@ -2,46 +2,108 @@
 raw body of a PUT (no multipart form to build or parse)."""
 
 import argparse
+import http.client
 import json
 import os
+import socket
+import sys
+import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
-from urllib.parse import quote
+from typing import BinaryIO
+from urllib.parse import quote, urlencode, urlsplit
 
 from flipgate.errors import InputError
-from flipgate.gate_client import Credentials, answer, http_client
+from flipgate.gate_client import Credentials, answer, http_client, json_answer
 from flipgate.progress import Progress, progress_bars
 
-CHUNK_BYTES = 1 << 20
+SEND_BYTES = 16 << 20  # sent by the kernel between two progress reports
 READ_SECONDS, WRITE_SECONDS = 60.0, 300.0  # per read / per write of a chunk, not in all
-
-
-def file_chunks(path: Path, progress: Progress | None = None) -> Iterator[bytes]:
-    """The file a megabyte at a time, reporting the bytes sent."""
-    total, sent = path.stat().st_size, 0
-    with path.open("rb") as file:
-        while chunk := file.read(CHUNK_BYTES):
-            sent += len(chunk)
-            yield chunk
-            if progress:
-                progress(sent, total)
+CONNECTIONS = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 
 
 def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
              credentials: Credentials, progress: Progress | None = None) -> dict:
     """PUT the file `path` as the raw body of `url` (with query `params`) on `server`; the
-    server's JSON answer."""
+    server's JSON answer. The body is sized (Content-Length, never chunked) and its bytes are
+    copied by the kernel (socket.sendfile), SEND_BYTES between progress reports; through an
+    HTTP proxy (HTTP_PROXY / HTTPS_PROXY) it goes by httpx."""
+    address = f"{server.rstrip('/')}{url}" + (f"?{urlencode(params)}" if params else "")
     headers = {"Content-Type": "application/octet-stream",
                "Content-Length": str(path.stat().st_size), **credentials.headers()}
+    with path.open("rb") as file:
+        try:
+            if _proxied(address):
+                return _put_by_httpx(server, url, file, params, headers, progress)
+            return _put_by_sendfile(address, file, headers, progress)
+        except TRANSPORT_ERRORS as error:
+            raise InputError("unreachable", f"cannot reach {server}: "
+                               f"{error or type(error).__name__}") from error
+
+
+def _put_by_sendfile(address: str, file: BinaryIO, headers: dict[str, str],
+                     progress: Progress | None) -> dict:
+    """The PUT on a connection of the standard library, the body sent by the kernel."""
+    parts = urlsplit(address)
+    if parts.scheme not in CONNECTIONS or not parts.hostname:
+        raise InputError("invalid_server", f"{address}: the server must be an http(s) URL")
+    connection = CONNECTIONS[parts.scheme](parts.netloc, timeout=WRITE_SECONDS)
+    try:
+        connection.putrequest("PUT", parts.path + (f"?{parts.query}" if parts.query else ""),
+                              skip_accept_encoding=True)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        # a server that refuses early closes the connection: its answer is read all the same
+        with suppress(BrokenPipeError, ConnectionResetError):
+            _send(connection.sock, file, progress)
+        connection.sock.settimeout(READ_SECONDS)
+        response = connection.getresponse()
+        return json_answer(response.status, response.read(), response.reason, address)
+    finally:
+        connection.close()
+
+
+def _send(sock: socket.socket, file: BinaryIO, progress: Progress | None) -> None:
+    """The whole file on `sock`, SEND_BYTES at a time, reporting the bytes sent."""
+    total = os.fstat(file.fileno()).st_size
+    for offset in range(0, total, SEND_BYTES):
+        sock.sendfile(file, offset, min(SEND_BYTES, total - offset))
+        if progress:
+            progress(min(offset + SEND_BYTES, total), total)
+
+
+def _proxied(address: str) -> bool:
+    """Whether the environment sends requests to `address` through a proxy."""
+    parts = urlsplit(address)
+    return parts.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(
+        parts.hostname or "")
+
+
+def file_chunks(file: BinaryIO, progress: Progress | None) -> Iterator[bytes]:
+    """The file SEND_BYTES at a time, reporting the bytes sent."""
+    total, sent = os.fstat(file.fileno()).st_size, 0
+    while chunk := file.read(SEND_BYTES):
+        sent += len(chunk)
+        yield chunk
+        if progress:
+            progress(sent, total)
+
+
+def _put_by_httpx(server: str, url: str, file: BinaryIO, params: dict[str, str],
+                  headers: dict[str, str], progress: Progress | None) -> dict:
+    """The PUT through httpx, which honours the proxy settings of the environment (the
+    declared Content-Length keeps the body unchunked)."""
     import httpx
 
     with http_client(server, httpx.Timeout(READ_SECONDS, write=WRITE_SECONDS)) as http:
         try:
-            response = http.put(url, params=params, content=file_chunks(path, progress),
+            response = http.put(url, params=params, content=file_chunks(file, progress),
                                 headers=headers)
         except httpx.TransportError as error:
-            raise InputError("unreachable", f"cannot reach {server}: "
-                               f"{error or type(error).__name__}") from error
+            raise OSError(str(error) or type(error).__name__) from error
     return answer(response)
 
 
@@ -87,7 +149,7 @@ def run_upload(args: argparse.Namespace) -> int:
         raise InputError("file_not_found", f"{args.file} is not a file")
     url, params, summary = args.request(args)
     credentials = Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"))
-    with progress_bars() as bars:
+    with progress_bars(enabled=sys.stderr.isatty()) as bars:  # no bars, no rich to import
         record = put_file(args.server, url, args.file, params=params, credentials=credentials,
                           progress=bars(f"uploading {args.file.name}"))
     print(json.dumps(record) if args.json else summary(record))

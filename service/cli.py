@@ -47,10 +47,13 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from service.config import get_settings
+    from service.integrations.mlflow.service import report_link_note
     from service.main import create_app
     from service.migrate import upgrade
 
     settings = get_settings()
+    if note := report_link_note(settings):
+        print(f"flipgate serve: {note}", file=sys.stderr)
     if not os.environ.get("FLIPGATE_DATABASE_URL"):  # embedded mode: its own SQLite file
         upgrade(settings)
     worker = None if args.api_only else subprocess.Popen(

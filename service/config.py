@@ -17,10 +17,15 @@ MIN_SECRET_LENGTH = 16
 class Settings(BaseSettings):
     """Where the server keeps its data and how it reaches its database and broker."""
 
-    model_config = SettingsConfigDict(env_prefix="FLIPGATE_", extra="ignore")
+    # a refusal never prints the values it was given: they hold the keys
+    model_config = SettingsConfigDict(env_prefix="FLIPGATE_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     environment: Literal["development", "staging", "production"] = "development"
     data_dir: Path = Path("flipgate-data")
+    # where artifacts live: unset, the folder <data_dir>/artifacts; s3://BUCKET[/PREFIX], an
+    # S3-compatible bucket (then FLIPGATE_SECRET_KEY and FLIPGATE_SESSION_KEY are required)
+    artifact_store: str | None = None
     database_url: str = ""  # empty: the SQLite file <data_dir>/flipgate.db
     redis_url: str | None = None
     # PostgreSQL: a statement, commit or check-out ping that gets no answer for this long (a
@@ -111,6 +116,21 @@ class Settings(BaseSettings):
                for key in self.secret_keys):
             raise ValueError(f"FLIPGATE_SECRET_KEY: each comma-separated key must be a real "
                              f"secret of at least {MIN_SECRET_LENGTH} characters")
+        return self
+
+    @model_validator(mode="after")
+    def _require_shared_keys_with_a_bucket(self) -> Self:
+        """With artifacts in a bucket, API processes and workers run on several hosts and
+        must share the keys that each would otherwise make for itself."""
+        if not (self.artifact_store or "").startswith("s3://"):
+            return self
+        missing = [name for name, given in (
+            ("FLIPGATE_SECRET_KEY", self.secret_key is not None),
+            ("FLIPGATE_SESSION_KEY", "session_key" in self.model_fields_set)) if not given]
+        if missing:
+            raise ValueError(f"FLIPGATE_SECRET_KEY and FLIPGATE_SESSION_KEY must both be set "
+                             f"when FLIPGATE_ARTIFACT_STORE is an S3 bucket: every API process "
+                             f"and worker must share them (missing: {', '.join(missing)})")
         return self
 
     @property

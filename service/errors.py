@@ -1,5 +1,6 @@
 """Typed errors of the service layer; the API renders each as JSON with its status and code."""
 
+import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import ClassVar
@@ -82,6 +83,21 @@ def error_response(status: int, code: str, message: str,
     """The body of every refusal: {"error": {"code": ..., "message": ...}}."""
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status,
                         headers=headers)
+
+
+STORAGE_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def storage_full_refusal(error: BaseException | None) -> JSONResponse | None:
+    """507 `storage_full` when `error`, or what caused it (the form parser answers 400 for
+    any failure of its spool in TMPDIR), is the server's storage refusing a write: full
+    (ENOSPC), over a quota (EDQUOT) or over a file-size limit (EFBIG); None otherwise."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in STORAGE_FULL_ERRNOS:
+            return error_response(507, "storage_full", "the server's storage is full; nothing "
+                                  "of this request was kept", headers={"Retry-After": "60"})
+        error = error.__cause__
+    return None
 
 
 def database_refusal(error: OperationalError | PoolTimeout) -> JSONResponse:

@@ -1,7 +1,6 @@
 """The FastAPI application: routers, error rendering and the database check at start-up."""
 
 import asyncio
-import errno
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -32,6 +31,7 @@ from service.errors import (
     database_refusal,
     describe_problems,
     error_response,
+    storage_full_refusal,
 )
 from service.gate.promotion_router import router as promotion_router
 from service.gate.router import router as gate_router
@@ -155,11 +155,10 @@ def service_error(_request: Request, error: ServiceError) -> JSONResponse:
 
 
 def storage_error(_request: Request, error: OSError) -> JSONResponse:
-    """A full disk (or quota) is 507 `storage_full`: the upload's partial files are gone
-    already; any other OS error is a plain 500 that names no path."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return error_response(507, "storage_full", "the server's storage is full; nothing of "
-                              "this request was kept", headers={"Retry-After": "60"})
+    """A full disk, quota or file-size limit is 507 `storage_full`: the upload's partial
+    files are gone already; any other OS error is a plain 500 that names no path."""
+    if (refusal := storage_full_refusal(error)) is not None:
+        return refusal
     logger.exception("unexpected OS error")
     return error_response(500, "internal_error", f"the server failed ({type(error).__name__})")
 
@@ -170,7 +169,10 @@ def validation_error(_request: Request, error: RequestValidationError) -> JSONRe
 
 
 def http_error(_request: Request, error: HTTPException) -> JSONResponse:
-    """Framework refusals: unknown routes, wrong methods, bodies over the size limit."""
+    """Framework refusals: unknown routes, wrong methods, bodies over the size limit (and a
+    form whose spool the server's storage refused: 507, errors.storage_full_refusal)."""
+    if (refusal := storage_full_refusal(error.__cause__)) is not None:
+        return refusal
     status = error.status_code
     code = HTTP_ERROR_CODES.get(status) or HTTPStatus(status).phrase.lower().replace(" ", "_")
     return error_response(status, code, str(error.detail), error.headers)

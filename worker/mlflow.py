@@ -36,6 +36,7 @@ from service.integrations.mlflow.service import (
     gate_version,
     log_action,
     queue_alias_job,
+    warn_links_left_out,
 )
 from service.queue import MLFLOW_TASK
 from service.registry.models import ModelVersion
@@ -132,6 +133,8 @@ def settle(ctx: WorkerContext, job_id: int, params: dict[str, Any], version: Mlf
         log_action(session=session, move=params, action="promoted" if approved
                    else str(decision.verdict), decision_id=decision.id,
                    message=f"decision {decision.id}: {decision.verdict}")
+        if not settings.public_url:
+            warn_links_left_out()
         set_verdict_tags(client, version, view)
         result.update(decision_id=decision.id, verdict=str(decision.verdict), promoted=approved)
     if approved:

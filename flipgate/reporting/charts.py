@@ -66,7 +66,7 @@ class Axis:
             step = float(max(round(step), 1))
         first = floor(low / step + 1e-9)
         last = max(ceil(high / step - 1e-9), first + 1)
-        return cls([round(k * step, 12) for k in range(first, last + 1)], step)
+        return cls([_significant(k * step) for k in range(first, last + 1)], step)
 
     @property
     def low(self) -> float:
@@ -77,8 +77,13 @@ class Axis:
         return self.ticks[-1]
 
     def label(self, value: float) -> str:
-        decimals = max(0, -floor(log10(self.step) + 1e-9))
-        return f"{value:.{decimals}f}"
+        """The tick's number with as many digits as the step needs: fixed-point, or in
+        exponent form for steps below 1e-6 and ticks from 1e7 up."""
+        step_digit = floor(log10(self.step) + 1e-9)
+        largest = max(abs(tick) for tick in self.ticks)
+        if step_digit >= -6 and largest < 1e7:
+            return f"{value:.{max(0, -step_digit)}f}"
+        return f"{value:.{max(1, floor(log10(largest)) - step_digit + 1)}g}"
 
     def widest_label(self) -> float:
         return max(text_width(self.label(tick)) for tick in self.ticks)
@@ -87,6 +92,12 @@ class Axis:
         """A function from this axis's values to viewBox coordinates `start`..`end`."""
         low, span = self.low, self.high - self.low
         return lambda value: start + (value - low) / span * (end - start)
+
+
+def _significant(value: float) -> float:
+    """`value` to 12 significant digits: a tick without the float error of k * step, at any
+    scale (rounding to 12 decimals made every tick of a step below 1e-12 zero)."""
+    return float(f"{value:.12g}")
 
 
 @dataclass(frozen=True)

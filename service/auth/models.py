@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from sqlalchemy import String
+from sqlalchemy import Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base, Json, Record
@@ -30,3 +30,16 @@ class EndedSession(Base):
 
     session_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     expires_at: Mapped[datetime]
+
+
+class FailedSignIn(Base):
+    """A dashboard sign-in refused for its token, by client address: every API process
+    counts these to throttle guessing (service.ui.session.SignInThrottle); pruned once they
+    leave the throttle's window."""
+
+    __tablename__ = "failed_signins"
+    __table_args__ = (Index("ix_failed_signins_client_failed_at", "client", "failed_at"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    client: Mapped[str] = mapped_column(String(64))
+    failed_at: Mapped[datetime]

@@ -108,14 +108,21 @@ def redacted_url(url: str) -> str:
 
 
 def _public(address: Address) -> bool:
-    """A global unicast address, and so is every IPv4 address an IPv6 one carries (6to4,
-    Teredo, NAT64's well-known prefix): those reach the IPv4 address they embed."""
+    """A global unicast address outside the IPv6 prefixes Python calls global but are not
+    (NON_PUBLIC_IPV6), and so is every IPv4 address an IPv6 one carries (IPv4-compatible,
+    SIIT, 6to4, Teredo, NAT64): those reach the IPv4 address they embed."""
     embedded = _embedded_ipv4(address)
     return (address.is_global and not address.is_multicast
+            and not any(address in network for network in NON_PUBLIC_IPV6)
             and all(inner.is_global and not inner.is_multicast for inner in embedded))
 
 
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Python 3.11's is_global says True for these: IPv4-compatible (::a.b.c.d), SIIT
+# (::ffff:0:a.b.c.d), deprecated site-local, and local-use NAT64 (RFC 8215)
+IPV4_COMPATIBLE, SIIT = ipaddress.ip_network("::/96"), ipaddress.ip_network("::ffff:0:0:0/96")
+NON_PUBLIC_IPV6 = (IPV4_COMPATIBLE, SIIT, ipaddress.ip_network("fec0::/10"),
+                   ipaddress.ip_network("64:ff9b:1::/48"))
 
 
 def _embedded_ipv4(address: Address) -> list[ipaddress.IPv4Address]:
@@ -124,7 +131,7 @@ def _embedded_ipv4(address: Address) -> list[ipaddress.IPv4Address]:
         return []
     embedded = [address.sixtofour] if address.sixtofour else []
     embedded += list(address.teredo or ())
-    if address in NAT64:
+    if any(address in network for network in (NAT64, IPV4_COMPATIBLE, SIIT)):
         embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
     return embedded
 

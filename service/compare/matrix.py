@@ -26,7 +26,7 @@ from service.predictions.service import (
     versions_with_predictions,
 )
 from service.registry.models import ModelVersion
-from service.registry.service import list_versions
+from service.registry.service import get_line, list_versions
 from service.storage import ArtifactStore
 
 PairKey = tuple[int, int]  # (lower version id, higher version id)
@@ -121,6 +121,7 @@ class MatrixInputs:
     dataset: Dataset
     predictions: list[Prediction]
     pairs: list[PairKey]
+    class_names: list[str] | None = None  # the line's: they map an eval set's named labels
 
     def classes(self, store: ArtifactStore) -> list[str]:
         """The artifacts of the predictions' classes, stored now for rows that have none."""
@@ -134,7 +135,7 @@ class MatrixInputs:
             return []
         counts = pair_count_matrices(
             [read_classes_artifact(store=store, sha256=sha256) for sha256 in classes],
-            read_labels(store=store, dataset=self.dataset))
+            read_labels(store=store, dataset=self.dataset, class_names=self.class_names))
         index = {prediction.version_id: position
                  for position, prediction in enumerate(self.predictions)}
         return [PairCounts(first_version_id=first, second_version_id=second,
@@ -154,7 +155,8 @@ def matrix_inputs(*, session: Session, params: dict[str, Any]) -> MatrixInputs:
     predictions = session.scalars(select(Prediction).where(
         Prediction.dataset_id == dataset.id, Prediction.version_id.in_(involved))
         .order_by(Prediction.version_id))
-    return MatrixInputs(dataset, list(predictions), pairs)
+    line = get_line(session=session, name=params["line"])
+    return MatrixInputs(dataset, list(predictions), pairs, line.class_names)
 
 
 def store_pair_counts(*, session: Session, rows: list[PairCounts]) -> list[PairCounts]:

@@ -138,7 +138,7 @@ class PairInputs:
         address of its HTML page (stored), from one pass over both logits memory-mapped
         `chunk_rows` samples at a time: memory stays a few chunks plus a few values per
         sample, whatever N is."""
-        labels = read_labels(store=store, dataset=self.dataset)
+        labels = read_labels(store=store, dataset=self.dataset, class_names=self.class_names)
         groups = read_groups(store=store, dataset=self.dataset)
         if self.labels_only:
             report, values = compare_labels(

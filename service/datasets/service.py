@@ -1,5 +1,6 @@
 """Registering and finding labeled data sets."""
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,20 +22,23 @@ def register_dataset(
 ) -> Dataset:
     """Store a labeled .npz (whose digest is `sha256`, when taken already) under a new name;
     classes default to the number of names in its `classes`, else to the largest label + 1
-    (string labels need `classes`).
+    (string labels without `classes`: the number of distinct names, mapped to columns by
+    each line's class names when the line is measured on it; a training set needs `classes`).
     The file is validated (memory-mapped where it can be) and the row inserted before the
     file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
     with library_input():
         data = load_evalset(npz_path, mmap=True, source=source,
                             max_decompressed_bytes=max_decompressed_bytes)
-        if data.labels_named:
+        if data.labels_named and role == DatasetRole.TRAIN:
             raise InvalidInput("labels_need_classes", f"{name}: y holds class names; add an "
-                               "array `classes` (one name per output column) to the eval set")
+                               "array `classes` (one name per output column) to the "
+                               "training set")
         num_classes = num_classes or (len(data.classes) if data.classes else None)
-        check_labels(data.y, num_classes, source=name)
+        if not data.labels_named:
+            check_labels(data.y, num_classes, source=name)
     row = Dataset(name=name, role=role, sha256=sha256 or file_sha256(npz_path), n=data.n,
-                  num_classes=num_classes or int(data.y.max()) + 1,
+                  num_classes=num_classes or known_classes(data.y),
                   sample_shape=list(data.sample_shape))
     insert_or_conflict(session, row, code="dataset_exists",
                        message=f"data set {name!r} already exists")
@@ -72,9 +76,20 @@ def read_groups(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray | None:
         return archive["groups"] if "groups" in archive.files else None
 
 
-def read_labels(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray:
-    """The labels y of a stored data set as column indices (names mapped by its `classes`;
-    the inputs are not read)."""
+def known_classes(labels: np.ndarray) -> int:
+    """How many classes labels show at least: the largest index + 1, or the distinct names."""
+    return int(np.unique(labels).size) if labels.dtype.kind == "U" else int(labels.max()) + 1
+
+
+def read_labels(*, store: ArtifactStore, dataset: Dataset,
+                class_names: Sequence[str] | None = None) -> np.ndarray:
+    """The labels y of a stored data set as column indices: class names mapped by the set's
+    own `classes`, else by `class_names` (the measured line's, from its models' class
+    labels); 422 `unknown_class_name` naming a name no column has (the inputs are not read).
+    Everything that reads a stored set's labels for a line goes through here."""
     with np.load(store.local_path(dataset.sha256), allow_pickle=False) as archive:
-        classes = archive["classes"].tolist() if "classes" in archive.files else []
-        return label_columns(archive["y"], classes)
+        labels = archive["y"]
+        if "classes" in archive.files:
+            class_names = archive["classes"].tolist()
+    with library_input():
+        return label_columns(labels, class_names, source=f"eval set {dataset.name!r}")

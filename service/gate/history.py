@@ -58,6 +58,7 @@ class HistoryInputs:
     dataset: Dataset
     earlier: tuple[tuple[str, Prediction], ...]  # (version, its predictions), newest first
     candidate: Prediction
+    class_names: list[str] | None = None  # the line's: they map an eval set's named labels
 
     @property
     def key(self) -> tuple[int, ...]:
@@ -68,7 +69,7 @@ class HistoryInputs:
     def breaks(self, store: ArtifactStore) -> dict[str, Any]:
         """The share of the eval set that some earlier version got right and the candidate
         gets wrong, read from the stored arrays (no database)."""
-        labels = read_labels(store=store, dataset=self.dataset)
+        labels = read_labels(store=store, dataset=self.dataset, class_names=self.class_names)
         right_before = np.zeros(labels.shape, dtype=bool)
         for _, prediction in self.earlier:
             right_before |= _right(store, prediction, labels)
@@ -92,7 +93,7 @@ def history_inputs(*, session: Session, line: ModelLine, candidate: ModelVersion
     return HistoryInputs(dataset, tuple(
         (version.version, get_predictions(session=session, version=version, dataset=dataset))
         for version in measured), get_predictions(session=session, version=candidate,
-                                                  dataset=dataset))
+                                                  dataset=dataset), line.class_names)
 
 
 def unstable_samples(*, session: Session, store: ArtifactStore, line_name: str,
@@ -102,7 +103,7 @@ def unstable_samples(*, session: Session, store: ArtifactStore, line_name: str,
     line = get_line(session=session, name=line_name)
     history = production_history(session=session, line=line)
     versions = versions_with_predictions(session=session, dataset=dataset, versions=history)
-    labels = read_labels(store=store, dataset=dataset)
+    labels = read_labels(store=store, dataset=dataset, class_names=line.class_names)
     correct = np.array([_correct(session, store, version, dataset, labels)
                         for version in versions]).reshape(len(versions), labels.size)
     changes = np.count_nonzero(np.diff(correct, axis=0), axis=0)

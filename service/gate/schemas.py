@@ -10,6 +10,8 @@ from service.gate.rules import MAX_POLICY_EVALSETS, EvalsetName, Policy, Rate, R
 from service.jobs.schemas import JobRead
 from service.names import NAME, VERSION
 
+MAX_SEED = 2**63 - 1  # a training seed is a signed 64-bit integer where the trainer uses it
+
 VersionName = Annotated[str, Field(pattern=f"^{VERSION.pattern}$")]
 
 
@@ -149,7 +151,7 @@ class TrainingSettings(BaseModel):
     batch_size: Annotated[int, Field(ge=1)] | None = None
     lr: Annotated[float, Field(gt=0)] | None = None
     weight_decay: Annotated[float, Field(ge=0)] | None = None
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | None = None
 
 
 class RepairRequest(BaseModel):

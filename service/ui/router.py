@@ -26,7 +26,7 @@ from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
 from flipgate.reporting.html import stored_body
 from service import urls
 from service.config import Settings
-from service.db import read_only
+from service.db import read_only, session_scope
 from service.deps import CommittingRoute
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.integrations.mlflow.service import list_events
@@ -40,11 +40,12 @@ from service.ui.session import (
     COOKIE,
     ENDED,
     SignInRequired,
-    SignInThrottle,
     Viewer,
     max_age,
+    record_failed_signin,
     sign_in,
     sign_out,
+    signin_retry_after,
     viewer,
 )
 
@@ -90,26 +91,27 @@ def signin_page(request: Request, next: str = urls.UI, ended: str = "") -> HTMLR
 
 
 @router.post("/signin", response_model=None)
-def signin(request: Request, session: ReadSession, token: Annotated[str, Form()] = "",
+def signin(request: Request, token: Annotated[str, Form()] = "",
            next: Annotated[str, Form()] = urls.UI) -> Response:
     """Exchange an API token (read scope) for a session cookie; failures are throttled per
-    client address (429 with Retry-After)."""
+    client address across every API process (429 with Retry-After), counted in the same
+    transaction that checked the token."""
     settings: Settings = request.app.state.settings
     if not same_origin(request, settings):
         return cross_site(request)
-    throttle: SignInThrottle = request.app.state.signin_throttle
     client = request.client.host if request.client else ""
-    if wait := throttle.retry_after(client):
-        response = render(request, "signin.html", None, status=429, next=_local(next),
-                          error=f"Too many failed sign-ins; try again in {wait} s.")
-        response.headers["Retry-After"] = str(wait)
-        return response
-    try:
-        _viewer, cookie = sign_in(session, settings, token.strip())
-    except (Unauthorized, Forbidden) as error:
-        throttle.failed(client)
-        return render(request, "signin.html", None, status=error.status_code,
-                      next=_local(next), error=error.message)
+    with session_scope(request.app.state.sessions) as session:
+        if wait := signin_retry_after(session=session, client=client):
+            response = render(request, "signin.html", None, status=429, next=_local(next),
+                              error=f"Too many failed sign-ins; try again in {wait} s.")
+            response.headers["Retry-After"] = str(wait)
+            return response
+        try:
+            _viewer, cookie = sign_in(session, settings, token.strip())
+        except (Unauthorized, Forbidden) as error:
+            record_failed_signin(session=session, client=client)
+            return render(request, "signin.html", None, status=error.status_code,
+                          next=_local(next), error=error.message)
     response = RedirectResponse(_local(next), status_code=303)
     response.set_cookie(COOKIE, cookie, max_age=max_age(settings), httponly=True,
                         samesite="strict", secure=request.url.scheme == "https", path=urls.UI)
@@ -212,7 +214,8 @@ def _gallery(rows: queries.PairRows, store: ArtifactStore,
     ranked = samples.ranked_negative_flips(negative, paths["new_logits"])
     page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
     view = samples.sample_view(paths["evalset"])
-    flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view)
+    flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view,
+                                 class_names=rows.class_names)
     return (gallery_html(flips, view, rows.class_names), len(ranked), page, pages,
             view.kind == IMAGE)
 
@@ -317,7 +320,6 @@ def mount_dashboard(app: FastAPI) -> None:
     """Add the dashboard's pages, its static files and the offline /docs and /redoc; its
     responses compressed and its errors as HTML pages."""
     app.include_router(router)
-    app.state.signin_throttle = SignInThrottle()
     app.add_middleware(DashboardGZip)
     html_errors_under_ui(app)
     app.add_api_route("/", home, include_in_schema=False)

@@ -32,10 +32,12 @@ def npz_rows(path: Path, member: str, indices: np.ndarray) -> np.ndarray:
         info = archive.getinfo(f"{member}.npy")
         with archive.open(info) as stream:
             shape, fortran, dtype = _npy_header(stream)
-            if fortran or dtype.hasobject:
-                raise ValueError(f"{member} of {path.name} is not a C-ordered numeric array")
+            if dtype.hasobject:
+                raise ValueError(f"{member} of {path.name} is not a numeric array")
             if info.compress_type == zipfile.ZIP_STORED:
-                return _mapped_rows(path, info, stream.tell(), shape, dtype, indices)
+                return _mapped_rows(path, info, stream.tell(), shape, dtype, indices, fortran)
+            if fortran:
+                return _streamed_fortran_rows(stream, shape, dtype, indices)
             return _streamed_rows(stream, shape, dtype, indices)
 
 
@@ -47,15 +49,18 @@ def _npy_header(stream) -> tuple[tuple[int, ...], bool, np.dtype]:
 
 
 def _mapped_rows(path: Path, info: zipfile.ZipInfo, header_bytes: int,
-                 shape: tuple[int, ...], dtype: np.dtype, indices: np.ndarray) -> np.ndarray:
-    """Rows of an uncompressed member, memory-mapped at its data offset in the zip file."""
+                 shape: tuple[int, ...], dtype: np.dtype, indices: np.ndarray,
+                 fortran: bool) -> np.ndarray:
+    """Rows of an uncompressed member (C or Fortran order), memory-mapped at its data offset
+    in the zip file."""
     with path.open("rb") as raw:
         raw.seek(info.header_offset + 26)
         name_length, extra_length = np.frombuffer(raw.read(4), dtype="<u2")
     offset = (info.header_offset + ZIP_LOCAL_HEADER_BYTES + int(name_length)
               + int(extra_length) + header_bytes)
-    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
-    return np.array(mapped[indices])
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape,
+                       order="F" if fortran else "C")
+    return np.ascontiguousarray(mapped[indices])
 
 
 def _streamed_rows(stream, shape: tuple[int, ...], dtype: np.dtype,
@@ -75,6 +80,20 @@ def _streamed_rows(stream, shape: tuple[int, ...], dtype: np.dtype,
     return out
 
 
+def _streamed_fortran_rows(stream, shape: tuple[int, ...], dtype: np.dtype,
+                           indices: np.ndarray) -> np.ndarray:
+    """Rows of a compressed member in Fortran order, where each row is spread over the whole
+    array: decompressed once, whole columns (all N samples of one position) at a time."""
+    n, positions = shape[0], int(np.prod(shape[1:], dtype=np.int64))
+    columns_per_chunk = max(1, STREAM_CHUNK_BYTES // max(n * dtype.itemsize, 1))
+    out = np.empty((len(indices), positions), dtype=dtype)
+    for start in range(0, positions, columns_per_chunk):
+        count = min(columns_per_chunk, positions - start)
+        chunk = np.frombuffer(stream.read(count * n * dtype.itemsize), dtype=dtype)
+        out[:, start:start + count] = chunk.reshape(count, n).T[indices]
+    return np.ascontiguousarray(out.reshape((len(indices), *shape[1:]), order="F"))
+
+
 def ranked_negative_flips(negative: list[int], new_logits: Path) -> np.ndarray:
     """The pair's negative flips (indices from its stored report), most confident first."""
     indices = np.asarray(negative, dtype=np.int64)
@@ -88,19 +107,25 @@ def sample_view(evalset: Path) -> SampleView:
 
 
 def gallery_page(ranked: np.ndarray, page: int, per_page: int, *, old_logits: Path,
-                 new_logits: Path, evalset: Path, view: SampleView) -> list[FlipSample]:
+                 new_logits: Path, evalset: Path, view: SampleView,
+                 class_names: list[str] | None) -> list[FlipSample]:
     """The gallery entries of one page of `ranked` flips, reading only their rows."""
     shown = ranked[(page - 1) * per_page:page * per_page]
-    return flip_samples(shown, column_labels(evalset, shown), logits_rows(old_logits, shown),
+    return flip_samples(shown, column_labels(evalset, shown, class_names),
+                        logits_rows(old_logits, shown),
                         logits_rows(new_logits, shown),
                         {name: npz_rows(evalset, name, shown) for name in view.arrays})
 
 
-def column_labels(evalset: Path, indices: np.ndarray) -> np.ndarray:
-    """The labels of samples `indices` as column indices (class names mapped by `classes`)."""
+def column_labels(evalset: Path, indices: np.ndarray,
+                  class_names: list[str] | None) -> np.ndarray:
+    """The labels of samples `indices` as column indices (class names mapped by the set's
+    `classes`, else by the line's `class_names`)."""
     labels = npz_rows(evalset, "y", indices)
     if labels.dtype.kind != "U":
         return labels
     with np.load(evalset, allow_pickle=False) as archive:
-        return label_columns(labels, archive["classes"].tolist())
+        if "classes" in archive.files:
+            class_names = archive["classes"].tolist()
+    return label_columns(labels, class_names, source=evalset.name)
 

@@ -2,7 +2,7 @@
 cookie (HttpOnly, SameSite=Strict). The cookie names the token, never holds it, and is
 checked on every page against the token (revoked or expired: the session ends) and against
 the sessions signed out (a copied cookie does not outlive its sign-out). Failed sign-ins are
-throttled per client.
+throttled per client address, counted in the database across API processes.
 
 Only the dashboard's pages read this cookie: the JSON API takes bearer tokens alone, so a
 cookie never authorizes a write.
@@ -15,14 +15,13 @@ import json
 import math
 import secrets
 import time
-from collections import defaultdict, deque
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from service.auth.models import ApiToken, EndedSession
+from service.auth.models import ApiToken, EndedSession, FailedSignIn
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
 from service.db import utcnow
@@ -32,6 +31,8 @@ from service.guard import INT32_MAX
 COOKIE = "flipgate_session"
 MAX_EXPIRY = 2**33  # unix seconds (the year 2242): any later expiry is no cookie of ours
 ADMIN = "admin"
+SIGNIN_ATTEMPTS, SIGNIN_WINDOW = 5, timedelta(seconds=60)  # failed sign-ins per client
+CLIENT_LENGTH = 64  # a client address as failed_signins keeps it
 
 
 class SignInRequired(Exception):
@@ -172,33 +173,25 @@ def _signature(settings: Settings, encoded: str) -> str:
     return hmac.new(key, encoded.encode(), hashlib.sha256).hexdigest()
 
 
-class SignInThrottle:
-    """At most `attempts` failed sign-ins per client address in `window_seconds`; more
-    answer 429 until the oldest leaves the window (kept in this process's memory)."""
+def signin_retry_after(*, session: Session, client: str) -> int:
+    """Seconds the client address must wait before its next sign-in (0: it may try now):
+    after SIGNIN_ATTEMPTS failures within SIGNIN_WINDOW, until the oldest leaves the window.
+    Read from the database, so every API process on it counts the same failures."""
+    now = utcnow()
+    oldest = session.scalars(
+        select(FailedSignIn.failed_at)
+        .where(FailedSignIn.client == client[:CLIENT_LENGTH],
+               FailedSignIn.failed_at > now - SIGNIN_WINDOW)
+        .order_by(FailedSignIn.failed_at).limit(SIGNIN_ATTEMPTS)).all()
+    if len(oldest) < SIGNIN_ATTEMPTS:
+        return 0
+    return max(1, math.ceil((oldest[0] + SIGNIN_WINDOW - now).total_seconds()))
 
-    def __init__(self, attempts: int = 5, window_seconds: float = 60.0,
-                 max_clients: int = 10_000) -> None:
-        self.attempts, self.window, self.max_clients = attempts, window_seconds, max_clients
-        self.failures: dict[str, deque[float]] = defaultdict(deque)
 
-    def retry_after(self, client: str) -> int:
-        """Seconds the client must wait before its next attempt (0: it may try now)."""
-        recent = self._recent(client)
-        if len(recent) < self.attempts:
-            return 0
-        return max(1, math.ceil(recent[0] + self.window - time.monotonic()))
-
-    def failed(self, client: str) -> None:
-        if len(self.failures) >= self.max_clients:
-            self.failures.clear()  # a flood of addresses forgets the rest, never grows
-        self.failures[client].append(time.monotonic())
-
-    def _recent(self, client: str) -> deque[float]:
-        if client not in self.failures:
-            return deque()
-        recent = self.failures[client]
-        while recent and recent[0] <= time.monotonic() - self.window:
-            recent.popleft()
-        if not recent:
-            del self.failures[client]
-        return recent
+def record_failed_signin(*, session: Session, client: str) -> None:
+    """Count a failed sign-in of the client address, and forget every failure that has left
+    the window (the table holds one window's failures, whatever the traffic)."""
+    now = utcnow()
+    session.execute(delete(FailedSignIn).where(FailedSignIn.failed_at <= now - SIGNIN_WINDOW))
+    session.add(FailedSignIn(client=client[:CLIENT_LENGTH], failed_at=now))
+    session.flush()

@@ -50,12 +50,15 @@ def flipgate_env(**variables: str) -> dict[str, str]:
 
 
 @contextmanager
-def flipgate_process(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[
+def flipgate_process(args: list[str], env: dict[str, str], cwd: Path,
+                     preexec_fn: Callable[[], None] | None = None) -> Iterator[
         subprocess.Popen[bytes]]:
-    """`flipgate ARGS` as a subprocess, logging to cwd/<command>.log; terminated at the end."""
+    """`flipgate ARGS` as a subprocess (`preexec_fn` run in it before it starts, e.g. to set
+    a resource limit), logging to cwd/<command>.log; terminated at the end."""
     with (cwd / f"{args[0]}.log").open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "flipgate.cli", *args], env=env,
-                                   cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+                                   cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=preexec_fn)
         try:
             yield process
         finally:
@@ -150,14 +153,16 @@ def register(client: httpx.Client, models: list[Path], evalset: Path) -> None:
 
 
 @contextmanager
-def served(tmp_path: Path, token: str, **variables: str) -> Iterator[tuple[str, httpx.Client]]:
+def served(tmp_path: Path, token: str, preexec_fn: Callable[[], None] | None = None,
+           **variables: str) -> Iterator[tuple[str, httpx.Client]]:
     """`flipgate serve` (embedded) on a free port with `token` as its admin token (and the
-    environment `variables`), once ready: its address and a client sending the token."""
+    environment `variables`, flipgate_process's `preexec_fn`), once ready: its address and a
+    client sending the token."""
     port = free_port()
     env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=token,
                        **variables)
     address = f"http://127.0.0.1:{port}"
-    with (flipgate_process(["serve", "--port", str(port)], env, tmp_path),
+    with (flipgate_process(["serve", "--port", str(port)], env, tmp_path, preexec_fn),
           httpx.Client(base_url=address, timeout=60,
                        headers={"Authorization": f"Bearer {token}"}) as client):
         wait_for(lambda: _ready(client), "/readyz")

@@ -14,6 +14,7 @@ import pytest
 from mlflow import MlflowClient
 
 from flipgate.formats import EvalSet
+from service.integrations.mlflow.service import LINKS_LEFT_OUT
 from tests.e2e.conftest import served, wait_for
 from tests.integrations.mlflow_world import (
     alias_event,
@@ -43,6 +44,7 @@ class Connected:
     webhook_id: str
     evalset: EvalSet
     models: dict[str, onnx.ModelProto]
+    log: Path  # flipgate serve's output, its worker's included
 
     def tag(self, version: str) -> str | None:
         return self.mlflow.get_model_version("digits", version).tags.get("flipgate.verdict")
@@ -100,7 +102,7 @@ def connect(folder: Path, mlflow_url: str, url: str, client: httpx.Client, evals
         "data": ("holdout.npz", save(evalset, folder / "holdout.npz").read_bytes())})
     assert response.status_code == 201, response.text
     return Connected(f"{url}/integrations/mlflow/webhook", client, tracking,
-                     webhook.webhook_id, evalset, models)
+                     webhook.webhook_id, evalset, models, folder / "serve.log")
 
 
 def test_mlflow_test_delivery_is_answered_and_changes_nothing(connected):
@@ -149,6 +151,11 @@ def test_a_challenger_is_gated_and_promoted_or_blocked(connected):
           f"(blocked), {seconds:.1f} s (approved; pairs measured by the worker)")
     production = connected.flipgate.get("/models/digits/promotions").json()
     assert [row["requested_by"] for row in production] == ["mlflow connector"] * 2
+    # without FLIPGATE_PUBLIC_URL: no relative report link in MLflow, said at start and once
+    # in the worker's log however many versions were tagged
+    assert "flipgate.report_url" not in tags
+    log = connected.log.read_text()
+    assert f"flipgate serve: {LINKS_LEFT_OUT}" in log and log.count(LINKS_LEFT_OUT) == 2
 
 
 def test_a_hand_move_of_champion_is_reverted(connected):

@@ -100,6 +100,7 @@ def test_regressed_challenger_is_blocked_and_champion_stays(world, capsys):
     assert float(tags["flipgate.nfr"]) == pytest.approx(
         nfr(world.models["1"], world.models["2"], world.evalset), abs=1e-6)
     assert tags["flipgate.report_url"] == decision["report_url"]
+    assert decision["report_url"].startswith(f"{world.flipgate_url}/ui/decisions/")  # joined
     assert world.mlflow.get_model_version_by_alias("digits", "champion").version == "1"
     assert world.production() == "1"
     # asking again reuses the registered version (same bytes) and answers the same verdict

@@ -278,9 +278,30 @@ def test_notes_when_there_is_nothing_to_draw() -> None:
         assert inside(tree) == []
 
 
+@pytest.mark.parametrize("scale", [1e38, 1e-38])
+def test_charts_draw_for_huge_and_tiny_finite_logits(scale) -> None:
+    """Logits near float32's limits: densities of ~1e-39 and displacements of ~1e38 still
+    get an axis of distinct ticks, and every coordinate is a finite number in the viewBox."""
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 3, 400)
+    old, new = (rng.choice([-scale, scale], (400, 3)).astype(np.float32) for _ in range(2))
+    analysis = PairAnalysis(old, new, labels)
+    drawn = plots(render_html(analysis.values, analysis.to_dict(), old_name="a", new_name="b"))
+    assert sorted(drawn) == sorted(PLOTS)
+    for name, tree in drawn.items():
+        assert inside(tree) == [], name
+        numbers = [float(n) for element in tree.iter() for key in ("x", "y", "x1", "y1", "d")
+                   for n in re.findall(r"-?[\d.]+(?:e[-+]?\d+)?", element.get(key, ""))]
+        assert numbers and all(math.isfinite(n) for n in numbers), name
+        for panel in tree.findall(".//g[@class='panel']") or [tree]:
+            shown = [t.text for t in panel.iter("text") if t.get("class") == "tick y"]
+            assert len(set(shown)) == len(shown), name
+
+
 @pytest.mark.parametrize(("low", "high", "integer"), [
     (0, 1, False), (0, 3249, True), (0, 0.75, False), (0, 0, True), (0, 3, True),
-    (-0.5, 0.5, False), (3.1, 7.9, False), (0.013, 0.0171, False), (0, 2.3e6, True)])
+    (-0.5, 0.5, False), (3.1, 7.9, False), (0.013, 0.0171, False), (0, 2.3e6, True),
+    (0, 1.3e-39, False), (-2e38, 3.4e38, False), (1e9, 1e9 + 7, False)])
 def test_axis_ticks_are_nice_steps_covering_the_data(low, high, integer) -> None:
     axis = Axis.covering(low, high, integer=integer)
     steps = np.diff(axis.ticks)

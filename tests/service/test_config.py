@@ -1,9 +1,14 @@
 """Settings from FLIPGATE_* variables."""
 
+import subprocess
+import sys
+
 import pytest
 from pydantic import ValidationError
 
+from flipgate.processes import free_port
 from service.config import Settings, get_settings
+from tests.e2e.conftest import flipgate_env
 
 
 def test_the_default_database_is_a_sqlite_file_in_the_data_dir(tmp_path):
@@ -35,3 +40,23 @@ def test_settings_are_read_once(monkeypatch):
     monkeypatch.setenv("FLIPGATE_MAX_UPLOAD_MB", "4")
     assert get_settings() is first and first.max_upload_mb == 3
     get_settings.cache_clear()
+
+
+@pytest.mark.parametrize("keys", [{}, {"secret_key": "k" * 32}, {"session_key": "s" * 32}])
+def test_an_s3_artifact_store_needs_the_shared_secret_and_session_keys(keys):
+    with pytest.raises(ValidationError, match="FLIPGATE_SECRET_KEY and FLIPGATE_SESSION_KEY"):
+        Settings(artifact_store="s3://bucket/prefix", **keys)
+    assert Settings(artifact_store="s3://bucket", secret_key="k" * 32,
+                    session_key="s" * 32).artifact_store == "s3://bucket"
+    Settings(**keys)  # the local store needs neither
+
+
+def test_flipgate_serve_refuses_to_start_on_s3_without_the_keys(tmp_path):
+    env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path), FLIPGATE_ARTIFACT_STORE="s3://bucket",
+                       FLIPGATE_SECRET_KEY="secret-key-" + "k" * 21)
+    started = subprocess.run([sys.executable, "-m", "flipgate.cli", "serve", "--port",
+                              str(free_port())], env=env, capture_output=True, text=True,
+                             timeout=30)
+    assert started.returncode != 0
+    assert "FLIPGATE_SESSION_KEY" in started.stderr and "FLIPGATE_SECRET_KEY" in started.stderr
+    assert "secret-key-" not in started.stderr  # the refusal shows no key

@@ -163,7 +163,8 @@ def test_dashboard_in_a_browser(server, page, digits, tmp_path):
             assert value == pytest.approx(expected[old, new][metric], abs=5e-5), (metric, old, new)
     save_screenshot(page, tmp_path, "dashboard-line.png")
 
-    assert not overflowing(page, base + "/ui/lines/digits")
+    shots = Path(os.environ.get("DASHBOARD_SCREENSHOT_DIR") or tmp_path)
+    assert layout_faults(page, base + "/ui/lines/digits", shots) == {}
     page.locator('svg.heatmap[data-metric="nfr"] a[href*="/pairs/1/3"]').click()
     page.wait_for_url(re.compile(r"/pairs/1/3"))
     save_screenshot(page, tmp_path, "dashboard-pair.png")
@@ -179,23 +180,47 @@ def test_dashboard_in_a_browser(server, page, digits, tmp_path):
     assert reason.locator("code").inner_text() == "max_nfr"
     measured = float(reason.locator("td.num").first.inner_text())
     assert measured == pytest.approx(expected["1", "3"]["nfr"], abs=5e-5) and measured > MAX_NFR
-    for path in ("/ui", "/ui/lines/digits?versions=all", page.url.removeprefix(base),
+    decision = page.url.removeprefix(base)
+    assert layout_faults(page, base + decision, shots) == {}
+    for path in ("/ui", "/ui/lines/digits?versions=all",
                  "/ui/lines/digits/pairs/1/3?evalset=eval", "/ui/jobs", "/ui/no-such-page"):
-        assert not overflowing(page, base + path), path
+        assert layout_faults(page, base + path) == {}, path
 
 
-def overflowing(page, url: str) -> dict[int, int]:
-    """{window width: the page's scrollWidth} at 390 and 1440 px where the page is wider
-    than the window (nothing: no horizontal scrolling)."""
-    wider = {}
+NEVER_BROKEN = "td.num, th.num, .badge, .tag, time, .version"  # each on one line
+BROKEN_TEXT = """els => els.filter(el => {
+  const range = document.createRange();
+  range.selectNodeContents(el);
+  return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1;
+}).map(el => el.textContent.trim())"""
+CLIPPED_PLOTS = """svgs => svgs.filter(svg => {
+  const box = (svg.closest('.scroll') || svg.parentElement).getBoundingClientRect();
+  return svg.getBoundingClientRect().right > Math.min(box.right, window.innerWidth) + 1;
+}).map(svg => svg.getAttribute('class'))"""
+
+
+def layout_faults(page, url: str, shots: Path | None = None) -> dict[int, dict]:
+    """At 390 and 1440 px, what breaks the page's layout, by window width (nothing: it
+    holds): the page wider than the window (its scrollWidth), numbers, badges, version
+    names or timestamps drawn on more than one line (their text), and plots wider than
+    their box. With `shots`, a full-page screenshot of each width is written there."""
+    faults = {}
     for width in (390, 1440):
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(url)
-        scroll = page.evaluate("document.documentElement.scrollWidth")
-        if scroll > width:
-            wider[width] = scroll
+        found = {"wider": page.evaluate("document.documentElement.scrollWidth"),
+                 "broken": page.locator(NEVER_BROKEN).evaluate_all(BROKEN_TEXT),
+                 "clipped": page.locator("svg.history, svg.repair-curve").evaluate_all(
+                     CLIPPED_PLOTS)}
+        if found["wider"] <= width:
+            del found["wider"]
+        if found := {key: value for key, value in found.items() if value}:
+            faults[width] = found
+        if shots:
+            name = re.sub(r"\W+", "-", url.split("/ui", 1)[1]).strip("-") or "home"
+            page.screenshot(path=shots / f"{name}-{width}.png", full_page=True)
     page.set_viewport_size({"width": 1280, "height": 900})
-    return wider
+    return faults
 
 
 def sign_in(page, base: str, token: str) -> None:

@@ -5,7 +5,9 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import time
+from functools import cache
 from typing import Any
 
 from sqlalchemy import select
@@ -26,6 +28,22 @@ from service.registry.service import production_version
 ALIAS_SET = ("model_version_alias", "created")
 TEST_MODEL = "example_model"  # the registered model of MLflow's test deliveries
 CONNECTOR = "mlflow connector"  # who asks, in the decisions and promotions it asks for
+LINKS_LEFT_OUT = ("the MLflow connector tags versions without flipgate.report_url while "
+                  "FLIPGATE_PUBLIC_URL is unset (a link relative to flipgate means nothing in "
+                  "MLflow's UI): set it to the address MLflow's users reach flipgate at")
+
+logger = logging.getLogger(__name__)
+
+
+def report_link_note(settings: Settings) -> str | None:
+    """What `flipgate serve` says at start when the connector is on and cannot link."""
+    return LINKS_LEFT_OUT if settings.mlflow_webhook_secret and not settings.public_url else None
+
+
+@cache
+def warn_links_left_out() -> None:
+    """Log LINKS_LEFT_OUT, once per process."""
+    logger.warning(LINKS_LEFT_OUT)
 
 
 def check_signature(*, settings: Settings, delivery_id: str | None, timestamp: str | None,

@@ -29,7 +29,6 @@ from service.auth.service import create_token
 from service.config import Settings
 from service.db import session_scope
 from service.main import create_app
-from service.ui.session import SignInThrottle
 from tests.service.conftest import drop_flipgate_environment
 from worker import runtime, tasks
 
@@ -112,8 +111,8 @@ class ModuleStore:
     @contextmanager
     def client_for_test(self, seed: Seed | None) -> Iterator[TestClient]:
         """The shared client on the store as `seed` leaves it (empty for None) until the block
-        ends; then its writes, queued messages, headers, cookies, settings and sign-in
-        throttle are undone."""
+        ends; then its writes (failed sign-ins included), queued messages, headers, cookies
+        and settings are undone."""
         self._seeded_with(seed)
         app = self.client.app
         settings = app.state.settings.model_copy(deep=True)
@@ -127,7 +126,6 @@ class ModuleStore:
                 setattr(app.state.settings, field, getattr(settings, field))
             self.client.headers = headers
             self.client.cookies.clear()
-            app.state.signin_throttle = SignInThrottle()
             drop_queued_messages(app.state.celery)
 
     def _seeded_with(self, seed: Seed | None) -> None:

@@ -380,6 +380,17 @@ def test_bad_repair_requests_are_refused(line, blocked, npz_file, body, status, 
                       status) == code
 
 
+@pytest.mark.parametrize("seed", [2**64, 2**63, -1])
+def test_a_repair_seed_outside_a_signed_64_bit_integer_is_422_naming_it(line, blocked, npz_file,
+                                                                         db, seed):
+    with_training_set(line, npz_file)
+    jobs_before = count_jobs(db)
+    response = line.post(f"/gate/decisions/{blocked}/repair", json={"config": {"seed": seed}})
+    assert error_code(response, 422) == "invalid_request"
+    assert "config.seed" in response.json()["error"]["message"]
+    assert count_jobs(db) == jobs_before
+
+
 def test_a_repair_too_large_to_train_is_refused_with_its_size(line, blocked, npz_file, db):
     with_training_set(line, npz_file)
     jobs_before = count_jobs(db)

@@ -74,6 +74,9 @@ def test_policy_numbers_must_be_finite_bounded_numbers(line, counts, body):
     "http://no-such-host.invalid/status", "http://[fd00::1]/", "http://[fe80::1]/",
     # IPv6 forms that carry an internal IPv4 address: 6to4, NAT64, Teredo
     "http://[2002:7f00:1::1]/", "http://[64:ff9b::a00:1]/", "http://[2001:0:a00:1::1]/",
+    # forms Python's is_global calls global: IPv4-compatible, SIIT, site-local, local NAT64
+    "http://[::127.0.0.1]/", "http://[::ffff:0:127.0.0.1]/", "http://[fec0::1]/",
+    "http://[64:ff9b:1::a00:1]/", "http://[::8.8.8.8]/",
 ])
 def test_callbacks_to_internal_addresses_are_refused(line, counts, url):
     before = counts()

@@ -3,6 +3,9 @@ database or the artifact store, and no server path in the message."""
 
 import io
 import json
+import re
+import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +104,41 @@ def test_a_compressed_eval_set_that_expands_past_the_limit_is_422(client, line, 
     response = client.post("/evalsets", data={"name": "bomb"},
                            files={"data": ("bomb.npz", buffer.getvalue())})
     refused(client, response, 422, "evalset_too_large", before)
+
+
+READABLE_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+
+
+def npz_with_method(method: int) -> bytes:
+    """An eval set whose members are compressed with zip `method` (stored bytes relabelled
+    when zipfile cannot write the method, as a hostile or exotic archiver would)."""
+    buffer = io.BytesIO()
+    writable = method if method in READABLE_METHODS else zipfile.ZIP_STORED
+    with zipfile.ZipFile(buffer, "w", compression=writable) as archive:
+        for name, array in {"x": np.ones((8, 2), np.float32), "y": np.arange(8) % 3}.items():
+            archive.writestr(f"{name}.npy", npy_bytes(array))
+    content = buffer.getvalue()
+    if method != writable:  # the method field of each local and central header
+        content = re.sub(rb"(PK\x03\x04.{4})\x00\x00|(PK\x01\x02.{6})\x00\x00",
+                         lambda hit: (hit.group(1) or hit.group(2)) + struct.pack("<H", method),
+                         content, flags=re.DOTALL)
+    return content
+
+
+@pytest.mark.parametrize("method", READABLE_METHODS)
+def test_eval_sets_in_every_method_zipfile_reads_are_taken(client, line, method):
+    response = client.post("/evalsets", data={"name": f"m{method}"},
+                           files={"data": ("m.npz", npz_with_method(method))})
+    assert response.status_code == 201, response.text
+
+
+def test_an_eval_set_compressed_by_an_unreadable_method_is_422_naming_member_and_method(
+        client, line):
+    before = state(client)
+    response = client.post("/evalsets", data={"name": "exotic"},
+                           files={"data": ("exotic.npz", npz_with_method(99))})
+    message = refused(client, response, 422, "npz_compression", before)
+    assert "'x.npy'" in message and "method 99" in message
 
 
 @pytest.mark.parametrize(("arrays", "code"), [

@@ -2,6 +2,9 @@
 with POST /models, scored by the inference job and compared by the metrics job: the stored
 report matches numpy over the toolchain's own predictions."""
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from flipgate.formats import inspect_onnx
 from tests import toolchains
 from tests.conftest import save_graph
-from tests.service.api.conftest import error_code, measure, npy_bytes
+from tests.service.api.conftest import error_code, measure, npy_bytes, run_task
 from tests.toolchains import Built, ece, expected_counts, mean_gap
 
 
@@ -55,11 +58,45 @@ def test_string_labels_and_the_lines_class_names(client, string_labels, tmp_path
     assert_matches(measure(client, "cancer:1", "cancer:2", "eval"), built)
 
 
-def test_names_without_classes_are_refused(client, string_labels):
-    response = client.post("/evalsets", data={"name": "eval"},
-                           files={"data": ("eval.npz", string_labels.evalset.read_bytes())})
+def test_names_without_classes_are_mapped_by_the_lines_class_names_as_the_cli_does(
+        client, string_labels):
+    """The scikit-learn user's two files, taken by the server as `flipgate compare` takes
+    them: names mapped by the models' own class labels, the same numbers."""
+    built = string_labels
+    register(client, built, "cancer", built.evalset)
+    assert client.get("/evalsets").json()[0]["num_classes"] == 2  # the distinct names
+    report = measure(client, "cancer:1", "cancer:2", "eval")
+    assert_matches(report, built)
+    cli = subprocess.run([sys.executable, "-m", "flipgate.cli", "compare", str(built.old),
+                          str(built.new), "--evalset", str(built.evalset), "--json"],
+                         capture_output=True, text=True, check=True)
+    compared = json.loads(cli.stdout)
+    numbers = ("n", "nfr", "churn", "er_old", "er_new", "negative_flips", "positive_flips")
+    assert {key: report[key] for key in numbers} == {key: compared[key] for key in numbers}
+    matrix = client.post("/models/cancer/matrix", params={"evalset": "eval"}).json()
+    run_task(client, matrix["missing"][0]["job_id"])  # the matrix maps the names the same way
+    assert client.get(f"/jobs/{matrix['missing'][0]['job_id']}").json()["state"] == "succeeded"
+
+
+def test_a_name_no_column_has_fails_the_measurement_naming_it(client, string_labels, tmp_path):
+    built = string_labels
+    with np.load(built.evalset) as data:
+        names = data["y"].astype("U12")
+        names[7] = "borderline"
+        np.savez(evalset := tmp_path / "odd.npz", x=data["x"], y=names)
+    register(client, built, "cancer", evalset)
+    queued = client.post("/compare/cancer:1/cancer:2", params={"evalset": "eval"}).json()
+    for job_id in queued["job_ids"]:
+        run_task(client, job_id)
+    errors = [client.get(f"/jobs/{job_id}").json()["error"] for job_id in queued["job_ids"]]
+    assert errors[0].startswith("unknown_class_name: ") and "'borderline'" in errors[0], errors
+
+
+def test_a_training_set_of_names_without_classes_is_refused(client, string_labels):
+    response = client.post("/trainsets", data={"name": "train"},
+                           files={"data": ("train.npz", string_labels.evalset.read_bytes())})
     assert error_code(response, 422) == "labels_need_classes"
-    assert client.get("/evalsets").json() == []
+    assert client.get("/trainsets").json() == []
 
 
 def test_a_dataframe_pipeline_with_string_inputs(client, frame):
