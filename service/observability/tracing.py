@@ -39,7 +39,8 @@ def start(process_name: str, exporter: SpanExporter | None = None) -> None:
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: f"flipgate-{process_name}"}))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    SQLAlchemyInstrumentor().instrument()
+    # release 0.66b2 declares SQLAlchemy < 2.1; it works with 2.1 (tests/service/test_tracing.py)
+    SQLAlchemyInstrumentor().instrument(skip_dep_check=True)
     CeleryInstrumentor().instrument()
     origin.use_tracing(traceparent=current_traceparent, job_span=job_span,
                        job_reused=link_to_job)
