@@ -16,6 +16,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from sqlalchemy import ColumnElement, case, exists, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
@@ -193,7 +194,7 @@ def histogram(session: Session, name: str, documentation: str, label: Any, start
         labels = [values.pop(0)] if label is not None else []
         count, total, *cumulative = values
         if count:
-            family.add_metric(labels, [(f"{bound:g}", found or 0) for bound, found in
+            family.add_metric(labels, [(floatToGoString(bound), found or 0) for bound, found in
                                        zip(BUCKETS, cumulative, strict=True)]
                               + [("+Inf", count)], float(total))
     return family

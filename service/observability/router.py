@@ -5,8 +5,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as TEXT_FORMAT
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
@@ -15,17 +16,18 @@ from service.observability.collector import DatabaseFigures
 from service.observability.http import METRICS
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set by `flipgate serve` (service.cli)
+# the classic text format (every Prometheus release reads it; all names are plain ASCII)
 router = APIRouter(tags=["health"], route_class=CommittingRoute)
 
 
 @router.get("/metrics", dependencies=[require("metrics")], response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}},
+            responses={200: {"content": {TEXT_FORMAT: {}},
                              "description": "the Prometheus text format"}})
 def metrics(request: Request) -> Response:
     """Every figure, in the Prometheus text format (docs/operations.md lists them): the
     requests of this host's API processes and the whole server's work and outcomes."""
     registry: CollectorRegistry = request.app.state.metrics
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(registry), media_type=TEXT_FORMAT)
 
 
 class ThisProcess(Collector):

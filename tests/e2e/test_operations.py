@@ -30,6 +30,8 @@ from flipgate.signing import signature
 from service.ui.session import COOKIE
 from tests.conftest import linear_onnx
 from tests.e2e.conftest import (
+    alive,
+    child_pids,
     empty_redis,
     flipgate_env,
     flipgate_process,
@@ -80,6 +82,8 @@ class Flow:
     gate_job_ids: list[int] = field(default_factory=list)
     job_request_ids: dict[int, str | None] = field(default_factory=dict)
     echoed_request_id: str | None = None
+    children: list[int] = field(default_factory=list)  # serve's: API processes and worker
+    exit_code: int | None = None
 
     def call(self, method: str, route: str, token: str | None = ADMIN, *,
              path: dict[str, Any] | None = None, **request: Any) -> httpx.Response:
@@ -135,8 +139,10 @@ def flow(tmp_path_factory, receivers) -> Iterator[Flow]:
         flow.secrets = {"admin token": ADMIN, "server key": SECRET_KEY, "session key": SESSION_KEY,
                         "database password": DB_PASSWORD, "wrong token": WRONG_TOKEN,
                         "metrics token": mint(env, "prometheus", "metrics")}
-        with flipgate_process(["serve", "--workers", "2", "--port", str(port)], env, folder):
+        with flipgate_process(["serve", "--workers", "2", "--port", str(port)], env,
+                              folder) as server:
             wait_for(lambda: ready(flow.address), "/readyz")
+            flow.children = child_pids(server.pid)
             wait_for(lambda: scrape(flow).get(
                 ("gauge", "flipgate_workers_alive", frozenset({("queue", "gpu")}))),
                 "the worker's beat")
@@ -146,6 +152,7 @@ def flow(tmp_path_factory, receivers) -> Iterator[Flow]:
             flow.counted = Counter(flow.calls)
             flow.after = scrape(flow)
             flow.job_request_ids = job_request_ids(database_url)
+        flow.exit_code = server.returncode  # SIGTERM'd at the block's end
         flow.callbacks = list(Receiver.received)
         yield flow
 
@@ -393,3 +400,9 @@ def log_lines(flow: Flow) -> list[dict]:
     """serve.log's JSON lines."""
     return [json.loads(line) for line in (flow.folder / "serve.log").read_text().splitlines()
             if line.startswith("{")]
+
+
+def test_serve_stops_its_api_processes_and_its_worker_on_sigterm(flow):
+    assert flow.exit_code == 0
+    assert len(flow.children) >= 3  # two API processes and the worker (and uvicorn's helpers)
+    assert not [pid for pid in flow.children if alive(pid)]
