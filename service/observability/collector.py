@@ -129,13 +129,8 @@ def oldest_ready_job_age(session: Session) -> Metric:
 def decision_figures(session: Session) -> Iterator[Metric]:
     decisions = CounterMetricFamily("flipgate_gate_decisions", "Gate decisions that became "
                                     "final, by verdict", labels=["verdict"])
-    pending = 0
-    for verdict, count in session.execute(select(Decision.verdict, func.count())
-                                          .group_by(Decision.verdict)):
-        if verdict == Verdict.PENDING:
-            pending = count
-        else:
-            decisions.add_metric([verdict], count)
+    pending = counted_by_state(decisions, session.execute(
+        select(Decision.verdict, func.count()).group_by(Decision.verdict)), Verdict.PENDING)
     yield decisions
     yield GaugeMetricFamily("flipgate_gate_decisions_pending", "Gate decisions waiting for "
                             "their measurements", value=pending)
@@ -148,21 +143,31 @@ def callback_figures(session: Session) -> Iterator[Metric]:
     deliveries = CounterMetricFamily("flipgate_callback_deliveries", "Callbacks that ended: "
                                      "delivered, or failed once their attempts were spent",
                                      labels=["outcome"])
-    failed_attempts = queued = 0
-    for state, count, attempts in session.execute(
-            select(Callback.state, func.count(), func.coalesce(func.sum(Callback.attempts), 0))
-            .group_by(Callback.state)):
-        failed_attempts += attempts - (count if state == CallbackState.DELIVERED else 0)
-        if state == CallbackState.QUEUED:
-            queued = count
-        else:
-            deliveries.add_metric([state], count)
+    rows = session.execute(select(Callback.state, func.count(),
+                                  func.coalesce(func.sum(Callback.attempts), 0))
+                           .group_by(Callback.state)).all()
+    queued = counted_by_state(deliveries, [(state, count) for state, count, _ in rows],
+                              CallbackState.QUEUED)
+    failed_attempts = sum(attempts - (count if state == CallbackState.DELIVERED else 0)
+                          for state, count, attempts in rows)
     yield deliveries
     yield CounterMetricFamily("flipgate_callback_failed_attempts", "Callback attempts that "
                               "failed (each retried until the attempts are spent)",
                               value=failed_attempts)
     yield GaugeMetricFamily("flipgate_callbacks_queued", "Callbacks waiting to be delivered",
                             value=queued)
+
+
+def counted_by_state(family: CounterMetricFamily, rows: Any, open_state: str) -> int:
+    """Add each (state, count) row of an ended state to `family`; the count in `open_state`
+    (not yet ended: not a counter's)."""
+    still_open = 0
+    for state, count in rows:
+        if state == open_state:
+            still_open = count
+        else:
+            family.add_metric([state], count)
+    return still_open
 
 
 def workers_alive(session: Session) -> Metric:

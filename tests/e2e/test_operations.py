@@ -151,6 +151,8 @@ def flow(tmp_path_factory, receivers) -> Iterator[Flow]:
             run_flow(flow, models, receivers)
             flow.counted = Counter(flow.calls)
             flow.after = scrape(flow)
+            (folder / "metrics.txt").write_text(flow.call(  # beside serve.log, to read
+                "GET", "/metrics", flow.secrets["metrics token"]).text)
             flow.job_request_ids = job_request_ids(database_url)
         flow.exit_code = server.returncode  # SIGTERM'd at the block's end
         flow.callbacks = list(Receiver.received)
