@@ -3,7 +3,7 @@
 
     python3 scripts/dev.py demo [ARGS]   # end-to-end demo on real MNIST digits
     python3 scripts/dev.py test [ARGS]   # the whole test suite (ARGS go to pytest); installs
-                                         # Debian's chromium for the dashboard's browser tests
+                                         # Debian's chromium and promtool for the tests
     python3 scripts/dev.py test -m "not slow"   # the fast loop: the tests under 5 s each
 
 Needs nothing but Python 3.11+. The environment lives in .venv at the repository root and is
@@ -83,23 +83,31 @@ def ensure_services() -> None:
         print(f"warning: {message}; tests that need it will fail", file=sys.stderr)
 
 
-BROWSER = "chromium"  # Debian's package; the dashboard's browser tests drive it
-BROWSER_INSTALL = "apt-get update -qq && apt-get install -y -qq chromium"
+# Debian's packages some tests drive: {command: (apt-get install's arguments, what needs it)}
+DEBIAN_TOOLS = {
+    "chromium": ("chromium", "the dashboard's browser tests"),
+    # promtool alone: the server's recommended exporters are not needed
+    "promtool": ("--no-install-recommends prometheus",
+                 "the checks of deploy/prometheus (tests/test_deploy.py)"),
+}
 
 
-def ensure_browser() -> None:
-    """Install Debian's chromium when it is missing; under CI=true fail when that fails."""
-    if shutil.which(BROWSER):
+def ensure_debian_tool(command: str) -> None:
+    """Install the Debian package of `command` when it is missing; under CI=true fail when
+    that fails."""
+    if shutil.which(command):
         return
+    package, needed_by = DEBIAN_TOOLS[command]
+    install = f"apt-get update -qq && apt-get install -y -qq {package}"
     if shutil.which("apt-get") and os.geteuid() == 0:
-        print(f"installing {BROWSER} for the dashboard's browser tests", flush=True)
-        subprocess.run(BROWSER_INSTALL, shell=True, check=False)
-    if shutil.which(BROWSER):
+        print(f"installing {command} for {needed_by}", flush=True)
+        subprocess.run(install, shell=True, check=False)
+    if shutil.which(command):
         return
-    message = f"{BROWSER} is not installed and could not be installed ({BROWSER_INSTALL})"
+    message = f"{command} is not installed and could not be installed ({install})"
     if os.environ.get("CI") == "true":
         sys.exit(f"error: {message}; CI needs it")
-    print(f"warning: {message}; the browser tests will be skipped", file=sys.stderr)
+    print(f"warning: {message}; {needed_by} will be skipped", file=sys.stderr)
 
 
 def main() -> int:
@@ -112,7 +120,8 @@ def main() -> int:
     if command == "demo":
         return subprocess.call([str(BIN / "flipgate"), "demo", *args])
     ensure_services()
-    ensure_browser()
+    for command in DEBIAN_TOOLS:
+        ensure_debian_tool(command)
     return run_tests(args)
 
 

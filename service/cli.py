@@ -7,12 +7,15 @@ the same way. The server's modules are imported when a command runs, not when it
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import timedelta
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -23,6 +26,7 @@ from flipgate.processes import stop_process
 ALL_QUEUES = "gpu,default,callbacks"  # every queue service.queue routes to (its import is slow)
 
 if TYPE_CHECKING:
+    import uvicorn
     from sqlalchemy.orm import Session
 
 
@@ -38,39 +42,110 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 
 STARTUP_FAILURE = 3  # uvicorn's exit code when it could not start serving (a port in use)
+APP_FACTORY = "service.main:serve_app"  # what each API process serves
+METRICS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # the API processes' request figures (one host)
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Serve the API with uvicorn, with a worker subprocess unless --api-only; SIGTERM stops
-    both within about FLIPGATE_SHUTDOWN_GRACE_SECONDS, whatever its clients do (the worker's
-    own shutdown runs meanwhile)."""
+    """Serve the API with uvicorn in --workers processes on one port, with a worker
+    subprocess unless --api-only; SIGTERM stops them all within about
+    FLIPGATE_SHUTDOWN_GRACE_SECONDS, whatever their clients do (the worker's own shutdown runs
+    meanwhile)."""
+    own_metrics_dir = prepare_metrics_dir()  # before anything imports prometheus_client
     import uvicorn
 
     from service.config import get_settings
     from service.integrations.mlflow.service import report_link_note
-    from service.main import create_app
     from service.migrate import upgrade
+    from service.observability.logs import configure_logging
 
     settings = get_settings()
     if note := report_link_note(settings):
         print(f"flipgate serve: {note}", file=sys.stderr)
+    configure_logging(settings.log_format, "api")
     if not os.environ.get("FLIPGATE_DATABASE_URL"):  # embedded mode: its own SQLite file
         upgrade(settings)
-    worker = None if args.api_only else subprocess.Popen(
-        [sys.executable, "-m", "flipgate.cli", "worker", "--queues", ALL_QUEUES])
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=args.host, port=args.port,
-                                           timeout_graceful_shutdown=settings.shutdown_grace_seconds))
+    worker = None if args.api_only else start_worker()
+    config = uvicorn.Config(APP_FACTORY, factory=True, host=args.host, port=args.port,
+                            workers=args.workers, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=settings.shutdown_grace_seconds)
+    try:
+        started = (serve_one(config, worker) if args.workers == 1
+                   else serve_several(config, worker))
+    finally:
+        if worker is not None:
+            stop_process(worker)
+        if own_metrics_dir is not None:
+            shutil.rmtree(own_metrics_dir, ignore_errors=True)
+    return 0 if started else STARTUP_FAILURE
+
+
+def prepare_metrics_dir() -> Path | None:
+    """Empty PROMETHEUS_MULTIPROC_DIR (figures of an earlier run must not be summed with this
+    one's), or make a temporary one and name it there; the folder to remove at exit, if it is
+    this run's own."""
+    named = os.environ.get(METRICS_DIR)
+    if named:
+        folder = Path(named)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.db"):
+            stale.unlink()
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="flipgate-metrics-"))
+    os.environ[METRICS_DIR] = str(folder)
+    return folder
+
+
+def start_worker() -> subprocess.Popen:
+    """`flipgate worker` on every queue, as a subprocess (it counts no request)."""
+    env = {name: value for name, value in os.environ.items() if name != METRICS_DIR}
+    return subprocess.Popen([sys.executable, "-m", "flipgate.cli", "worker", "--queues",
+                             ALL_QUEUES], env=env)
+
+
+def serve_one(config: "uvicorn.Config", worker: subprocess.Popen | None) -> bool:
+    """Serve in this process; whether it started serving."""
+    import uvicorn
+
+    server = uvicorn.Server(config)
     if worker is not None:
         server.handle_exit = stopping_first(worker, server.handle_exit)
     # uvicorn re-raises SIGTERM after its graceful shutdown: exit normally so `finally` runs
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with suppress(KeyboardInterrupt):  # likewise Ctrl-C
+        server.run()
+    return server.started
+
+
+def serve_several(config: "uvicorn.Config", worker: subprocess.Popen | None) -> bool:
+    """Serve in config.workers processes that share one listening socket (uvicorn's
+    supervisor restarts one that dies); whether they started serving."""
+    from uvicorn.supervisors import Multiprocess
+
+    class ApiProcesses(Multiprocess):
+        """On SIGTERM or SIGINT the worker is told first, then every API process."""
+
+        def handle_term(self) -> None:
+            stop_asking(worker)
+            super().handle_term()
+
+        def handle_int(self) -> None:
+            stop_asking(worker)
+            super().handle_int()
+
     try:
-        with suppress(KeyboardInterrupt):  # likewise Ctrl-C
-            server.run()
-    finally:
-        if worker is not None:
-            stop_process(worker)
-    return 0 if server.started else STARTUP_FAILURE
+        socket = config.bind_socket()
+    except SystemExit:  # uvicorn logged why (a port in use)
+        return False
+    processes = ApiProcesses(config, sockets=[socket])
+    processes.run()
+    return all(process.exitcode != STARTUP_FAILURE for process in processes.processes)
+
+
+def stop_asking(worker: subprocess.Popen | None) -> None:
+    """SIGTERM to the worker, if it still runs: its shutdown runs meanwhile."""
+    if worker is not None and worker.poll() is None:
+        worker.terminate()
 
 
 def stopping_first(worker: subprocess.Popen,
@@ -80,8 +155,7 @@ def stopping_first(worker: subprocess.Popen,
     while the API finishes its open requests, not after them."""
 
     def handle(sig: int, frame: FrameType | None) -> None:
-        if worker.poll() is None:
-            worker.terminate()
+        stop_asking(worker)
         handle_exit(sig, frame)
 
     return handle
@@ -208,6 +282,9 @@ def add_serve_command(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=positive_int, default=8000)
     serve.add_argument("--api-only", action="store_true",
                        help="start no worker (run `flipgate worker` elsewhere)")
+    serve.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                       help="API processes on the one port (default 1); each admits its own "
+                            "few requests at once, and they share one worker")
     serve.set_defaults(run=run_serve)
 
 
@@ -225,7 +302,8 @@ def add_token_command(commands: argparse._SubParsersAction) -> None:
         description=TOKEN_STORE)
     create.add_argument("--name", required=True, help="a unique name, e.g. ci")
     create.add_argument("--scopes", required=True, type=comma_list, metavar="read,write",
-                        help="comma-separated scopes: read, write, gate, admin")
+                        help="comma-separated scopes: read, write, gate, admin, metrics "
+                             "(GET /metrics only)")
     create.add_argument("--expires-in", type=positive_int, metavar="DAYS",
                         help="the token stops authenticating after this many days "
                              "(default: never)")

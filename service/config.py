@@ -92,6 +92,13 @@ class Settings(BaseSettings):
     body_min_rate: int = Field(default=16 * 1024, ge=1)  # bytes per second
     body_deadline_seconds: float = Field(default=600.0, gt=0)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)  # open requests after SIGTERM
+    # operations (service.observability): log lines as text for a terminal or one JSON object
+    # each; request figures counted for GET /metrics; traces, with the `otel` extra, sent to
+    # OpenTelemetry's own OTEL_EXPORTER_OTLP_ENDPOINT (unset: no trace, nothing of it imported)
+    log_format: Literal["text", "json"] = "text"
+    metrics: bool = True
+    otel_endpoint: str | None = Field(default=None,
+                                      validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
 
     @model_validator(mode="after")
     def _default_database(self) -> Self:

@@ -7,6 +7,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+# engines come from sqlalchemy.create_engine looked up when called: traces
+# (service.observability.tracing) wrap it after this module is imported
+import sqlalchemy
 from sqlalchemy import (
     JSON,
     Connection,
@@ -16,7 +19,6 @@ from sqlalchemy import (
     Enum,
     MetaData,
     Select,
-    create_engine,
     event,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -98,7 +100,8 @@ def create_db_engine(settings: Settings, *, bound_round_trips: bool = True) -> E
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         pool = {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
-    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS}, **pool)
+    engine = sqlalchemy.create_engine(url, connect_args={"timeout": SQLITE_BUSY_SECONDS},
+                                      **pool)
     event.listen(engine, "connect", _configure_sqlite_connection)
     event.listen(engine, "begin", _begin_sqlite)
     return engine
@@ -107,9 +110,9 @@ def create_db_engine(settings: Settings, *, bound_round_trips: bool = True) -> E
 def _server_engine(url: URL, round_trip_seconds: float | None) -> Engine:
     """A pooled engine whose connections open within CONNECT_SECONDS and, on psycopg with
     `round_trip_seconds`, whose every round trip ends within it (service.db_watchdog)."""
-    engine = create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE,
-                           max_overflow=POOL_OVERFLOW, pool_timeout=POOL_WAIT_SECONDS,
-                           connect_args={"connect_timeout": CONNECT_SECONDS})
+    engine = sqlalchemy.create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE,
+                                      max_overflow=POOL_OVERFLOW, pool_timeout=POOL_WAIT_SECONDS,
+                                      connect_args={"connect_timeout": CONNECT_SECONDS})
     if round_trip_seconds is not None and url.get_driver_name() == "psycopg":
         from service.db_watchdog import bounded_connector  # SQLite never loads psycopg
 

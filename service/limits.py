@@ -100,7 +100,9 @@ class Admission:
       Retry-After at once. Requests without credentials carry no body, or a dashboard form
       of at most DASHBOARD_FORM_BYTES, and are served outside the slots (their endpoints
       refuse them, or serve a public page).
-    - The probes (/healthz, /readyz) skip all of it, so they answer under any load.
+    - The probes (/healthz, /readyz) skip all of it, so they answer under any load; a
+      scrape of /metrics has its token checked but takes no slot (UNSLOTTED).
+    - The slots are per process: `flipgate serve --workers N` serves up to N × `slots`.
     """
 
     def __init__(self, app: ASGIApp, *, slots: int, authenticate: Callable[[str], object],
@@ -129,7 +131,7 @@ class Admission:
             refusal.headers["Connection"] = "close"  # the body, if any, was not read
             await refusal(scope, receive, send)
             return
-        if not credentialed:
+        if not credentialed or scope["path"] in UNSLOTTED:
             await self.app(scope, receive, send)
             return
         if self.free == 0:  # one event loop: no await between this check and the claim
@@ -197,6 +199,8 @@ def _has_body(headers: Headers) -> bool:
 
 
 PROBES = frozenset({urls.healthz(), urls.readyz()})
+# checked like any request, but served outside the slots: a scrape under load still answers
+UNSLOTTED = frozenset({urls.metrics()})
 
 
 @dataclass(frozen=True)

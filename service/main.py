@@ -42,6 +42,10 @@ from service.integrations.mlflow.router import router as mlflow_router
 from service.jobs.router import router as jobs_router
 from service.limits import Admission, RequestBodyLimit
 from service.migrate import check_current
+from service.observability.http import Observed
+from service.observability.router import metrics_registry
+from service.observability.router import router as metrics_router
+from service.observability.startup import configure_logging, start_process, trace_app
 from service.predictions.router import router as predictions_router
 from service.queue import create_celery_app
 from service.registry.router import router as registry_router
@@ -113,6 +117,7 @@ async def sweep_abandoned_uploads(store: ArtifactStore, settings: Settings) -> N
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The flipgate API on the database and artifact store of `settings` (default: env)."""
     settings = settings or get_settings()
+    traced = start_process(settings, "api", logs=False)  # before the engine: its statements
     app = FastAPI(title="flipgate", version=flipgate.__version__, openapi_tags=TAGS,
                   lifespan=lifespan, description="A regression gate for classifier updates.",
                   dependencies=[Depends(check_request_scalars)],
@@ -136,7 +141,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, responses=documented_refusals(
             PROBE_REFUSALS if router is health.router else REFUSALS))
     mount_dashboard(app)
+    observe(app, settings, traced)
     return app
+
+
+def serve_app() -> FastAPI:
+    """The app `flipgate serve` runs in each API process, with the process's log lines in
+    FLIPGATE_LOG_FORMAT (an app made by `create_app` alone keeps its caller's logging)."""
+    settings = get_settings()
+    configure_logging(settings.log_format, "api")
+    return create_app(settings)
+
+
+def observe(app: FastAPI, settings: Settings, traced: bool) -> None:
+    """Request ids, access lines and (unless FLIPGATE_METRICS=false) the request figures
+    and GET /metrics on every request; spans when traces are on (service.observability)."""
+    if settings.metrics:
+        app.state.metrics = metrics_registry(app.state)
+        app.include_router(metrics_router, responses=documented_refusals((401, 403, 503)))
+    app.add_middleware(Observed, counting=settings.metrics)  # the outermost: sees every answer
+    if traced:
+        trace_app(app)
 
 
 def documented_refusals(statuses: Iterable[int]) -> dict[int | str, dict]:

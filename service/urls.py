@@ -53,6 +53,11 @@ def readyz() -> str:
     return "/readyz"
 
 
+def metrics() -> str:
+    """The Prometheus figures (a token with the `metrics` scope)."""
+    return "/metrics"
+
+
 def gate() -> str:
     """The gate's webhook (a token, or a signature of the body)."""
     return "/gate"

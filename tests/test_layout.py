@@ -64,7 +64,8 @@ def test_the_task_infrastructure_imports_no_domain(module):
 def test_only_entry_points_read_the_settings():
     """Service code and tasks take Settings as an argument (the worker's from its context)."""
     entry_points_ = {"service/main.py", "service/cli.py", "service/config.py",
-                     "worker/runtime.py", "worker/sweeper.py", "worker/celeryconfig.py"}
+                     "worker/cli.py", "worker/runtime.py", "worker/sweeper.py",
+                     "worker/celeryconfig.py"}
     readers = {str(path.relative_to(ROOT)) for package in ("service", "worker")
                for path in (ROOT / package).rglob("*.py")
                if "get_settings()" in path.read_text(encoding="utf-8")}
@@ -143,6 +144,41 @@ def test_the_server_and_the_worker_start_without_torch():
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_without_an_otlp_endpoint_nothing_of_opentelemetry_is_imported(tmp_path):
+    """Traces are opt-in: an app that serves a request and scrapes its metrics, and the
+    worker's tasks, import none of flipgate's tracing, OpenTelemetry's exporters or
+    instrumentations unless OTEL_EXPORTER_OTLP_ENDPOINT is set (service.observability.tracing
+    is the one module that imports them). OpenTelemetry's API and SDK may load without it
+    where they are installed (here with mlflow): FastAPI 0.165 imports the API for its native
+    telemetry, and redis-py 8 the SDK for its own."""
+    result = run_python(f"""
+        import os, sys
+        os.environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+        from fastapi.testclient import TestClient
+        from service.config import Settings
+        from service.main import create_app
+        from service.migrate import upgrade
+        from worker.app import TASK_MODULES
+        for module in TASK_MODULES:
+            __import__(module)
+        TRACING = ("opentelemetry.instrumentation", "opentelemetry.exporter",
+                   "service.observability.tracing")
+        settings = Settings(database_url="sqlite:///{tmp_path}/db.sqlite",
+                            data_dir="{tmp_path}/data", admin_token="layout-token-0123456789")
+        upgrade(settings)
+        with TestClient(create_app(settings)) as client:
+            answer = client.get("/metrics", headers={{"Authorization":
+                                                      "Bearer layout-token-0123456789"}})
+            assert answer.status_code == 200, answer.text
+        print(sorted(name for name in sys.modules if name.startswith(TRACING)))
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    importers = {path for path, names in imported_modules("service").items()
+                 if any(name.startswith("opentelemetry") for name in names)}
+    assert importers == {"service/observability/tracing.py"}
 
 
 def test_a_pair_report_with_its_statistics_loads_no_scipy():

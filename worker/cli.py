@@ -10,16 +10,24 @@ from service.cli import ALL_QUEUES
 def run_worker(args: argparse.Namespace) -> int:
     """Run a Celery worker that takes the server's jobs from the broker, with the sweeper
     that requeues lost jobs and sends unsent ones (worker.sweeper), restarted if it dies."""
-    from celery.signals import worker_shutting_down
+    from celery.signals import setup_logging, worker_shutting_down
 
+    from service.config import get_settings
+    from service.observability.logs import configure_logging
     from worker.app import app
-    from worker.sweeper import SupervisedSweeper
+    from worker.sweeper import SupervisedSweeper, start_sweeper
 
-    sweeper = SupervisedSweeper()
+    log_format = get_settings().log_format
+    # the worker's lines in FLIPGATE_LOG_FORMAT, with the request id of the job under way,
+    # from its first line on, and in place of Celery's own logging setup
+    configure_logging(log_format, "worker")
+    setup_logging.connect(lambda **_: None, weak=False)
+    sweeper = SupervisedSweeper(lambda: start_sweeper(args.queues))
     # a SIGTERM or Ctrl-C sent to the whole process group also ends the sweeper: not a death
     worker_shutting_down.connect(sweeper.stop_restarting, weak=False)
     try:
-        app.worker_main(["worker", f"--queues={args.queues}",
+        quiet = ["--quiet"] if log_format == "json" else []  # no banner among JSON lines
+        app.worker_main([*quiet, "worker", f"--queues={args.queues}",
                          f"--concurrency={args.concurrency}", "--loglevel=INFO"])
     finally:
         sweeper.stop()

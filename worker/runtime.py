@@ -36,6 +36,8 @@ from service.errors import ServiceError
 from service.jobs.leases import renew
 from service.jobs.models import Job, JobState
 from service.jobs.service import claim_job, lock_running_job, set_progress
+from service.observability.origin import job_origin
+from service.observability.startup import start_process
 from service.outbox import enqueue_after_commit
 from service.storage import ArtifactStore, open_store
 from worker.app import app
@@ -80,8 +82,11 @@ Work = Callable[[WorkerContext, int, dict[str, Any]], None]
 @cache
 def context() -> WorkerContext:
     """This process's context, from the FLIPGATE_* settings (the worker's one reading of
-    them: tasks take them from the context)."""
-    return WorkerContext.from_settings(get_settings(), app)
+    them: tasks take them from the context); its rows stamped with their origin, and traced
+    when asked for (service.observability), before its engine is made."""
+    settings = get_settings()
+    start_process(settings, "worker", logs=False)  # the worker's logging: worker.cli
+    return WorkerContext.from_settings(settings, app)
 
 
 def job_task(name: str, work: Work) -> Task:
@@ -90,34 +95,50 @@ def job_task(name: str, work: Work) -> Task:
 
     def run(task: Task, job_id: int) -> None:
         try:
-            params = claim(context(), job_id)
+            claimed = claim(context(), job_id)
         except DBAPIError as error:
             logger.warning("job %s not claimed (%s); retrying", job_id, error.orig)
             raise task.retry(countdown=CLAIM_RETRY_SECONDS) from error
-        if params is None:
+        if claimed is None:
             logger.info("job %s is not queued (ended, running elsewhere, or unknown)", job_id)
             return
-        run_job(job_id, params, work)
+        with job_origin(request_id=claimed.request_id, traceparent=claimed.traceparent,
+                        kind=claimed.kind, job_id=job_id):
+            run_job(job_id, claimed.params, work)
 
     run.__doc__ = work.__doc__
     return app.task(name=name, bind=True, max_retries=None)(run)
 
 
-def claim(ctx: WorkerContext, job_id: int) -> dict[str, Any] | None:
-    """The params of the job once claimed, or None when it is not queued."""
+@dataclass(frozen=True)
+class Claimed:
+    """What a task reads of the job it claimed: its params, and where it came from."""
+
+    kind: str
+    params: dict[str, Any]
+    request_id: str | None
+    traceparent: str | None
+
+
+def claim(ctx: WorkerContext, job_id: int) -> Claimed | None:
+    """The job once claimed, or None when it is not queued."""
     with session_scope(ctx.sessions) as session:
         job = claim_job(session=session, job_id=job_id)
-        return None if job is None else dict(job.params)
+        return None if job is None else Claimed(job.kind, dict(job.params), job.request_id,
+                                                job.traceparent)
 
 
 def run_job(job_id: int, params: dict[str, Any], work: Work) -> None:
     """Run `work` on a claimed job while its lease is renewed; a failure (SystemExit
     included) is written to the job row, a database error leaves the job to its lease."""
     ctx = context()
+    started = time.monotonic()
+    logger.info("job %s started", job_id)
     try:
         with heartbeat(ctx, job_id, ctx.settings.job_heartbeat_seconds,
                        ctx.settings.job_time_limit_seconds):
             work(ctx, job_id, params)
+        logger.info("job %s ended in %.2f s", job_id, time.monotonic() - started)
     except JobStopped:
         logger.info("job %s stopped running while it was worked on", job_id)
     except DBAPIError:

@@ -10,6 +10,7 @@ its parent does. Several sweepers share the work through row locks."""
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -28,13 +29,15 @@ from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.integrations.mlflow.service import queue_reconcile
 from service.jobs.enqueue import send_unsent
-from service.jobs.leases import lost_jobs, unsent_jobs
+from service.jobs.leases import beat, lost_jobs, unsent_jobs
+from service.observability.startup import start_process
 from service.outbox import enqueue_after_commit
 
 # a sweeper that exits is started again after a pause that doubles, from FIRST to LAST
 # seconds, while each one dies within STEADY seconds of its start
 FIRST_RESTART_SECONDS, LAST_RESTART_SECONDS, STEADY_SECONDS = 1.0, 30.0, 60.0
 WATCH_SECONDS = 0.5  # how often the supervisor looks at its sweeper
+BEAT_SECONDS = 10.0  # how often a worker's beat is written (the metrics' workers alive)
 logger = logging.getLogger(__name__)
 
 
@@ -72,15 +75,23 @@ def reconcile_mlflow(sessions: sessionmaker[Session], celery: Celery) -> None:
         queue_reconcile(session=session)
 
 
-def sweep_while_parent_lives(celery: Celery, settings: Settings, parent: int) -> None:
+def sweep_while_parent_lives(celery: Celery, settings: Settings, parent: int,
+                             queues: str = "") -> None:
     """Sweep every settings.sweep_seconds until `parent`, the process that started this one,
-    ends (it is passed in: one that ended before this process started is not its parent)."""
+    ends (it is passed in: one that ended before this process started is not its parent);
+    with `queues`, write the parent's beat (a worker seen alive) every BEAT_SECONDS."""
     engine = create_db_engine(settings)
     sessions, readers = create_session_factory(engine), sessionmaker(engine)
-    reconcile_at = time.monotonic()
+    reconcile_at = beat_at = time.monotonic()
+    worker = f"{socket.gethostname()}:{parent}"
+    logger.info("sweeping every %g s for worker %s", settings.sweep_seconds, worker)
     while os.getppid() == parent:
         time.sleep(settings.sweep_seconds)
         try:
+            if queues and time.monotonic() >= beat_at:
+                with session_scope(sessions) as session:
+                    beat(session=session, worker=worker, queues=queues)
+                beat_at = time.monotonic() + BEAT_SECONDS
             if settings.mlflow_tracking_uri and time.monotonic() >= reconcile_at:
                 reconcile_mlflow(sessions, celery)
                 reconcile_at = time.monotonic() + settings.mlflow_reconcile_seconds
@@ -92,10 +103,10 @@ def sweep_while_parent_lives(celery: Celery, settings: Settings, parent: int) ->
             logger.warning("sweep skipped: the database failed (%s)", type(error).__name__)
 
 
-def start_sweeper() -> subprocess.Popen:
+def start_sweeper(queues: str = "") -> subprocess.Popen:
     """This module's loop in a child process (sharing this one's output) that ends with this
-    process."""
-    return subprocess.Popen([sys.executable, "-m", "worker.sweeper", str(os.getpid())])
+    process, and writes this process's beat (a worker taking `queues`) while it runs."""
+    return subprocess.Popen([sys.executable, "-m", "worker.sweeper", str(os.getpid()), queues])
 
 
 class SupervisedSweeper:
@@ -143,6 +154,7 @@ class SupervisedSweeper:
 if __name__ == "__main__":
     from worker.app import app
 
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s: %(levelname)s/sweeper] "
-                                                   "%(message)s")
-    sweep_while_parent_lives(app, get_settings(), parent=int(sys.argv[1]))
+    settings = get_settings()
+    start_process(settings, "sweeper")
+    sweep_while_parent_lives(app, settings, parent=int(sys.argv[1]),
+                             queues=sys.argv[2] if len(sys.argv) > 2 else "")

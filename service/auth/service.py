@@ -12,7 +12,9 @@ from service.db import insert_or_conflict, one_or_not_found, utcnow
 from service.errors import Forbidden, InvalidInput, Unauthorized
 from service.names import check_name
 
-SCOPES = ("read", "write", "gate", "admin")
+# `metrics` reads GET /metrics and nothing else; like every scope it is minted only by the
+# server's admin (`flipgate token create`, on the server's database)
+SCOPES = ("read", "write", "gate", "admin", "metrics")
 TOKEN_PREFIX = "fg_"
 
 

@@ -24,6 +24,8 @@ from service.gate.decisions import get_decision
 from service.gate.models import Decision, Verdict
 from service.gate.views import decision_view
 from service.gate.webhook_secrets import signing_secret
+from service.observability.context import HEADER as REQUEST_ID_HEADER
+from service.observability.context import current_request_id, request_id_bound
 from service.registry.models import ModelLine
 
 logger = logging.getLogger(__name__)
@@ -68,7 +70,15 @@ def deliver(*, sessions: sessionmaker[Session], settings: Settings, decision_id:
             return
         url, body, secret = delivery(session=session, settings=settings,
                                      decision_id=decision_id)
-    status, error = (post_status(settings, url, json.dumps(body).encode(), secret, decision_id)
+        request_id = session.get_one(Decision, decision_id).request_id  # loaded: no query
+    with request_id_bound(request_id):
+        _attempt(sessions, settings, decision_id, url, json.dumps(body).encode(), secret)
+
+
+def _attempt(sessions: sessionmaker[Session], settings: Settings, decision_id: int,
+             url: str | None, body: bytes, secret: str | None) -> None:
+    """One POST of the status, and its outcome recorded on the callback's row."""
+    status, error = (post_status(settings, url, body, secret, decision_id)
                      if url is not None else (None, "callback_url_unreadable"))
     with session_scope(sessions) as session:
         callback = queued_callback(session=session, decision_id=decision_id)
@@ -83,13 +93,16 @@ def deliver(*, sessions: sessionmaker[Session], settings: Settings, decision_id:
 def post_status(settings: Settings, url: str, body: bytes, secret: str | None,
                 decision_id: int) -> tuple[int | None, str | None]:
     """The HTTP status of one POST to the address checked just now (redirects are not
-    followed), or None; the error is a fixed message, never the receiver's answer."""
+    followed), or None; the error is a fixed message, never the receiver's answer. The POST
+    carries the request id under way (the gate request's) in X-Request-ID."""
     try:
         target = check_callback_url(url, settings.callback_allowlist)
     except InvalidInput as refused:
         return None, refused.code
     headers = {"Content-Type": "application/json", "X-Flipgate-Decision": str(decision_id),
                "Host": target.host_header}
+    if (request_id := current_request_id()) is not None:  # the gate request's
+        headers[REQUEST_ID_HEADER] = request_id
     if secret is not None:
         headers[HEADER] = signature(secret, body)
     deadline = settings.callback_timeout_seconds

@@ -72,6 +72,8 @@ class Decision(Record, Base):
     base_url: Mapped[str] = mapped_column(Text)
     repair_of_id: Mapped[int | None] = mapped_column(ForeignKey("gate_decisions.id"))
     decided_at: Mapped[datetime | None]
+    request_id: Mapped[str | None] = mapped_column(String(128))  # the gate request's, for
+    # its callback's X-Request-ID
 
 
 class DecisionJob(Base):

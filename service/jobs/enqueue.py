@@ -25,6 +25,7 @@ from service.jobs.service import (
     mark_finished,
     waiting_for,
 )
+from service.observability.origin import job_reused
 from service.outbox import send_now, send_task_after_commit
 
 
@@ -32,8 +33,11 @@ def queue_job(*, session: Session, kind: JobKind, params: dict[str, Any],
               waits_for: Sequence[Job] = ()) -> Job:
     """The open (queued or running) job of this kind with these params, else a new one that
     waits for `waits_for`."""
-    return (find_open_job(session=session, kind=kind, params=params)
-            or create_job(session=session, kind=kind, params=params, waits_for=waits_for))
+    found = find_open_job(session=session, kind=kind, params=params)
+    if found is None:
+        return create_job(session=session, kind=kind, params=params, waits_for=waits_for)
+    job_reused(found)
+    return found
 
 
 def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],

@@ -10,11 +10,11 @@ A worker claims only queued jobs, so a message delivered twice runs its job once
 
 from datetime import timedelta
 
-from sqlalchemy import exists, or_, select, update
+from sqlalchemy import delete, exists, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from service.db import utcnow
-from service.jobs.models import Job, JobDependency, JobState
+from service.jobs.models import Job, JobDependency, JobState, WorkerBeat
 
 
 def renew(*, session: Session, job_id: int) -> bool:
@@ -59,3 +59,15 @@ def mark_sent(*, session: Session, job_ids: list[int]) -> None:
     """Record that the broker accepted the messages of these jobs just now."""
     if job_ids:
         session.execute(update(Job).where(Job.id.in_(job_ids)).values(sent_at=utcnow()))
+
+
+WORKER_BEATS_KEPT = timedelta(days=1)  # a worker unseen this long is forgotten
+
+
+def beat(*, session: Session, worker: str, queues: str) -> None:
+    """Record that `worker` (host:pid), taking `queues`, is alive now; forget the workers
+    unseen for WORKER_BEATS_KEPT."""
+    now = utcnow()
+    session.merge(WorkerBeat(name=worker, queues=queues, seen_at=now))
+    session.execute(delete(WorkerBeat).where(WorkerBeat.seen_at < now - WORKER_BEATS_KEPT))
+    session.flush()

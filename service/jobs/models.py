@@ -4,11 +4,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, Text
+from sqlalchemy import CheckConstraint, ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, Record, str_enum
 from service.queue import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK, MLFLOW_TASK, TRAIN_TASK
+
+REQUEST_ID_LENGTH = 128
+TRACEPARENT_LENGTH = 55
+WORKER_NAME_LENGTH = 200
 
 
 class JobKind(StrEnum):
@@ -54,6 +58,10 @@ class Job(Record, Base):
     heartbeat_at: Mapped[datetime | None]  # renewed by the worker while the job runs
     sent_at: Mapped[datetime | None]  # when the broker last accepted the job's message
     finished_at: Mapped[datetime | None]
+    # the request that queued the job (X-Request-ID) and its trace context (W3C traceparent,
+    # with the otel extra): the worker's log lines and spans for the job carry them
+    request_id: Mapped[str | None] = mapped_column(String(REQUEST_ID_LENGTH))
+    traceparent: Mapped[str | None] = mapped_column(String(TRACEPARENT_LENGTH))
 
     parent: Mapped["Job | None"] = relationship(remote_side="Job.id", lazy="raise")
 
@@ -67,3 +75,13 @@ class JobDependency(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
     waits_for_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True,
                                               index=True)
+
+
+class WorkerBeat(Base):
+    """A `flipgate worker` seen alive: its sweeper writes `seen_at` every few seconds."""
+
+    __tablename__ = "worker_beats"
+
+    name: Mapped[str] = mapped_column(String(WORKER_NAME_LENGTH), primary_key=True)
+    queues: Mapped[str] = mapped_column(String(WORKER_NAME_LENGTH))  # comma-separated
+    seen_at: Mapped[datetime]

@@ -29,6 +29,7 @@ def app(tmp_path_factory):
     ("GET", urls.decision(7)),
     ("GET", urls.healthz()),
     ("GET", urls.readyz()),
+    ("GET", urls.metrics()),
     ("POST", urls.gate()),
     ("POST", urls.mlflow_webhook()),
     ("GET", urls.ui_home()),

@@ -15,9 +15,9 @@ def exits(_ctx, _job_id, _params) -> None:
 def test_a_job_whose_code_exits_fails_with_the_reason(client, worker, db):
     with db() as session:
         job_id = create_job(session=session, kind=JobKind.TRAIN, params={"seed": 1}).id
-    params = runtime.claim(worker, job_id)
-    assert params == {"seed": 1}
+    claimed = runtime.claim(worker, job_id)
+    assert claimed.params == {"seed": 1}
     assert runtime.claim(worker, job_id) is None  # the same message delivered again
-    runtime.run_job(job_id, params, exits)
+    runtime.run_job(job_id, claimed.params, exits)
     job = client.get(f"/jobs/{job_id}").json()
     assert (job["state"], job["error"]) == ("failed", "SystemExit: repair gave up")

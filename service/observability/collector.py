@@ -1,0 +1,228 @@
+"""The figures of work and outcomes, read from the database when Prometheus scrapes: jobs,
+gate decisions, callbacks, the queue and the workers seen alive. They are whole-server figures
+(every API process and host answers the same), and counters only grow because the rows they
+count are final: a job, a decision or a callback that has ended never changes again. With them,
+the dependencies this API process reaches (the /readyz checks) and the build."""
+
+import logging
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+from sqlalchemy import ColumnElement, case, exists, func, select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, aliased
+
+import flipgate
+from service import health
+from service.callbacks.models import Callback, CallbackState
+from service.db import read_only, utcnow
+from service.gate.models import Decision, Verdict
+from service.jobs.models import Job, JobDependency, JobState, WorkerBeat
+
+FINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+FINAL_VERDICTS = (Verdict.APPROVE, Verdict.BLOCK)
+# seconds: a job's run and wait, a verdict's delay (jobs run from a second to an hour)
+BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
+WORKER_ALIVE_SECONDS = 60  # a worker whose sweeper wrote its beat this recently is alive
+DEPENDENCIES = {"database": "database", "broker": "broker", "artifacts": "artifact_store"}
+logger = logging.getLogger(__name__)
+
+
+class DatabaseFigures(Collector):
+    """Every figure of work and outcomes, read on a read-only session of `sessions` at each
+    scrape, with the dependencies' state and the build; without a database only the
+    dependencies and the build are answered (flipgate_dependency_up says why)."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        yield build_info()
+        yield dependencies_up(self.state)
+        try:
+            with self.state.sessions() as session:
+                read_only(session)
+                yield from work_figures(session)
+        except SQLAlchemyError as error:
+            logger.warning("metrics: the database figures are left out (%s)",
+                           type(error).__name__)
+
+
+def build_info() -> Metric:
+    info = GaugeMetricFamily("flipgate_build_info", "The flipgate release this process runs",
+                             labels=["version"])
+    info.add_metric([flipgate.__version__], 1)
+    return info
+
+
+def dependencies_up(state: Any) -> Metric:
+    """1 for each dependency whose /readyz check passes from this API process, else 0."""
+    up = GaugeMetricFamily("flipgate_dependency_up", "Whether this API process reaches the "
+                           "dependency (its /readyz check)", labels=["dependency"])
+    for name, outcome in health.run_checks(state).items():
+        up.add_metric([DEPENDENCIES.get(name, name)], outcome["status"] == "ok")
+    return up
+
+
+def work_figures(session: Session) -> Iterator[Metric]:
+    """The jobs', decisions', callbacks' and workers' figures."""
+    yield from job_figures(session)
+    yield from decision_figures(session)
+    yield from callback_figures(session)
+    yield workers_alive(session)
+
+
+def job_figures(session: Session) -> Iterator[Metric]:
+    ended = CounterMetricFamily("flipgate_jobs", "Jobs that ended, by kind and final state "
+                                "(shards count as jobs of their kind)", labels=["kind", "state"])
+    for kind, state, count in session.execute(
+            select(Job.kind, Job.state, func.count()).where(Job.state.in_(FINAL_JOB_STATES))
+            .group_by(Job.kind, Job.state)):
+        ended.add_metric([kind, state], count)
+    yield ended
+    waiting = GaugeMetricFamily("flipgate_jobs_queued", "Jobs waiting to run (for a worker "
+                                "or for the jobs they need), by kind", labels=["kind"])
+    running = GaugeMetricFamily("flipgate_jobs_running", "Jobs running now, by kind",
+                                labels=["kind"])
+    for kind, state, count in session.execute(
+            select(Job.kind, Job.state, func.count()).where(
+                Job.state.in_((JobState.QUEUED, JobState.RUNNING))).group_by(Job.kind, Job.state)):
+        (waiting if state == JobState.QUEUED else running).add_metric([kind], count)
+    yield waiting
+    yield running
+    yield histogram(session, "flipgate_job_duration_seconds", "Run time of the jobs that "
+                    "ended after running, from their last start to their end, by kind",
+                    Job.kind, Job.started_at, Job.finished_at, Job.state.in_(FINAL_JOB_STATES))
+    yield histogram(session, "flipgate_job_queue_wait_seconds", "Time from a job's creation "
+                    "to its last start, by kind", Job.kind, Job.created_at, Job.started_at,
+                    Job.started_at.is_not(None))
+    yield oldest_ready_job_age(session)
+
+
+def oldest_ready_job_age(session: Session) -> Metric:
+    """The age of the oldest queued job that waits only for a worker, counted from when the
+    last job it needed ended (or its creation); 0 when none waits."""
+    other = aliased(Job)
+    blocked = exists().where(JobDependency.job_id == Job.id, other.id == JobDependency.waits_for_id,
+                             other.state != JobState.SUCCEEDED)
+    needed_until = (select(func.max(other.finished_at))
+                    .join(JobDependency, JobDependency.waits_for_id == other.id)
+                    .where(JobDependency.job_id == Job.id).scalar_subquery())
+    ready_since = latest(session, Job.created_at, func.coalesce(needed_until, Job.created_at))
+    oldest = session.scalar(select(func.min(ready_since)).where(Job.state == JobState.QUEUED,
+                                                                ~blocked))
+    age = GaugeMetricFamily("flipgate_oldest_queued_job_age_seconds", "Seconds the oldest "
+                            "job that waits only for a worker has waited")
+    age.add_metric([], 0.0 if oldest is None else max(0.0, seconds_since(session, oldest)))
+    return age
+
+
+def decision_figures(session: Session) -> Iterator[Metric]:
+    decisions = CounterMetricFamily("flipgate_gate_decisions", "Gate decisions that became "
+                                    "final, by verdict", labels=["verdict"])
+    pending = counted_by_state(decisions, session.execute(
+        select(Decision.verdict, func.count()).group_by(Decision.verdict)), Verdict.PENDING)
+    yield decisions
+    yield GaugeMetricFamily("flipgate_gate_decisions_pending", "Gate decisions waiting for "
+                            "their measurements", value=pending)
+    yield histogram(session, "flipgate_time_to_verdict_seconds", "Time from a gate request to "
+                    "its final verdict", None, Decision.created_at, Decision.decided_at,
+                    Decision.verdict.in_(FINAL_VERDICTS) & Decision.decided_at.is_not(None))
+
+
+def callback_figures(session: Session) -> Iterator[Metric]:
+    deliveries = CounterMetricFamily("flipgate_callback_deliveries", "Callbacks that ended: "
+                                     "delivered, or failed once their attempts were spent",
+                                     labels=["outcome"])
+    rows = session.execute(select(Callback.state, func.count(),
+                                  func.coalesce(func.sum(Callback.attempts), 0))
+                           .group_by(Callback.state)).all()
+    queued = counted_by_state(deliveries, [(state, count) for state, count, _ in rows],
+                              CallbackState.QUEUED)
+    failed_attempts = sum(attempts - (count if state == CallbackState.DELIVERED else 0)
+                          for state, count, attempts in rows)
+    yield deliveries
+    yield CounterMetricFamily("flipgate_callback_failed_attempts", "Callback attempts that "
+                              "failed (each retried until the attempts are spent)",
+                              value=failed_attempts)
+    yield GaugeMetricFamily("flipgate_callbacks_queued", "Callbacks waiting to be delivered",
+                            value=queued)
+
+
+def counted_by_state(family: CounterMetricFamily, rows: Any, open_state: str) -> int:
+    """Add each (state, count) row of an ended state to `family`; the count in `open_state`
+    (not yet ended: not a counter's)."""
+    still_open = 0
+    for state, count in rows:
+        if state == open_state:
+            still_open = count
+        else:
+            family.add_metric([state], count)
+    return still_open
+
+
+def workers_alive(session: Session) -> Metric:
+    alive = GaugeMetricFamily("flipgate_workers_alive", "Workers seen alive in the last "
+                              f"{WORKER_ALIVE_SECONDS} s, by queue they take", labels=["queue"])
+    since = utcnow() - timedelta(seconds=WORKER_ALIVE_SECONDS)
+    counts: dict[str, int] = {}
+    for queues in session.scalars(select(WorkerBeat.queues).where(WorkerBeat.seen_at >= since)):
+        for queue in queues.split(","):
+            counts[queue] = counts.get(queue, 0) + 1
+    for queue, count in sorted(counts.items()):
+        alive.add_metric([queue], count)
+    return alive
+
+
+def histogram(session: Session, name: str, documentation: str, label: Any, start: Any,
+              end: Any, where: ColumnElement[bool]) -> Metric:
+    """A histogram of end - start over the rows `where` selects (by `label` when given),
+    counted in the database: one row per label value, whatever the number of rows."""
+    seconds = seconds_between(session, start, end)
+    buckets = [func.sum(case((seconds <= bound, 1), else_=0)) for bound in BUCKETS]
+    columns = [func.count(), func.coalesce(func.sum(seconds), 0.0), *buckets]
+    statement = select(*([label] if label is not None else []), *columns).where(
+        where, start.is_not(None), end.is_not(None))
+    family = HistogramMetricFamily(name, documentation,
+                                   labels=["kind"] if label is not None else None)
+    for row in session.execute(statement.group_by(label) if label is not None else statement):
+        values = list(row)
+        labels = [values.pop(0)] if label is not None else []
+        count, total, *cumulative = values
+        if count:
+            family.add_metric(labels, [(floatToGoString(bound), found or 0) for bound, found in
+                                       zip(BUCKETS, cumulative, strict=True)]
+                              + [("+Inf", count)], float(total))
+    return family
+
+
+def seconds_between(session: Session, start: Any, end: Any) -> ColumnElement[float]:
+    """end - start in seconds, in SQL on either backend."""
+    if session.get_bind().dialect.name == "sqlite":
+        return (func.julianday(end) - func.julianday(start)) * 86400.0
+    return func.extract("epoch", end - start)
+
+
+def latest(session: Session, *values: Any) -> ColumnElement[Any]:
+    """The latest of the values, in SQL on either backend."""
+    greatest: Callable[..., ColumnElement[Any]] = (
+        func.max if session.get_bind().dialect.name == "sqlite" else func.greatest)
+    return greatest(*values)
+
+
+def seconds_since(session: Session, moment: Any) -> float:
+    """Seconds from `moment` (a timestamp as the database returned it) until now."""
+    if isinstance(moment, str):  # SQLite's max() of two timestamps is their text
+        return session.scalar(select((func.julianday("now") - func.julianday(moment))
+                                     * 86400.0))
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
+    return (utcnow() - aware).total_seconds()
