@@ -5,6 +5,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,14 +20,16 @@ from flipgate.commands import (
     comma_list,
     positive_int,
 )
-from flipgate.compare import ReadAs, analyse, score
+from flipgate.compare import ReadAs, Scores, analyse, score
 from flipgate.errors import InputError
 from flipgate.formats import EvalSet, check_labels, load_evalset, load_training_set
 from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES, OnnxClassifier
 from flipgate.progress import progress_bars
 from flipgate.scores import SCORE_KINDS
+from flipgate.traffic import EXPORT_FORMATS
 
 if TYPE_CHECKING:
+    from flipgate.compare import TrafficAnalysis
     from flipgate.demo import DemoFiles
 
 AddCommand = Callable[[argparse._SubParsersAction], None]
@@ -40,29 +43,92 @@ def run_compare(args: argparse.Namespace) -> int:
     """Compare OLD and NEW on the eval set and print or write the report."""
     reads = tuple(ReadAs(getattr(args, f"{side}_output") or args.output,
                          getattr(args, f"{side}_scores") or args.scores) for side in ("old", "new"))
+    traffic = TrafficOutputs(args.labels, args.disagreements, args.format, args.label_config)
     compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
                        batch_size=args.batch_size, device=args.device,
-                       gallery=not args.no_gallery, reads=reads)
+                       gallery=not args.no_gallery, reads=reads, traffic=traffic)
     return 0
+
+
+@dataclass(frozen=True)
+class TrafficOutputs:
+    """What `flipgate compare` does on a traffic set beyond the report: the labels file it
+    reads, the disagreements' export (a file and its format) and the labelling configuration
+    it writes."""
+
+    labels: Path | None = None
+    disagreements: Path | None = None
+    export_format: str = "json"
+    label_config: Path | None = None
+
+    def analyse(self, scored: list[Scores], evalset_path: Path) -> "TrafficAnalysis":
+        """The traffic comparison, with the labels of `labels` when given."""
+        from flipgate.compare import analyse_traffic
+        from flipgate.traffic import file_sha256
+
+        labels = None if self.labels is None else self.read_labels(scored)
+        return analyse_traffic(*scored, set_sha256=file_sha256(evalset_path), labels=labels)
+
+    def read_labels(self, scored: list[Scores]) -> np.ndarray:
+        """The labels file's labels as an (N,) array, UNLABELLED where none is given."""
+        from flipgate.compare import traffic_classes
+        from flipgate.metrics.traffic import UNLABELLED
+        from flipgate.traffic import class_name_list, merge_labels, read_labels_file
+
+        evalset = scored[0].evalset
+        names = class_name_list(traffic_classes(*scored, [s.predicted() for s in scored]),
+                                evalset.classes)
+        index, columns = read_labels_file(self.labels, evalset=evalset, class_names=names)
+        return merge_labels(np.full(evalset.n, UNLABELLED, np.int64), index, columns)[0]
+
+    def write(self, analysis: "TrafficAnalysis", scored: list[Scores],
+              names: tuple[str, str]) -> None:
+        """Write the disagreements' export and the labelling configuration, when asked."""
+        from flipgate.traffic import (
+            class_name_list,
+            disagreement_rows,
+            label_studio_config,
+            top_probabilities,
+            write_export,
+        )
+
+        evalset = scored[0].evalset
+        classes = class_name_list(analysis.report["num_classes"], evalset.classes)
+        if self.disagreements:
+            confidences = tuple(top_probabilities(side.logits, analysis.order) for side in scored)
+            rows = disagreement_rows(analysis.order, analysis.predictions, confidences,
+                                     evalset=evalset, class_names=classes)
+            write_bytes(self.disagreements,
+                        write_export(rows, self.export_format, version_names=names))
+        if self.label_config:
+            write_text(self.label_config, label_studio_config(
+                classes, image=evalset.text is None and evalset.images is not None))
 
 
 def compare_and_report(
     old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto", gallery: bool = True,
     reads: tuple[ReadAs, ReadAs] = (ReadAs(), ReadAs()),
+    traffic: TrafficOutputs = TrafficOutputs(),
 ) -> None:
     """Score both models (each read as `reads` says), then print the terminal report or JSON
-    and write the HTML page (with the flip gallery unless `gallery` is false)."""
+    and write the HTML page (with the flip gallery unless `gallery` is false); on a traffic
+    set, the traffic report and what `traffic` asks for."""
     evalset = load_evalset(evalset_path, mmap=True)
+    if evalset.labeled and (traffic.labels or traffic.disagreements or traffic.label_config):
+        raise InputError("not_traffic", f"{evalset_path}: --labels, --disagreements and "
+                         "--label-config apply to traffic sets (eval sets without `y`)")
     with progress_bars(enabled=not as_json) as bar:
         scored = [score(source, evalset, batch_size=batch_size, device=device, read=read,
                         progress=bar(f"scoring {source.name}"))
                   for source, read in zip((old, new), reads, strict=True)]
-    analysis = analyse(*scored)
+    analysis = traffic.analyse(scored, evalset_path) if not evalset.labeled else analyse(*scored)
     classes = scored[0].evalset.classes or scored[1].evalset.classes
     report = {**analysis.to_dict(), "class_names": list(classes) if classes else None,
               "old": scored[0].describe(), "new": scored[1].describe()}
     names = {"old_name": str(old), "new_name": str(new)}
+    if not evalset.labeled:
+        traffic.write(analysis, scored, (str(old), str(new)))
     if html:
         from flipgate.reporting.html import flip_gallery, render_html
 
@@ -81,8 +147,12 @@ def compare_and_report(
 
 
 def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
     except OSError as error:
         raise InputError("cannot_write", f"cannot write {path}: {error.strerror}") from error
     print(f"wrote {path}", file=sys.stderr)
@@ -239,6 +309,15 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--no-gallery", action="store_true",
                          help="leave the gallery of negatively flipped samples out of --html")
     compare.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
+    traffic = compare.add_argument_group("traffic sets (eval sets without y; docs/traffic.md)")
+    traffic.add_argument("--labels", type=Path, metavar="FILE", help="labels known so far: "
+                         ".npz of index (or ids) and y, or a Label Studio JSON export")
+    traffic.add_argument("--disagreements", type=Path, metavar="FILE",
+                         help="write every sample whose prediction changed, in export order")
+    traffic.add_argument("--format", choices=EXPORT_FORMATS, default="json",
+                         help="the disagreements' format (default: json)")
+    traffic.add_argument("--label-config", type=Path, metavar="FILE.xml",
+                         help="write the Label Studio labelling configuration of the export")
     add_read_as_flags(compare)
     compare.add_argument("--device", choices=DEVICES, default="auto",
                          help="where ONNX Runtime runs the models (default: CUDA if usable)")
