@@ -76,9 +76,10 @@ class TrafficOutputs:
         from flipgate.traffic import class_name_list, merge_labels, read_labels_file
 
         evalset = scored[0].evalset
-        names = class_name_list(traffic_classes(*scored, [s.predicted() for s in scored]),
-                                evalset.classes)
-        index, columns = read_labels_file(self.labels, evalset=evalset, class_names=names)
+        num_classes = traffic_classes(*scored, [side.predicted() for side in scored])
+        index, columns = read_labels_file(self.labels, evalset=evalset, num_classes=num_classes,
+                                          class_names=class_name_list(num_classes,
+                                                                      evalset.classes))
         return merge_labels(np.full(evalset.n, UNLABELLED, np.int64), index, columns)[0]
 
     def write(self, analysis: "TrafficAnalysis", scored: list[Scores],

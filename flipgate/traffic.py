@@ -12,7 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from flipgate.errors import InputError
-from flipgate.formats import NUMPY_READ_ERRORS, EvalSet, label_columns, npz_headers
+from flipgate.formats import (
+    NUMPY_READ_ERRORS,
+    EvalSet,
+    check_labels,
+    label_columns,
+    npz_headers,
+)
 from flipgate.metrics.traffic import UNLABELLED
 
 EXPORT_FORMATS = ("json", "csv", "label-studio")
@@ -33,11 +39,13 @@ def class_name_list(num_classes: int, class_names: Sequence[str] | None) -> list
 
 # Labels ------------------------------------------------------------------------------------
 
-def read_labels_file(path: Path, *, evalset: EvalSet, class_names: list[str],
-                     source: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def read_labels_file(path: Path, *, evalset: EvalSet, class_names: Sequence[str] | None,
+                     num_classes: int | None, source: str | None = None,
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """(sample indices, label columns) in a labels file: an .npz of `index` (or `ids`, the
-    set's sample ids) and `y` (columns or class names), or a Label Studio JSON export of
-    tasks made by the disagreements export."""
+    set's sample ids) and `y` (columns below `num_classes` when it is known, or names that
+    `class_names` maps to columns), or a Label Studio JSON export of tasks made by the
+    disagreements export."""
     source = source or str(path)
     path = Path(path)
     if not path.is_file():
@@ -46,7 +54,7 @@ def read_labels_file(path: Path, *, evalset: EvalSet, class_names: list[str],
         index, labels = _npz_labels(path, evalset, source)
     else:
         index, labels = label_studio_labels(path.read_bytes(), source=source)
-    return _checked(index, labels, evalset.n, class_names, source)
+    return _checked(index, labels, evalset.n, (class_names, num_classes), source)
 
 
 def _npz_labels(path: Path, evalset: EvalSet, source: str) -> tuple[np.ndarray, np.ndarray]:
@@ -79,9 +87,12 @@ def _indices_of_ids(ids: np.ndarray, evalset: EvalSet, source: str) -> np.ndarra
     return np.array([position[sample_id] for sample_id in ids.tolist()], dtype=np.int64)
 
 
-def _checked(index: np.ndarray, labels: np.ndarray, n: int, class_names: list[str],
+def _checked(index: np.ndarray, labels: np.ndarray, n: int,
+             classes: tuple[Sequence[str] | None, int | None],
              source: str) -> tuple[np.ndarray, np.ndarray]:
-    """Indices within the set, each once, and labels mapped to columns."""
+    """Indices within the set, each once, and labels mapped to columns (by the names, and
+    below the count, of `classes` where known)."""
+    class_names, num_classes = classes
     if index.ndim != 1 or index.dtype.kind not in "iu" or labels.shape != index.shape \
             or labels.dtype.kind not in "iuU":
         raise InputError("labels_shape", f"{source}: labels need one integer index and one "
@@ -92,10 +103,8 @@ def _checked(index: np.ndarray, labels: np.ndarray, n: int, class_names: list[st
                          f"[0, {n})")
     if np.unique(index).size != index.size:
         raise InputError("labels_duplicate_sample", f"{source}: a sample is labelled twice")
-    columns = label_columns(labels, class_names, source=source)
-    if columns.size and (columns.min() < 0 or columns.max() >= len(class_names)):
-        raise InputError("labels_out_of_range", f"{source}: labels must lie in "
-                         f"[0, {len(class_names)})")
+    columns = label_columns(labels, class_names or [], source=source)
+    check_labels(columns, num_classes, source=source)
     return index.astype(np.int64), columns
 
 

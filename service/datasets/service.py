@@ -7,6 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.formats import check_labels, label_columns, load_evalset
+from flipgate.metrics.traffic import UNLABELLED
 from service.artifacts import ArtifactStore, file_sha256
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
@@ -19,9 +20,10 @@ def register_dataset(
     num_classes: int | None = None, source: str | None = None,
     max_decompressed_bytes: int | None = None, sha256: str | None = None,
 ) -> Dataset:
-    """Store a labeled .npz (whose digest is `sha256`, when taken already) under a new name;
+    """Store an .npz (whose digest is `sha256`, when taken already) under a new name;
     classes default to the number of names in its `classes`, else to the largest label + 1
-    (string labels need `classes`).
+    (string labels need `classes`). An eval set without `y` is a traffic set (its class
+    count None without `classes`); a training set needs labels.
     The file is validated (memory-mapped where it can be) and the row inserted before the
     file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
@@ -32,10 +34,15 @@ def register_dataset(
             raise InvalidInput("labels_need_classes", f"{name}: y holds class names; add an "
                                "array `classes` (one name per output column) to the eval set")
         num_classes = num_classes or (len(data.classes) if data.classes else None)
-        check_labels(data.y, num_classes, source=name)
+        if data.labeled:
+            check_labels(data.y, num_classes, source=name)
+            num_classes = num_classes or int(data.y.max()) + 1
+        elif role != DatasetRole.EVAL:
+            raise InvalidInput("training_set_needs_labels", f"{name}: a training set needs "
+                               "labels (an array `y`)")
     row = Dataset(name=name, role=role, sha256=sha256 or file_sha256(npz_path), n=data.n,
-                  num_classes=num_classes or int(data.y.max()) + 1,
-                  sample_shape=list(data.sample_shape))
+                  num_classes=num_classes, sample_shape=list(data.sample_shape),
+                  labeled=data.labeled)
     insert_or_conflict(session, row, code="dataset_exists",
                        message=f"data set {name!r} already exists")
     store.put_file(npz_path, row.sha256)
@@ -74,7 +81,10 @@ def read_groups(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray | None:
 
 def read_labels(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray:
     """The labels y of a stored data set as column indices (names mapped by its `classes`;
-    the inputs are not read)."""
+    the inputs are not read); on a traffic set, UNLABELLED (-1) for every sample (its labels
+    are revisions: service.datasets.labels)."""
+    if not dataset.labeled:
+        return np.full(dataset.n, UNLABELLED, dtype=np.int64)
     with np.load(store.path(dataset.sha256), allow_pickle=False) as archive:
         classes = archive["classes"].tolist() if "classes" in archive.files else []
         return label_columns(archive["y"], classes)

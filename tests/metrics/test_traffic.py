@@ -126,7 +126,7 @@ def test_labels_are_append_only():
     assert added == 2 and known.tolist() == [-1, 2, -1, 0, -1]
     same, added = merge_labels(known, np.array([1]), np.array([2]))
     assert added == 0 and np.array_equal(same, known)
-    with pytest.raises(InputError, match="sample 3 .*id 'r3'") as refused:
+    with pytest.raises(InputError, match=r"sample 3 .*id 'r3'") as refused:
         merge_labels(known, np.array([3]), np.array([1]), ids=np.array(["r0", "r1", "r2", "r3",
                                                                        "r4"]))
     assert refused.value.code == "label_conflict"

@@ -1,0 +1,135 @@
+"""Traffic sets through the server: digits without `y` registered as a traffic set, two
+external versions' logged logits uploaded on it, the traffic report and the disagreements'
+export (in the order `flipgate compare` computes), labels imported append-only as
+revisions, and the reports measured again with each (NFR exact once the disagreements are
+labelled)."""
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from flipgate.metrics import count_flips
+from service.registry.service import create_line
+from tests.service.api.conftest import error_code, measure, post_logits, run_task
+from tests.traffic_digits import NAMES, digits_files
+
+OLD, NEW, TRAFFIC = "digits:old", "digits:new", "traffic"
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    return digits_files(tmp_path_factory.mktemp("traffic-api"))
+
+
+@pytest.fixture
+def traffic_line(client, db, digits):
+    """Line `digits` with external versions old and new, their logits on the traffic set."""
+    with db() as session:
+        create_line(session=session, name="digits", num_classes=10, class_names=NAMES.tolist())
+    response = client.post("/evalsets", data={"name": TRAFFIC},
+                           files={"data": ("traffic.npz", digits.traffic.read_bytes())})
+    assert response.status_code == 201, response.text
+    for ref, logits in ((OLD, digits.old), (NEW, digits.new)):
+        assert client.post("/models", data={"name": "digits", "version": ref.split(":")[1]}
+                           ).status_code == 201
+        assert post_logits(client, ref, TRAFFIC, np.load(logits)).status_code == 201
+    return digits
+
+
+def import_labels(client, content: bytes, filename: str = "labels.npz"):
+    """POST the labels and run the metrics jobs they queued; the answer."""
+    response = client.post(f"/evalsets/{TRAFFIC}/labels", files={"labels": (filename, content)})
+    for job_id in response.json().get("job_ids", []) if response.status_code < 300 else []:
+        run_task(client, job_id)
+    return response
+
+
+def npz_bytes(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_a_traffic_set_is_listed_unlabeled(client, traffic_line):
+    listed = {entry["name"]: entry for entry in client.get("/evalsets").json()}
+    assert listed[TRAFFIC]["labeled"] is False and listed[TRAFFIC]["num_classes"] == 10
+
+
+def test_traffic_report_and_export_as_the_cli_computes_them(client, traffic_line, run_cli,
+                                                            tmp_path):
+    digits = traffic_line
+    report = measure(client, OLD, NEW, TRAFFIC)
+    changed = digits.old_pred != digits.new_pred
+    assert report["traffic"] and report["churn"] == changed.mean()
+    assert report["nfr"] is None and report["label_revision"] == 0
+    assert report["nfr_bounds"] == [0.0, report["churn"]]
+    exported = client.get(f"/compare/{OLD}/{NEW}/disagreements",
+                          params={"evalset": TRAFFIC, "format": "json"})
+    assert exported.status_code == 200, exported.text
+    local = tmp_path / "local.json"
+    assert run_cli("compare", digits.old, digits.new, "--evalset", digits.traffic,
+                   "--disagreements", local, "--json").code == 0
+    served = [row["index"] for row in exported.json()]
+    assert served == [row["index"] for row in json.loads(local.read_text())]
+    assert sorted(served) == np.flatnonzero(changed).tolist()
+    csv_rows = client.get(f"/compare/{OLD}/{NEW}/disagreements",
+                          params={"evalset": TRAFFIC, "format": "csv"}).text.splitlines()
+    assert len(csv_rows) == 1 + len(served)
+    matrix = client.post("/models/digits/matrix", params={"evalset": TRAFFIC})
+    for job_id in [p["job_id"] for p in matrix.json()["missing"]][:1]:
+        run_task(client, job_id)
+    cells = client.get("/models/digits/matrix", params={"evalset": TRAFFIC}).json()
+    assert cells["churn"][0][1] == changed.mean() and cells["nfr"][0][1] is None
+
+
+def test_labels_arrive_in_revisions_and_make_nfr_exact(client, traffic_line):
+    digits = traffic_line
+    measure(client, OLD, NEW, TRAFFIC)
+    order = [row["index"] for row in client.get(
+        f"/compare/{OLD}/{NEW}/disagreements", params={"evalset": TRAFFIC}).json()]
+    half, rest = order[: len(order) // 2], order[len(order) // 2:]
+    ids = np.array([f"req-{i}" for i in half])
+    first = import_labels(client, npz_bytes(ids=ids, y=NAMES[digits.truth[half]]))
+    assert first.status_code == 201 and first.json()["revision"] == 1
+    partial = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
+    full = count_flips(digits.old_pred, digits.new_pred, digits.truth).rates()
+    low, high = partial["disagreements"]["nfr_interval"]
+    assert partial["label_revision"] == 1 and low <= full["nfr"] <= high
+    again = import_labels(client, npz_bytes(index=np.array(half), y=digits.truth[half]))
+    assert again.status_code == 200 and again.json() == {
+        "revision": 1, "added": 0, "labelled": len(half), "job_ids": []}
+    wrong = (digits.truth[half[:1]] + 1) % 10
+    refused = import_labels(client, npz_bytes(index=np.array(half[:1]), y=wrong))
+    assert error_code(refused, 409) == "label_conflict"
+    assert f"req-{half[0]}" in refused.json()["error"]["message"]
+    second = import_labels(client, npz_bytes(index=np.array(rest), y=digits.truth[rest]))
+    assert second.json()["revision"] == 2
+    exact = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
+    assert exact["label_revision"] == 2 and exact["disagreements"]["complete"]
+    assert (exact["nfr"], exact["pfr"]) == (full["nfr"], full["pfr"])
+
+
+def test_a_label_studio_export_imports_as_labels(client, traffic_line):
+    digits = traffic_line
+    measure(client, OLD, NEW, TRAFFIC)
+    tasks = client.get(f"/compare/{OLD}/{NEW}/disagreements",
+                       params={"evalset": TRAFFIC, "format": "label-studio"}).json()
+    assert [p["model_version"] for p in tasks[0]["predictions"]] == [OLD, NEW]
+    export = [{"id": number, "data": task["data"], "annotations": [{"result": [
+        {**task["predictions"][0]["result"][0],
+         "value": {"choices": [str(NAMES[digits.truth[task["data"]["index"]]])]}}],
+        "was_cancelled": False}]} for number, task in enumerate(tasks[:5], start=1)]
+    answer = import_labels(client, json.dumps(export).encode(), "export.json")
+    assert answer.status_code == 201 and answer.json()["added"] == 5
+    report = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
+    assert report["disagreements"]["labelled_prefix"] == 5
+
+
+def test_labels_go_to_traffic_sets_only(client, traffic_line):
+    assert client.post("/evalsets", data={"name": "labeled"}, files={
+        "data": ("l.npz", traffic_line.labeled.read_bytes())}).status_code == 201
+    refused = client.post("/evalsets/labeled/labels", files={
+        "labels": ("l.npz", npz_bytes(index=np.array([0]), y=np.array([1])))})
+    assert error_code(refused, 422) == "not_a_traffic_set"
