@@ -11,7 +11,6 @@ import pytest
 from tests.traffic_digits import NAMES, Digits, digits_files
 
 
-
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory) -> Digits:
     return digits_files(tmp_path_factory.mktemp("traffic"))
