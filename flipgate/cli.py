@@ -261,7 +261,8 @@ def run_experiment(args: argparse.Namespace) -> int:
 
 def run_gate(args: argparse.Namespace) -> int:
     """Ask the server's deploy gate whether CANDIDATE may replace BASELINE and wait for the
-    verdict: exit 0 approve, 1 block, 2 refused or unreachable, 3 still pending at --timeout."""
+    verdict: exit 0 approve, 1 block, 2 refused or unreachable, 3 still pending at --timeout,
+    4 pending until people label a traffic set's disagreements (printed: how many, where)."""
     from flipgate import gate_client
 
     credentials = gate_client.Credentials(
@@ -284,7 +285,7 @@ def run_gate(args: argparse.Namespace) -> int:
         print(f"flipgate gate: error: {timeout}", file=sys.stderr)
         return 3
     print(json.dumps(decision) if args.json else "\n".join(gate_client.describe(decision)))
-    return gate_client.EXIT_CODES[decision["verdict"]]
+    return gate_client.exit_code(decision)
 
 
 def add_read_as_flags(parser: argparse.ArgumentParser) -> None:

@@ -351,9 +351,10 @@ def _check_arrays(inputs: Mapping[str, _Header], y: _Header | None, source: str)
                              f"or strings with the samples on the first axis, got "
                              f"{header.dtype} with shape {header.shape}")
         if header.shape[0] != first.shape[0]:
+            counted = (f"y has {first.shape[0]} labels" if y is not None
+                       else f"the first input has {first.shape[0]}")
             raise InputError("length_mismatch", f"{source}: {name} has {header.shape[0]} "
-                               f"samples but {'the first input has' if y is None else 'y has'} "
-                               f"{first.shape[0]}")
+                               f"samples but {counted}")
         _check_sample_shape(header.shape[1:] or (1,), f"{source}: {name}")
 
 

@@ -117,6 +117,13 @@ class LabelledPrefix:
         return cls(int(order.size), int(known.sum()), prefix, int(negative[:prefix].sum()),
                    int(positive[:prefix].sum()), int(negative.sum()), int(positive.sum()))
 
+    @classmethod
+    def from_report(cls, entry: dict) -> "LabelledPrefix":
+        """The prefix that a traffic report's `disagreements` entry describes."""
+        return cls(entry["count"], entry["labelled"], entry["labelled_prefix"],
+                   entry["negative_flips_in_prefix"], entry["positive_flips_in_prefix"],
+                   entry["negative_flips_known"], entry["positive_flips_known"])
+
     @property
     def complete(self) -> bool:
         return self.prefix == self.disagreements
@@ -251,7 +258,9 @@ def _label_estimates(prefix: LabelledPrefix, n: int) -> dict:
         "count": prefix.disagreements, "labelled": prefix.labelled,
         "labelled_prefix": prefix.prefix, "complete": prefix.complete,
         "negative_flips_in_prefix": prefix.negative,
-        "positive_flips_in_prefix": prefix.positive}}
+        "positive_flips_in_prefix": prefix.positive,
+        "negative_flips_known": prefix.known_negative,
+        "positive_flips_known": prefix.known_positive}}
     for kind, rate in (("negative", "nfr"), ("positive", "pfr")):
         low, high = prefix.count_interval(kind)
         estimate = prefix.estimate(kind)

@@ -16,6 +16,7 @@ from service.datasets.service import get_dataset
 from service.gate.history import HistoryInputs, history_inputs
 from service.gate.models import Decision
 from service.gate.rules import Policy, measured_metrics
+from service.gate.traffic import traffic_metrics
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version
 
@@ -44,6 +45,7 @@ def pair_evidence(*, session: Session, settings: Settings, policy: Policy,
 
     return {dataset.name: measured_metrics(row, policy, history(dataset),
                                            class_names=line.class_names)
+            if dataset.labeled else traffic_metrics(row)
             for dataset, row in zip(datasets, rows, strict=True)}
 
 

@@ -10,9 +10,18 @@ import json
 import numpy as np
 import pytest
 
+from flipgate.gate_client import (
+    LABELS_NEEDED_EXIT,
+    Credentials,
+    GateClient,
+    decide,
+    describe,
+    exit_code,
+)
 from flipgate.metrics import count_flips
+from flipgate.metrics.traffic import UNLABELLED, traffic_report
 from service.registry.service import create_line
-from tests.service.api.conftest import error_code, measure, post_logits, run_task
+from tests.service.api.conftest import ADMIN_TOKEN, error_code, measure, post_logits, run_task
 from tests.traffic_digits import NAMES, digits_files
 
 OLD, NEW, TRAFFIC = "digits:old", "digits:new", "traffic"
@@ -133,3 +142,63 @@ def test_labels_go_to_traffic_sets_only(client, traffic_line):
     refused = client.post("/evalsets/labeled/labels", files={
         "labels": ("l.npz", npz_bytes(index=np.array([0]), y=np.array([1])))})
     assert error_code(refused, 422) == "not_a_traffic_set"
+
+
+def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line):
+    """max_nfr inside the interval that half of the export gives: pending (labels_needed, 202)
+    with no labels and with half of them; final, as numpy's NFR says, once all arrive."""
+    digits = traffic_line
+    promote_old(client)
+    measure(client, OLD, NEW, TRAFFIC)
+    order = np.array([row["index"] for row in client.get(
+        f"/compare/{OLD}/{NEW}/disagreements", params={"evalset": TRAFFIC}).json()])
+    half, rest = order[: order.size // 2], order[order.size // 2:]
+    low, high = half_interval(digits, order, half)
+    limit = round((low + high) / 2, 6)
+    assert client.put("/models/digits/policy", json={
+        "max_nfr": limit, "max_churn": 0.5, "max_class_nfr": 0.1,
+        "evalsets": [TRAFFIC]}).is_success
+    asked = client.post("/gate", json={"model": "digits", "candidate": "new"})
+    assert asked.status_code == 202 and asked.json()["labels_needed"] == order.size
+    decision = asked.json()["decision_id"]
+    reasons = {reason["code"]: reason for reason in asked.json()["reasons"]}
+    assert reasons["labels_needed"]["export_url"].endswith("format=label-studio")
+    assert "max_class_nfr" in reasons["not_applicable_on_traffic"]["message"]
+    import_labels(client, npz_bytes(index=half, y=digits.truth[half]))
+    waiting = client.get(f"/gate/decisions/{decision}").json()
+    assert waiting["verdict"] == "pending" and waiting["labels_needed"] == rest.size
+    import_labels(client, npz_bytes(index=rest, y=digits.truth[rest]))
+    final = client.get(f"/gate/decisions/{decision}").json()
+    true_nfr = count_flips(digits.old_pred, digits.new_pred, digits.truth).rates()["nfr"]
+    assert final["verdict"] == ("block" if true_nfr > limit else "approve")
+    assert final["decided_at"] is not None and final["labels_needed"] is None
+
+
+def promote_old(client) -> None:
+    """Make `old` production (the gate approves a line's first version)."""
+    assert client.post("/gate", json={"model": "digits", "candidate": "old"}).json()[
+        "verdict"] == "approve"
+    assert client.post("/models/digits/aliases/production", json={"version": "old"}).is_success
+
+
+def half_interval(digits, order, half) -> tuple[float, float]:
+    """NFR's interval from the labels of `half` (a prefix of the export order)."""
+    labels = np.full(digits.truth.size, UNLABELLED)
+    labels[half] = digits.truth[half]
+    report = traffic_report(digits.old_pred, digits.new_pred, num_classes=10, order=order,
+                            labels=labels)
+    return tuple(report["disagreements"]["nfr_interval"])
+
+
+def test_flipgate_gate_stops_at_once_when_labels_are_needed(client, traffic_line):
+    promote_old(client)
+    measure(client, OLD, NEW, TRAFFIC)
+    assert client.put("/models/digits/policy", json={"max_nfr": 0.01,
+                                                     "evalsets": [TRAFFIC]}).is_success
+    gate = GateClient(client, Credentials(token=ADMIN_TOKEN))
+    decision = decide(gate, {"model": "digits", "candidate": "new"}, "delivery-1",
+                      timeout=3, poll=0.05)
+    assert exit_code(decision) == LABELS_NEEDED_EXIT
+    printed = "\n".join(describe(decision))
+    assert f"label {decision['labels_needed']} disagreements of {TRAFFIC}" in printed
+    assert "/disagreements?evalset=traffic&format=label-studio" in printed
