@@ -144,7 +144,7 @@ def test_labels_go_to_traffic_sets_only(client, traffic_line):
     assert error_code(refused, 422) == "not_a_traffic_set"
 
 
-def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line):
+def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, mint):
     """max_nfr inside the interval that half of the export gives: pending (labels_needed, 202)
     with no labels and with half of them; final, as numpy's NFR says, once all arrive."""
     digits = traffic_line
@@ -167,11 +167,22 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line):
     import_labels(client, npz_bytes(index=half, y=digits.truth[half]))
     waiting = client.get(f"/gate/decisions/{decision}").json()
     assert waiting["verdict"] == "pending" and waiting["labels_needed"] == rest.size
+    page = dashboard_page(client, mint, f"/ui/decisions/{decision}")
+    assert f'<td class="num" data-key="labelled">{half.size}</td>' in page
+    assert (f'href="/compare/{OLD}/{NEW}/disagreements?evalset={TRAFFIC}&amp;format=label-studio"'
+            in page and "waits for labels" in page)
     import_labels(client, npz_bytes(index=rest, y=digits.truth[rest]))
     final = client.get(f"/gate/decisions/{decision}").json()
     true_nfr = count_flips(digits.old_pred, digits.new_pred, digits.truth).rates()["nfr"]
     assert final["verdict"] == ("block" if true_nfr > limit else "approve")
     assert final["decided_at"] is not None and final["labels_needed"] is None
+
+
+def dashboard_page(client, mint, path: str) -> str:
+    """A dashboard page as a signed-in person (a read-only token's session) sees it."""
+    assert client.post("/ui/signin", data={"token": mint("read")},
+                       follow_redirects=False).status_code == 303
+    return client.get(path).text
 
 
 def promote_old(client) -> None:
