@@ -423,6 +423,7 @@ LIBRARY_COMMANDS: dict[str, AddCommand] = {  # in the order --help lists them
     "policy": imported_when_added("flipgate.policy_client", "add_policy_command"),
     "mlflow": imported_when_added("flipgate.mlflow_gate", "add_mlflow_command"),
     "upload": imported_when_added("flipgate.upload_client", "add_upload_command"),
+    "traffic": imported_when_added("flipgate.capture", "add_traffic_command"),
 }
 SERVER_MISSING = ("; the server's commands (serve, worker, migrate, token) come with flipgate's "
                   "server packages, which are not installed")
