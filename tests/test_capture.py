@@ -41,17 +41,17 @@ def sagemaker_record(request_id: str, sent, answered, encoding: str = "CSV") -> 
                        "eventVersion": "0"})
 
 
-def write_sagemaker(path, probabilities, skip=(), extra=()) -> None:
+def write_sagemaker(path, probabilities, skip=(), extra=(), reverse=False) -> None:
     encodings = ["CSV", "JSON", "BASE64", "CSV", "JSON", "CSV"]
     lines = [sagemaker_record(f"req-{i}", INPUTS[i].tolist(), probabilities[i].tolist(),
                               encodings[i]) for i in range(6) if i not in skip]
-    path.write_text("\n".join([*lines, *extra]) + "\n")
+    path.write_text("\n".join([*(lines[::-1] if reverse else lines), *extra]) + "\n")
 
 
 def test_sagemaker_capture_of_two_variants(run_cli, tmp_path):
     write_sagemaker(tmp_path / "old.jsonl", OLD_P,
                     extra=['{"captureData": {}}', "not json"])
-    write_sagemaker(tmp_path / "new.jsonl", NEW_P, skip=(5,))
+    write_sagemaker(tmp_path / "new.jsonl", NEW_P, skip=(2,), reverse=True)
     result = run_cli("traffic", "import", "--format", "sagemaker", "--old",
                      tmp_path / "old.jsonl", "--new", tmp_path / "new.jsonl", "--out",
                      tmp_path / "out", "--classes", "a,b,c", "--json")
@@ -61,15 +61,18 @@ def test_sagemaker_capture_of_two_variants(run_cli, tmp_path):
     assert summary["malformed"]["old"] == {"not_a_capture_record": 1, "not_json": 1}
     assert "old.jsonl:8: not_json" in " ".join(summary["problems"])
     assert "not paired or not readable" in result.err
+    paired = [0, 1, 3, 4, 5]  # the new variant's capture lacks req-2 and is in another order
     with np.load(tmp_path / "out" / "traffic.npz") as traffic:
-        assert traffic["ids"].tolist() == [f"req-{i}" for i in range(5)]
-        assert np.allclose(traffic["x"], INPUTS[:5])
-    old = np.load(tmp_path / "out" / "old.npy")
-    assert np.allclose(np.exp(old), np.maximum(OLD_P[:5], PROBABILITY_FLOOR), rtol=1e-5)
+        assert traffic["ids"].tolist() == [f"req-{i}" for i in paired]
+        assert np.allclose(traffic["x"], INPUTS[paired])
+    for side, probabilities in (("old", OLD_P), ("new", NEW_P)):
+        logits = np.load(tmp_path / "out" / f"{side}.npy")
+        assert np.allclose(np.exp(logits), np.maximum(probabilities[paired], PROBABILITY_FLOOR),
+                           rtol=1e-5)
     compared = run_cli("compare", tmp_path / "out" / "old.npy", tmp_path / "out" / "new.npy",
                        "--evalset", tmp_path / "out" / "traffic.npz", "--json")
     report = json.loads(compared.out)
-    assert report["churn"] == np.mean(OLD_P[:5].argmax(1) != NEW_P[:5].argmax(1))
+    assert report["churn"] == np.mean(OLD_P[paired].argmax(1) != NEW_P[paired].argmax(1))
     assert {row["old_name"] for row in report["changes"]} <= {"a", "b", "c"}
 
 
