@@ -12,7 +12,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from service.artifacts import ArtifactStore
 from service.compare.models import PairMetrics
-from service.datasets.models import Dataset
+from service.datasets.models import Dataset, DatasetLabels
 from service.predictions.models import Prediction
 from service.registry.models import ModelVersion
 
@@ -20,7 +20,8 @@ from service.registry.models import ModelVersion
 # would take its artifacts for garbage (tests/service/test_housekeeping.py checks the schema).
 ARTIFACT_COLUMNS: tuple[InstrumentedAttribute[str], ...] = (
     ModelVersion.artifact_sha256, Dataset.sha256, Prediction.logits_sha256,
-    Prediction.classes_sha256, PairMetrics.html_sha256)
+    Prediction.classes_sha256, PairMetrics.html_sha256, PairMetrics.export_sha256,
+    DatasetLabels.sha256)
 NOT_ARTIFACT_COLUMNS = frozenset({"gate_decisions.request_sha256"})
 
 

@@ -33,6 +33,10 @@ def test_traffic_report_and_the_exports(run_cli, digits, tmp_path):
     assert report["schurn"] > 0 and report["confidence"]["changed_new_gap"]["mean"] > 0
     rows = json.loads(out["json"].read_text())
     assert sorted(row["index"] for row in rows) == changed.tolist()
+    terminal = run_cli("compare", digits.old, digits.new, "--evalset", digits.traffic,
+                       "--html", tmp_path / "report.html")
+    assert "the samples have no labels" in " ".join(terminal.out.split())
+    assert "the samples have no labels" in (tmp_path / "report.html").read_text()
     first = rows[0]
     assert first["id"] == f"req-{first['index']}"
     assert first["old"] == NAMES[digits.old_pred[first["index"]]]

@@ -2,7 +2,8 @@
 count unknown until the models name one), its labels added later as revisions
 (`dataset_labels`: the cumulative labels of each import, append-only), and pair reports
 that need no labels (`pair_metrics`' label columns nullable) measured again for each label
-revision (`pair_metrics.label_revision`, 0 on a labeled set).
+revision (`pair_metrics.label_revision`, 0 on a labeled set), with the disagreements' export
+the metrics job stored (`pair_metrics.export_sha256`).
 
 Revision ID: 0014_traffic_sets
 Revises: 0013
@@ -38,6 +39,7 @@ def upgrade() -> None:
     with op.batch_alter_table("pair_metrics") as batch:
         batch.add_column(sa.Column("label_revision", sa.Integer(), nullable=False,
                                    server_default="0"))
+        batch.add_column(sa.Column("export_sha256", SHA256, nullable=True))
         for name, column_type in LABEL_COLUMNS.items():
             batch.alter_column(name, existing_type=column_type, nullable=True)
         batch.drop_constraint(op.f(OLD_UNIQUE), type_="unique")
@@ -64,6 +66,7 @@ def downgrade() -> None:
                                                           "dataset_id"])
         for name, column_type in LABEL_COLUMNS.items():
             batch.alter_column(name, existing_type=column_type, nullable=False)
+        batch.drop_column("export_sha256")
         batch.drop_column("label_revision")
     with op.batch_alter_table("datasets") as batch:
         batch.alter_column("num_classes", existing_type=sa.Integer(), nullable=False)

@@ -45,6 +45,7 @@ class PairMetrics(Record, Base):
     report: Mapped[dict[str, Any]]
     html_sha256: Mapped[str | None] = mapped_column(String(64))  # the HTML page the job drew
     label_revision: Mapped[int] = mapped_column(default=0, server_default="0")
+    export_sha256: Mapped[str | None] = mapped_column(String(64))  # a traffic set's export
 
 
     old_version: Mapped[ModelVersion] = relationship(foreign_keys=old_version_id, lazy="raise")

@@ -77,6 +77,7 @@ def report_columns(report: dict[str, Any]) -> dict[str, Any]:
     """The columns of a pair's stored row that come from its `compare_logits` report."""
     low, high = report["nfr_ci"] or (None, None)  # None on traffic: labels unknown
     return {"report": report, "nfr_ci_low": low, "nfr_ci_high": high,
+            "export_sha256": report.get("export_sha256"),
             **{name: report[name] for name in REPORT_SCALARS}}
 
 def _check_report(old: ModelVersion, new: ModelVersion, dataset: Dataset,
@@ -144,7 +145,7 @@ def stored_export(*, session: Session, store: ArtifactStore, pair: Pair,
     row = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
     if row is None:
         return None
-    with store.open(row.report["export_sha256"]) as readable:
+    with store.open(row.export_sha256) as readable:
         rows = json.loads(readable.read())
     names = (qualified_name(session=session, version=pair.old),
              qualified_name(session=session, version=pair.new))

@@ -52,12 +52,13 @@ def pair_evidence(*, session: Session, settings: Settings, policy: Policy,
 def history_plan(*, session: Session, policy: Policy, line: ModelLine, baseline: ModelVersion,
                  candidate: ModelVersion, datasets: list[Dataset]) -> list[HistoryInputs]:
     """What `pair_evidence` would read from disk for the policy's history limit: nothing
-    without one, or while a pair's metrics are not stored."""
+    without one, or while a pair's metrics are not stored (and nothing for traffic sets,
+    where the limit does not apply)."""
     limit = policy.max_nfr_vs_history
     if not limit or not all(_rows(session, baseline, candidate, datasets)):
         return []
     return [history_inputs(session=session, line=line, candidate=candidate, dataset=dataset,
-                           limit=limit) for dataset in datasets]
+                           limit=limit) for dataset in datasets if dataset.labeled]
 
 
 def read_history(store: ArtifactStore, plan: list[HistoryInputs]) -> HistoryRead:

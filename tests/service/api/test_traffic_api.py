@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from sqlalchemy import select
 
 from flipgate.gate_client import (
     LABELS_NEEDED_EXIT,
@@ -20,8 +21,11 @@ from flipgate.gate_client import (
 )
 from flipgate.metrics import count_flips
 from flipgate.metrics.traffic import UNLABELLED, traffic_report
+from service.datasets.models import DatasetLabels
+from service.housekeeping import referenced_artifacts
 from service.registry.service import create_line
 from tests.service.api.conftest import ADMIN_TOKEN, error_code, measure, post_logits, run_task
+from tests.service.conftest import write_npz
 from tests.traffic_digits import NAMES, digits_files
 
 OLD, NEW, TRAFFIC = "digits:old", "digits:new", "traffic"
@@ -93,7 +97,7 @@ def test_traffic_report_and_export_as_the_cli_computes_them(client, traffic_line
     assert cells["churn"][0][1] == changed.mean() and cells["nfr"][0][1] is None
 
 
-def test_labels_arrive_in_revisions_and_make_nfr_exact(client, traffic_line):
+def test_labels_arrive_in_revisions_and_make_nfr_exact(client, traffic_line, db):
     digits = traffic_line
     measure(client, OLD, NEW, TRAFFIC)
     order = [row["index"] for row in client.get(
@@ -118,6 +122,10 @@ def test_labels_arrive_in_revisions_and_make_nfr_exact(client, traffic_line):
     exact = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
     assert exact["label_revision"] == 2 and exact["disagreements"]["complete"]
     assert (exact["nfr"], exact["pfr"]) == (full["nfr"], full["pfr"])
+    with db() as session:  # what `flipgate store gc` keeps
+        kept = referenced_artifacts(session=session)
+        revisions = session.scalars(select(DatasetLabels.sha256)).all()
+    assert {exact["export_sha256"], *revisions} <= kept and len(revisions) == 2
 
 
 def test_a_label_studio_export_imports_as_labels(client, traffic_line):
@@ -168,6 +176,8 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
     waiting = client.get(f"/gate/decisions/{decision}").json()
     assert waiting["verdict"] == "pending" and waiting["labels_needed"] == rest.size
     page = dashboard_page(client, mint, f"/ui/decisions/{decision}")
+    for other in ("/ui/lines/digits", f"/ui/lines/digits/pairs/old/new?evalset={TRAFFIC}"):
+        assert client.get(other).status_code == 200, other
     assert f'<td class="num" data-key="labelled">{half.size}</td>' in page
     assert (f'href="/compare/{OLD}/{NEW}/disagreements?evalset={TRAFFIC}&amp;format=label-studio"'
             in page and "waits for labels" in page)
@@ -213,3 +223,20 @@ def test_flipgate_gate_stops_at_once_when_labels_are_needed(client, traffic_line
     printed = "\n".join(describe(decision))
     assert f"label {decision['labels_needed']} disagreements of {TRAFFIC}" in printed
     assert "/disagreements?evalset=traffic&format=label-studio" in printed
+
+
+def test_computed_versions_are_scored_on_a_traffic_set(client, upload_model, tmp_path,
+                                                       run_cli, onnx_file):
+    """ONNX versions' inference jobs run on a traffic set; the report is the CLI's."""
+    with np.load(write_npz(tmp_path, n=40)) as labeled:
+        np.savez(tmp_path / "t.npz", x=labeled["x"])
+    assert client.post("/evalsets", data={"name": "t"}, files={
+        "data": ("t.npz", (tmp_path / "t.npz").read_bytes())}).status_code == 201
+    for version, seed in (("1", 1), ("2", 2)):
+        assert upload_model("lin", version, seed=seed).status_code == 201
+    served = measure(client, "lin:1", "lin:2", "t")
+    local = run_cli("compare", onnx_file(3, 1), onnx_file(3, 2), "--evalset", tmp_path / "t.npz",
+                    "--json", "--device", "cpu")
+    expected = json.loads(local.out)
+    assert served["traffic"] and served["changed"] == expected["changed"] > 0
+    assert served["changes"] == expected["changes"]
