@@ -166,7 +166,9 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
     assert client.put("/models/digits/policy", json={
         "max_nfr": limit, "max_churn": 0.5, "max_class_nfr": 0.1,
         "evalsets": [TRAFFIC]}).is_success
-    asked = client.post("/gate", json={"model": "digits", "candidate": "new"})
+    client.app.state.settings.callback_allowlist = ["127.0.0.1"]
+    asked = client.post("/gate", json={"model": "digits", "candidate": "new",
+                                       "callback_url": "http://127.0.0.1:9/status"})
     assert asked.status_code == 202 and asked.json()["labels_needed"] == order.size
     decision = asked.json()["decision_id"]
     reasons = {reason["code"]: reason for reason in asked.json()["reasons"]}
@@ -175,6 +177,7 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
     import_labels(client, npz_bytes(index=half, y=digits.truth[half]))
     waiting = client.get(f"/gate/decisions/{decision}").json()
     assert waiting["verdict"] == "pending" and waiting["labels_needed"] == rest.size
+    assert waiting["callback"] is None  # no status is sent before the verdict is final
     page = dashboard_page(client, mint, f"/ui/decisions/{decision}")
     for other in ("/ui/lines/digits", f"/ui/lines/digits/pairs/old/new?evalset={TRAFFIC}"):
         assert client.get(other).status_code == 200, other
@@ -186,6 +189,7 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
     true_nfr = count_flips(digits.old_pred, digits.new_pred, digits.truth).rates()["nfr"]
     assert final["verdict"] == ("block" if true_nfr > limit else "approve")
     assert final["decided_at"] is not None and final["labels_needed"] is None
+    assert final["callback"]["state"] == "queued"
 
 
 def dashboard_page(client, mint, path: str) -> str:
