@@ -4,7 +4,6 @@ disagreement is labelled, else estimated from the longest labelled prefix of the
 disagreements' export order (docs/traffic.md)."""
 
 import hashlib
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,21 +52,29 @@ def disagreement_order(old_pred: np.ndarray, new_pred: np.ndarray, set_sha256: s
     return changed[np.lexsort((changed, keys))]
 
 
-def _log_choose(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-
-
 def hypergeometric_cdf(x: int, population: int, successes: int, draws: int) -> float:
     """P(X <= x) for X the successes among `draws` drawn without replacement from
-    `population` items of which `successes` are successes."""
-    low, high = max(0, draws - (population - successes)), min(x, successes, draws)
-    if high < low:
+    `population` items of which `successes` are successes: the probabilities of the shorter
+    tail summed in log space, vectorized (scipy.special, imported when needed; importing
+    scipy.stats would cost several times as long)."""
+    from scipy.special import gammaln, logsumexp
+
+    low, high = max(0, draws - (population - successes)), min(successes, draws)
+    if x < low:
         return 0.0
-    terms = [_log_choose(successes, i) + _log_choose(population - successes, draws - i)
-             for i in range(low, high + 1)]
-    top = max(terms)
-    total = top + math.log(sum(math.exp(term - top) for term in terms))
-    return min(1.0, math.exp(total - _log_choose(population, draws)))
+    if x >= high:
+        return 1.0
+    below = x - low + 1 <= high - x
+    counts = np.arange(low, x + 1) if below else np.arange(x + 1, high + 1)
+
+    def log_choose(n, k):
+        return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+
+    log_terms = (log_choose(successes, counts) + log_choose(population - successes,
+                                                            draws - counts)
+                 - log_choose(population, draws))
+    tail = float(np.exp(logsumexp(log_terms)))
+    return min(1.0, tail) if below else max(0.0, 1.0 - tail)
 
 
 def hypergeometric_interval(x: int, draws: int, population: int,

@@ -110,10 +110,15 @@ def test_labels_to_decide_reach_a_decision_when_the_share_holds():
 
 
 def test_hypergeometric_interval_matches_scipy_by_brute_force():
-    for population, draws, x in [(40, 10, 3), (40, 40, 7), (25, 1, 0), (60, 30, 30)]:
-        for successes in range(population + 1):
-            assert hypergeometric_cdf(x, population, successes, draws) == pytest.approx(
-                stats.hypergeom.cdf(x, population, successes, draws), abs=1e-10)
+    for population, draws, x in [(40, 10, 3), (40, 40, 7), (25, 1, 0), (60, 30, 30),
+                                 (5000, 2000, 150)]:
+        for successes in range(0, population + 1, 1 + population // 60):
+            for seen in {0, x, draws // 2, draws}:
+                assert hypergeometric_cdf(seen, population, successes, draws) == \
+                    pytest.approx(stats.hypergeom.cdf(seen, population, successes, draws),
+                                  abs=1e-9)
+        if population > 100:
+            continue
         fits = [m for m in range(population + 1)
                 if stats.hypergeom.sf(x - 1, population, m, draws) > 0.025
                 and stats.hypergeom.cdf(x, population, m, draws) > 0.025]
