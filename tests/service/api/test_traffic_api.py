@@ -24,7 +24,14 @@ from flipgate.metrics.traffic import UNLABELLED, traffic_report
 from service.datasets.models import DatasetLabels
 from service.housekeeping import referenced_artifacts
 from service.registry.service import create_line
-from tests.service.api.conftest import ADMIN_TOKEN, error_code, measure, post_logits, run_task
+from tests.service.api.conftest import (
+    ADMIN_TOKEN,
+    error_code,
+    measure,
+    npy_bytes,
+    post_logits,
+    run_task,
+)
 from tests.service.conftest import write_npz
 from tests.traffic_digits import NAMES, digits_files
 
@@ -244,3 +251,20 @@ def test_computed_versions_are_scored_on_a_traffic_set(client, upload_model, tmp
     expected = json.loads(local.out)
     assert served["traffic"] and served["changed"] == expected["changed"] > 0
     assert served["changes"] == expected["changes"]
+
+
+def test_labels_only_versions_are_compared_on_a_traffic_set(client, traffic_line):
+    """Versions known by their logged labels alone: churn and the export, no scores."""
+    digits = traffic_line
+    for version, predicted in (("a", digits.old_pred), ("b", digits.new_pred)):
+        assert client.post("/models", data={"name": "digits", "version": version}).is_success
+        assert client.post(f"/models/digits/versions/{version}/predictions",
+                           data={"evalset": TRAFFIC}, files={"labels": (
+                               "labels.npy", npy_bytes(NAMES[predicted]))}).status_code == 201
+    report = measure(client, "digits:a", "digits:b", TRAFFIC)
+    assert report["labels_only"] and report["schurn"] is None
+    assert report["churn"] == np.mean(digits.old_pred != digits.new_pred)
+    rows = client.get("/compare/digits:a/digits:b/disagreements",
+                      params={"evalset": TRAFFIC}).json()
+    assert rows[0]["old_confidence"] is None and rows[0]["old"] in NAMES
+
