@@ -184,7 +184,8 @@ def traffic_report(old_pred: np.ndarray, new_pred: np.ndarray, *, num_classes: i
     old_pred, new_pred = (np.asarray(pred, dtype=np.int64) for pred in (old_pred, new_pred))
     n = old_pred.size
     labels = np.full(n, UNLABELLED, np.int64) if labels is None else labels
-    if (labels != UNLABELLED).all():  # every sample labelled: the labeled report
+    every_label = bool((labels != UNLABELLED).all())
+    if every_label:  # every sample labelled: the labeled report
         report = _labeled_report(old_pred, new_pred, labels, num_classes, groups, scores,
                                  schurn_alpha)
     else:
@@ -193,7 +194,7 @@ def traffic_report(old_pred: np.ndarray, new_pred: np.ndarray, *, num_classes: i
     changed = old_pred != new_pred
     prefix = LabelledPrefix.of(order, old_pred, new_pred, labels)
     report.update(
-        traffic=True, labels_missing=None if prefix.labelled == n else WHY_NULL,
+        traffic=True, labels_missing=None if every_label else WHY_NULL,
         changed=int(changed.sum()), churn=float(changed.mean()),
         churn_ci=list(wilson_interval(int(changed.sum()), n)),
         changes=change_table(old_pred, new_pred, class_names),

@@ -70,6 +70,8 @@ def test_nfr_and_pfr_are_exact_once_every_disagreement_is_labelled():
     assert report["nfr"] == full["nfr"] and report["pfr"] == full["pfr"]
     assert report["er_difference"] == pytest.approx(full["er_new"] - full["er_old"], abs=1e-15)
     assert report["er_old"] is None  # the agreements are not labelled
+    everything = traffic_report(old, new, num_classes=6, order=order, labels=truth)
+    assert everything["er_old"] == full["er_old"] and everything["labels_missing"] is None
 
 
 def test_half_the_export_gives_a_95_percent_interval_of_the_true_nfr():
