@@ -85,6 +85,8 @@ def test_traffic_report_and_export_as_the_cli_computes_them(client, traffic_line
     assert report["traffic"] and report["churn"] == changed.mean()
     assert report["nfr"] is None and report["label_revision"] == 0
     assert report["nfr_bounds"] == [0.0, report["churn"]]
+    page = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC, "format": "html"})
+    assert "the samples have no labels" in page.text and "Changed predictions" in page.text
     exported = client.get(f"/compare/{OLD}/{NEW}/disagreements",
                           params={"evalset": TRAFFIC, "format": "json"})
     assert exported.status_code == 200, exported.text
