@@ -270,3 +270,23 @@ def test_labels_only_versions_are_compared_on_a_traffic_set(client, traffic_line
                       params={"evalset": TRAFFIC}).json()
     assert rows[0]["old_confidence"] is None and rows[0]["old"] in NAMES
 
+
+
+def test_a_set_without_classes_takes_the_names_its_export_shows(client, traffic_line, tmp_path):
+    """The export names classes as the line does; its labels map back by those names."""
+    digits = traffic_line
+    with np.load(digits.traffic) as arrays:
+        np.savez(tmp_path / "plain.npz", x=arrays["x"])
+    assert client.post("/evalsets", data={"name": "plain"}, files={
+        "data": ("plain.npz", (tmp_path / "plain.npz").read_bytes())}).status_code == 201
+    for ref, logits in ((OLD, digits.old), (NEW, digits.new)):
+        assert post_logits(client, ref, "plain", np.load(logits)).status_code == 201
+    measure(client, OLD, NEW, "plain")
+    tasks = client.get(f"/compare/{OLD}/{NEW}/disagreements",
+                       params={"evalset": "plain", "format": "label-studio"}).json()[:3]
+    export = [{"data": task["data"], "annotations": [{"result": [
+        {**task["predictions"][1]["result"][0]}], "was_cancelled": False}]} for task in tasks]
+    answer = client.post("/evalsets/plain/labels",
+                         files={"labels": ("export.json", json.dumps(export).encode())})
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["added"] == 3
