@@ -5,6 +5,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ from flipgate.progress import progress_bars
 if TYPE_CHECKING:  # numpy and ONNX Runtime (0.16 s) load where a command needs them
     import numpy as np
 
-    from flipgate.compare import ReadAs
+    from flipgate.compare import ReadAs, Scores, TrafficAnalysis
     from flipgate.demo import DemoFiles
     from flipgate.formats import EvalSet
 
@@ -40,35 +41,101 @@ def run_compare(args: argparse.Namespace) -> int:
 
     reads = tuple(ReadAs(getattr(args, f"{side}_output") or args.output,
                          getattr(args, f"{side}_scores") or args.scores) for side in ("old", "new"))
+    traffic = TrafficOutputs(args.labels, args.disagreements, args.format, args.label_config)
     compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
                        batch_size=args.batch_size, device=args.device,
-                       gallery=not args.no_gallery, reads=reads)
+                       gallery=not args.no_gallery, reads=reads, traffic=traffic)
     return 0
+
+
+@dataclass(frozen=True)
+class TrafficOutputs:
+    """What `flipgate compare` does on a traffic set beyond the report: the labels file it
+    reads, the disagreements' export (a file and its format) and the labelling configuration
+    it writes."""
+
+    labels: Path | None = None
+    disagreements: Path | None = None
+    export_format: str = "json"
+    label_config: Path | None = None
+
+    def analyse(self, scored: "list[Scores]", evalset_path: Path) -> "TrafficAnalysis":
+        """The traffic comparison, with the labels of `labels` when given."""
+        from flipgate.compare import analyse_traffic
+        from flipgate.traffic import file_sha256
+
+        labels = None if self.labels is None else self.read_labels(scored)
+        return analyse_traffic(*scored, set_sha256=file_sha256(evalset_path), labels=labels)
+
+    def read_labels(self, scored: "list[Scores]") -> "np.ndarray":
+        """The labels file's labels as an (N,) array, UNLABELLED where none is given."""
+        import numpy as np
+
+        from flipgate.compare import traffic_classes
+        from flipgate.metrics.traffic import UNLABELLED
+        from flipgate.traffic import class_name_list, merge_labels, read_labels_file
+
+        evalset = scored[0].evalset
+        num_classes = traffic_classes(*scored, [side.predicted() for side in scored])
+        index, columns = read_labels_file(self.labels, evalset=evalset, num_classes=num_classes,
+                                          class_names=class_name_list(num_classes,
+                                                                      evalset.classes))
+        return merge_labels(np.full(evalset.n, UNLABELLED, np.int64), index, columns)[0]
+
+    def write(self, analysis: "TrafficAnalysis", scored: "list[Scores]",
+              names: tuple[str, str]) -> None:
+        """Write the disagreements' export and the labelling configuration, when asked."""
+        from flipgate.traffic import (
+            class_name_list,
+            disagreement_rows,
+            label_studio_config,
+            top_probabilities,
+            write_export,
+        )
+
+        evalset = scored[0].evalset
+        classes = class_name_list(analysis.report["num_classes"], evalset.classes)
+        if self.disagreements:
+            confidences = tuple(top_probabilities(side.logits, analysis.order) for side in scored)
+            rows = disagreement_rows(analysis.order, analysis.predictions, confidences,
+                                     evalset=evalset, class_names=classes)
+            write_bytes(self.disagreements,
+                        write_export(rows, self.export_format, version_names=names))
+        if self.label_config:
+            write_text(self.label_config, label_studio_config(
+                classes, image=evalset.text is None and evalset.images is not None))
 
 
 def compare_and_report(
     old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
     batch_size: int | None = None, device: str = "auto", gallery: bool = True,
     reads: "tuple[ReadAs, ReadAs] | None" = None,
+    traffic: TrafficOutputs = TrafficOutputs(),
 ) -> None:
     """Score both models (each read as `reads` says, default as the graph tells, in batches
     of `batch_size`, default DEFAULT_BATCH_SIZE), then print the terminal report or JSON and
-    write the HTML page (with the flip gallery unless `gallery` is false)."""
+    write the HTML page (with the flip gallery unless `gallery` is false); on a traffic set,
+    the traffic report and what `traffic` asks for."""
     from flipgate.compare import ReadAs, analyse, score
     from flipgate.formats import load_evalset
     from flipgate.inference import DEFAULT_BATCH_SIZE
 
     reads, batch_size = reads or (ReadAs(), ReadAs()), batch_size or DEFAULT_BATCH_SIZE
     evalset = load_evalset(evalset_path, mmap=True)
+    if evalset.labeled and (traffic.labels or traffic.disagreements or traffic.label_config):
+        raise InputError("not_traffic", f"{evalset_path}: --labels, --disagreements and "
+                         "--label-config apply to traffic sets (eval sets without `y`)")
     with progress_bars(enabled=not as_json) as bar:
         scored = [score(source, evalset, batch_size=batch_size, device=device, read=read,
                         progress=bar(f"scoring {source.name}"))
                   for source, read in zip((old, new), reads, strict=True)]
-    analysis = analyse(*scored)
+    analysis = traffic.analyse(scored, evalset_path) if not evalset.labeled else analyse(*scored)
     classes = scored[0].evalset.classes or scored[1].evalset.classes
     report = {**analysis.to_dict(), "class_names": list(classes) if classes else None,
               "old": scored[0].describe(), "new": scored[1].describe()}
     names = {"old_name": str(old), "new_name": str(new)}
+    if not evalset.labeled:
+        traffic.write(analysis, scored, (str(old), str(new)))
     if html:
         from flipgate.reporting.html import flip_gallery, render_html
 
@@ -87,8 +154,12 @@ def compare_and_report(
 
 
 def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
     try:
-        path.write_text(text, encoding="utf-8")
+        path.write_bytes(data)
     except OSError as error:
         raise InputError("cannot_write", f"cannot write {path}: {error.strerror}") from error
     print(f"wrote {path}", file=sys.stderr)
@@ -200,7 +271,8 @@ def run_experiment(args: argparse.Namespace) -> int:
 
 def run_gate(args: argparse.Namespace) -> int:
     """Ask the server's deploy gate whether CANDIDATE may replace BASELINE and wait for the
-    verdict: exit 0 approve, 1 block, 2 refused or unreachable, 3 still pending at --timeout."""
+    verdict: exit 0 approve, 1 block, 2 refused or unreachable, 3 still pending at --timeout,
+    4 pending until people label a traffic set's disagreements (printed: how many, where)."""
     from flipgate import gate_client
 
     credentials = gate_client.Credentials(
@@ -223,7 +295,7 @@ def run_gate(args: argparse.Namespace) -> int:
         print(f"flipgate gate: error: {timeout}", file=sys.stderr)
         return 3
     print(json.dumps(decision) if args.json else "\n".join(gate_client.describe(decision)))
-    return gate_client.EXIT_CODES[decision["verdict"]]
+    return gate_client.exit_code(decision)
 
 
 def add_read_as_flags(parser: argparse.ArgumentParser) -> None:
@@ -240,6 +312,7 @@ def add_read_as_flags(parser: argparse.ArgumentParser) -> None:
 def add_compare_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate compare` subcommand."""
     from flipgate.inference import DEFAULT_BATCH_SIZE, DEVICES
+    from flipgate.traffic import EXPORT_FORMATS
 
     compare = commands.add_parser(
         "compare", help="compare two models sample by sample on a labeled eval set",
@@ -253,6 +326,15 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--no-gallery", action="store_true",
                          help="leave the gallery of negatively flipped samples out of --html")
     compare.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
+    traffic = compare.add_argument_group("traffic sets (eval sets without y; docs/traffic.md)")
+    traffic.add_argument("--labels", type=Path, metavar="FILE", help="labels known so far: "
+                         ".npz of index (or ids) and y, or a Label Studio JSON export")
+    traffic.add_argument("--disagreements", type=Path, metavar="FILE",
+                         help="write every sample whose prediction changed, in export order")
+    traffic.add_argument("--format", choices=EXPORT_FORMATS, default="json",
+                         help="the disagreements' format (default: json)")
+    traffic.add_argument("--label-config", type=Path, metavar="FILE.xml",
+                         help="write the Label Studio labelling configuration of the export")
     add_read_as_flags(compare)
     compare.add_argument("--device", choices=DEVICES, default="auto",
                          help="where ONNX Runtime runs the models (default: CUDA if usable)")
@@ -356,6 +438,7 @@ LIBRARY_COMMANDS: dict[str, AddCommand] = {  # in the order --help lists them
     "policy": imported_when_added("flipgate.policy_client", "add_policy_command"),
     "mlflow": imported_when_added("flipgate.mlflow_gate", "add_mlflow_command"),
     "upload": imported_when_added("flipgate.upload_client", "add_upload_command"),
+    "traffic": imported_when_added("flipgate.capture", "add_traffic_command"),
 }
 SERVER_MISSING = ("; the server's commands (serve, worker, migrate, token) come with flipgate's "
                   "server packages, which are not installed")

@@ -12,6 +12,7 @@ from flipgate.inference import DEFAULT_BATCH_SIZE, OnnxClassifier
 from flipgate.labels import holds_labels, load_predicted_labels
 from flipgate.metrics.matrices import predicted_classes
 from flipgate.metrics.report import PairAnalysis, compare_labels
+from flipgate.metrics.traffic import disagreement_order, traffic_report
 from flipgate.progress import Progress
 
 
@@ -114,3 +115,47 @@ def _analyse_labels(old: Scores, new: Scores) -> LabelsAnalysis:
     check_labels(evalset.y, num_classes, source="the eval set")
     return LabelsAnalysis(compare_labels(*predictions, evalset.y, num_classes,
                                          groups=evalset.groups))
+
+
+@dataclass(frozen=True, eq=False)
+class TrafficAnalysis:
+    """A comparison on a traffic set: its report, the disagreements' export order and both
+    predicted classes; no plots and no gallery (`values`)."""
+
+    report: dict
+    order: np.ndarray
+    predictions: tuple[np.ndarray, np.ndarray]
+    values: None = None
+
+    def to_dict(self) -> dict:
+        return self.report
+
+
+def traffic_classes(old: Scores, new: Scores, predictions: list[np.ndarray]) -> int:
+    """The class count of a traffic comparison: the logits' columns, else the set's class
+    names, else every class a prediction names."""
+    columns = {side.logits.shape[1] for side in (old, new) if side.logits is not None}
+    if len(columns) > 1:
+        raise InputError("class_count_mismatch", f"{old.source} and {new.source} have "
+                         "different numbers of classes")
+    classes = old.evalset.classes
+    num_classes = (columns.pop() if columns else len(classes) if classes
+                   else max(2, 1 + max(int(pred.max()) for pred in predictions)))
+    for side, predicted in zip((old, new), predictions, strict=True):
+        check_labels(predicted, num_classes, source=f"predictions of {side.source}")
+    return num_classes
+
+
+def analyse_traffic(old: Scores, new: Scores, *, set_sha256: str,
+                    labels: np.ndarray | None = None) -> TrafficAnalysis:
+    """The traffic report of two scored models on a traffic set whose file has the digest
+    `set_sha256` (it seeds the export order), with the labels known so far."""
+    predictions = [side.predicted() for side in (old, new)]
+    num_classes = traffic_classes(old, new, predictions)
+    order = disagreement_order(*predictions, set_sha256)
+    evalset = old.evalset
+    scores = None if old.logits is None or new.logits is None else (old.logits, new.logits)
+    report = traffic_report(*predictions, num_classes=num_classes, order=order,
+                            class_names=list(evalset.classes) if evalset.classes else None,
+                            groups=evalset.groups, scores=scores, labels=labels)
+    return TrafficAnalysis(report, order, (predictions[0], predictions[1]))

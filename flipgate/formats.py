@@ -38,28 +38,38 @@ ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate",
                zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}  # what zipfile reads
 
 
-OPTIONAL_ARRAYS = ("classes", "groups", "text", "images")  # eval-set arrays no model reads
+OPTIONAL_ARRAYS = ("classes", "groups", "text", "images", "ids")  # arrays no model reads
+MAX_ID_LENGTH = 256  # characters of a sample's id (a request id a serving system logged)
 INPUT_KINDS = "fiubU"  # floats, integers, bools and fixed-width unicode strings
 
 
 @dataclass(frozen=True)
 class EvalSet:
-    """A labeled evaluation set: the model inputs (`x` for single-input models, else in
-    `inputs` by name; each possibly memory-mapped, samples on the first axis), labels y (N,)
-    (int64 column indices, or strings until `indexed` maps them to columns), and optionally
-    a group (slice) per sample, the class names, and what people look at (text, images)."""
+    """An evaluation set: the model inputs (`x` for single-input models, else in `inputs` by
+    name; each possibly memory-mapped, samples on the first axis), labels y (N,) (int64
+    column indices, or strings until `indexed` maps them to columns; None for a traffic set,
+    docs/traffic.md), and optionally a group (slice) per sample, the class names, what people
+    look at (text, images) and an id per sample (a serving system's request id)."""
 
     x: np.ndarray | None
-    y: np.ndarray
+    y: np.ndarray | None
     groups: np.ndarray | None = None
     inputs: Mapping[str, np.ndarray] = field(default_factory=dict)
     classes: tuple[str, ...] | None = None
     text: np.ndarray | None = None
     images: np.ndarray | None = None
+    ids: np.ndarray | None = None
 
     @property
     def n(self) -> int:
-        return int(self.y.size)
+        if self.y is not None:
+            return int(self.y.size)
+        return int(next(iter(self.arrays().values())).shape[0])
+
+    @property
+    def labeled(self) -> bool:
+        """Whether the set has labels (False: a traffic set)."""
+        return self.y is not None
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -74,7 +84,7 @@ class EvalSet:
     @property
     def labels_named(self) -> bool:
         """Whether y holds class names rather than column indices."""
-        return self.y.dtype.kind == "U"
+        return self.y is not None and self.y.dtype.kind == "U"
 
     def indexed(self, class_names: Sequence[str], *, source: str) -> "EvalSet":
         """This set with string labels mapped to the columns that `class_names` name."""
@@ -108,9 +118,10 @@ def label_columns(labels: np.ndarray, class_names: Sequence[str] | None, *,
 
 def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,
                  mmap: bool = False, source: str | None = None) -> EvalSet:
-    """Load an eval set .npz: `y` (integer or string labels), the inputs (`x`, or one array
-    per model input named as the input) and optionally `classes` (C names), `groups` (one
-    integer or string per sample), `text` (one string per sample) and `images`.
+    """Load an eval set .npz: `y` (integer or string labels; without it, a traffic set), the
+    inputs (`x`, or one array per model input named as the input) and optionally `classes`
+    (C names), `groups` (one integer or string per sample), `text` (one string per sample),
+    `images` and `ids` (one unique string per sample).
 
     The array headers are checked before anything is allocated: every header must agree with
     the bytes the file holds, and compressed arrays may not expand beyond
@@ -144,9 +155,9 @@ def evalset_of(arrays: Mapping[str, np.ndarray], *, source: str = "eval set") ->
     """An eval set from its named arrays, checked (see load_evalset)."""
     inputs = {name: array for name, array in arrays.items()
               if name not in ("y", "x", *OPTIONAL_ARRAYS)}
-    evalset = validate_evalset(arrays.get("x"), arrays["y"], groups=arrays.get("groups"),
+    evalset = validate_evalset(arrays.get("x"), arrays.get("y"), groups=arrays.get("groups"),
                                inputs=inputs, source=source)
-    shown = {name: arrays.get(name) for name in ("text", "images")}
+    shown = {name: arrays.get(name) for name in ("text", "images", "ids")}
     for name, array in shown.items():
         if array is not None:
             _check_shown(name, array, evalset.n, source)
@@ -156,18 +167,20 @@ def evalset_of(arrays: Mapping[str, np.ndarray], *, source: str = "eval set") ->
     return evalset
 
 
-def validate_evalset(x: np.ndarray | None, y: np.ndarray, *, groups: np.ndarray | None = None,
+def validate_evalset(x: np.ndarray | None, y: np.ndarray | None, *,
+                     groups: np.ndarray | None = None,
                      inputs: Mapping[str, np.ndarray] | None = None,
                      source: str = "eval set") -> EvalSet:
-    """Check shapes, dtypes and values of an eval set (arrays in memory or memory-mapped)."""
+    """Check shapes, dtypes and values of an eval set (arrays in memory or memory-mapped);
+    without `y`, of a traffic set."""
     named = {**({"x": x} if x is not None else {}), **(inputs or {})}
-    _check_arrays({name: _Header.of(array) for name, array in named.items()}, _Header.of(y),
-                  source)
-    if y.dtype.kind != "U":
+    _check_arrays({name: _Header.of(array) for name, array in named.items()},
+                  None if y is None else _Header.of(y), source)
+    if y is not None and y.dtype.kind != "U":
         check_labels(y, None, source=source)
         y = y.astype(np.int64)
     if groups is not None:
-        _check_groups(groups, y.size, source)
+        _check_groups(groups, next(iter(named.values())).shape[0], source)
     if x is not None and np.issubdtype(x.dtype, np.floating) and x.dtype != np.float32:
         x = _cast(x, np.dtype(np.float32), f"{source}: x")
     return EvalSet(x=x, y=y, groups=groups, inputs=dict(inputs or {}))
@@ -181,20 +194,28 @@ def _with_classes(evalset: EvalSet, classes: np.ndarray, source: str) -> EvalSet
     names = tuple(str(name) for name in classes.tolist())
     if len(set(names)) != len(names):
         raise InputError("evalset_classes", f"{source}: classes must be unique, got {names}")
-    if not evalset.labels_named:
+    if evalset.labeled and not evalset.labels_named:
         check_labels(evalset.y, len(names), source=source)
     return replace(evalset.indexed(names, source=source), classes=names)
 
 
+SHOWN_SHAPES = {"text": "one string per sample", "ids": "one unique string per sample of "
+                f"at most {MAX_ID_LENGTH} characters",
+                "images": "uint8 of shape (N, H, W) or (N, H, W, 3)"}
+
+
 def _check_shown(name: str, array: np.ndarray, n: int, source: str) -> None:
-    """text: one string per sample; images: (N, H, W) or (N, H, W, 3) uint8."""
-    fits = (array.ndim == 1 and array.dtype.kind == "U") if name == "text" else (
-        array.dtype == np.uint8 and (array.ndim == 3 or (array.ndim == 4 and array.shape[3] == 3)))
+    """text: one string per sample; ids: one unique string per sample; images: (N, H, W) or
+    (N, H, W, 3) uint8."""
+    strings = array.ndim == 1 and array.dtype.kind == "U"
+    fits = {"text": strings,
+            "ids": strings and array.dtype.itemsize <= 4 * MAX_ID_LENGTH
+            and np.unique(array).size == array.size,
+            "images": array.dtype == np.uint8 and (
+                array.ndim == 3 or (array.ndim == 4 and array.shape[3] == 3))}[name]
     if not fits or array.shape[0] != n:
-        wanted = ("one string per sample" if name == "text"
-                  else "uint8 of shape (N, H, W) or (N, H, W, 3)")
-        raise InputError(f"evalset_{name}", f"{source}: {name} must be {wanted} for {n} "
-                           f"samples, got {array.dtype} {array.shape}")
+        raise InputError(f"evalset_{name}", f"{source}: {name} must be {SHOWN_SHAPES[name]} "
+                           f"for {n} samples, got {array.dtype} {array.shape}")
 
 
 def cast_input(array: np.ndarray, dtype: np.dtype, *, source: str) -> np.ndarray:
@@ -321,11 +342,10 @@ def _check_evalset_headers(headers: dict[str, _Header], max_decompressed_bytes: 
     """Arrays present, of the right kinds and shapes, compressed ones within the limit."""
     inputs = {name: header for name, header in headers.items()
               if name not in ("y", *OPTIONAL_ARRAYS)}
-    if "y" not in headers or not inputs:
-        missing = "'y'" if "y" not in headers else "'x' (or one array per model input)"
-        raise InputError("evalset_missing_array", f"{source}: the archive has no array "
-                           f"{missing} (it has {sorted(headers)})")
-    _check_arrays(inputs, headers["y"], source)
+    if not inputs:
+        raise InputError("evalset_missing_array", f"{source}: the archive has no array 'x' "
+                           f"(or one array per model input) (it has {sorted(headers)})")
+    _check_arrays(inputs, headers.get("y"), source)
     total = sum(header.nbytes for header in headers.values() if header.data_offset is None)
     if max_decompressed_bytes is not None and total > max_decompressed_bytes:
         raise InputError("evalset_too_large", f"{source}: its compressed arrays expand to "
@@ -333,13 +353,15 @@ def _check_evalset_headers(headers: dict[str, _Header], max_decompressed_bytes: 
                            "large eval sets uncompressed (np.savez)")
 
 
-def _check_arrays(inputs: Mapping[str, _Header], y: _Header, source: str) -> None:
-    """y: one integer or string label per sample; every input: samples on the first axis,
-    of a dtype a model input can take, non-empty samples of bounded size."""
-    if len(y.shape) != 1 or y.dtype.kind not in "iuU":
+def _check_arrays(inputs: Mapping[str, _Header], y: _Header | None, source: str) -> None:
+    """y (absent in a traffic set): one integer or string label per sample; every input:
+    samples on the first axis, as many as labels, of a dtype a model input can take,
+    non-empty samples of bounded size."""
+    if y is not None and (len(y.shape) != 1 or y.dtype.kind not in "iuU"):
         raise InputError("evalset_y_dtype", f"{source}: y must be a 1-D array of integer "
                            f"or string labels, got {y.dtype} with shape {y.shape}")
-    if y.shape[0] == 0:
+    first = y if y is not None else next(iter(inputs.values()))
+    if not first.shape or first.shape[0] == 0:
         raise InputError("empty", f"{source}: the eval set has no samples")
     for name, header in inputs.items():
         if len(header.shape) < 1 or header.dtype.kind not in INPUT_KINDS:
@@ -347,9 +369,11 @@ def _check_arrays(inputs: Mapping[str, _Header], y: _Header, source: str) -> Non
                              f"{source}: {name} must be an array of floats, integers, bools "
                              f"or strings with the samples on the first axis, got "
                              f"{header.dtype} with shape {header.shape}")
-        if header.shape[0] != y.shape[0]:
+        if header.shape[0] != first.shape[0]:
+            counted = (f"y has {first.shape[0]} labels" if y is not None
+                       else f"the first input has {first.shape[0]}")
             raise InputError("length_mismatch", f"{source}: {name} has {header.shape[0]} "
-                               f"samples but y has {y.shape[0]} labels")
+                               f"samples but {counted}")
         _check_sample_shape(header.shape[1:] or (1,), f"{source}: {name}")
 
 
@@ -488,7 +512,8 @@ def check_logits_match(logits: np.ndarray, evalset: EvalSet, *, source: str) -> 
     if logits.shape[0] != evalset.n:
         raise InputError("length_mismatch", f"{source}: {logits.shape[0]} rows of logits "
                            f"for an eval set of {evalset.n} samples")
-    check_labels(evalset.y, logits.shape[1], source=f"eval set scored by {source}")
+    if evalset.labeled:
+        check_labels(evalset.y, logits.shape[1], source=f"eval set scored by {source}")
 
 
 @dataclass(frozen=True)

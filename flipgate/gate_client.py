@@ -21,6 +21,7 @@ RETRIES = 3
 BACKOFF_SECONDS = 0.5
 REQUEST_TIMEOUT_SECONDS = 60.0
 EXIT_CODES = {"approve": 0, "block": 1}
+LABELS_NEEDED_EXIT = 4  # pending until people label a traffic set's disagreements
 CI_FIELDS = ("provider", "repo", "sha", "ref", "run_url")
 
 PendingCallback = Callable[[dict, float], None]
@@ -174,7 +175,8 @@ def refusal_of(status: int, body: bytes, reason: str) -> InputError:
 
 def decide(client: GateClient, request: dict, delivery: str, *, timeout: float, poll: float,
            on_pending: PendingCallback | None = None) -> dict:
-    """The final decision on `request`, polled every `poll` seconds until `timeout`.
+    """The final decision on `request`, polled every `poll` seconds until `timeout`; a
+    decision pending on labels (`labels_needed`: no job can settle it) is returned at once.
 
     With a token the decision is polled by id; with only a webhook secret the same signed
     body is posted again under the same delivery id, which answers the same decision.
@@ -182,7 +184,7 @@ def decide(client: GateClient, request: dict, delivery: str, *, timeout: float, 
     body = encode(request)
     start = time.monotonic()
     decision = client.post_gate(body, delivery)
-    while decision["verdict"] == "pending":
+    while decision["verdict"] == "pending" and not decision.get("labels_needed"):
         elapsed = time.monotonic() - start
         if elapsed >= timeout:
             raise GateTimeout(timeout, decision["decision_id"])
@@ -202,7 +204,10 @@ def with_absolute_links(decision: dict, server: str) -> dict:
 
     metrics = {evalset: numbers and {**numbers, "report_url": absolute(numbers.get("report_url"))}
                for evalset, numbers in decision.get("metrics", {}).items()}
-    return {**decision, "report_url": absolute(decision.get("report_url")), "metrics": metrics}
+    reasons = [{**reason, "export_url": absolute(reason["export_url"])}
+               if reason.get("export_url") else reason for reason in decision.get("reasons", [])]
+    return {**decision, "report_url": absolute(decision.get("report_url")), "metrics": metrics,
+            "reasons": reasons}
 
 
 def http_client(server: str, timeout: "float | httpx.Timeout") -> "httpx.Client":
@@ -267,6 +272,16 @@ def describe(decision: Mapping) -> list[str]:
               for reason in decision.get("reasons", [])]
     lines += [metrics_line(evalset, metrics)
               for evalset, metrics in decision.get("metrics", {}).items() if metrics]
+    lines += [f"  label {reason['labels_needed']} disagreements of {reason['evalset']} "
+              f"(about {reason['labels_to_decide']} would decide): {reason['export_url']}"
+              for reason in decision.get("reasons", []) if reason.get("export_url")]
     if decision.get("report_url"):
         lines.append(f"  report: {decision['report_url']}")
     return lines
+
+
+def exit_code(decision: Mapping) -> int:
+    """0 approve, 1 block, LABELS_NEEDED_EXIT pending until a traffic set's disagreements
+    are labelled."""
+    return LABELS_NEEDED_EXIT if decision["verdict"] == "pending" else EXIT_CODES[
+        decision["verdict"]]

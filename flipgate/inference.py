@@ -106,7 +106,8 @@ class OnnxClassifier:
         and classes."""
         self.feeds(evalset)
         evalset = match_labels(evalset, self.spec.output, source=str(self.path))
-        check_labels(evalset.y, self.num_classes, source=f"eval set scored by {self.path}")
+        if evalset.labeled:
+            check_labels(evalset.y, self.num_classes, source=f"eval set scored by {self.path}")
         return evalset
 
     def feeds(self, evalset: EvalSet) -> dict[str, np.ndarray]:
@@ -243,7 +244,7 @@ def match_labels(evalset: EvalSet, output: OutputSpec, *, source: str) -> EvalSe
                                "the model does not name its classes; add an array `classes` "
                                "(one name per output column) to the eval set")
         return evalset.indexed(labels, source=source)
-    if evalset.classes is None and labels is not None \
+    if evalset.classes is None and labels is not None and evalset.labeled \
             and labels != tuple(str(column) for column in range(len(labels))):
         raise InputError("labels_ambiguous", f"{source}: the model names its classes "
                            f"{list(labels)} but y holds integers, which cannot be told apart "

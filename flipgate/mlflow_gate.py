@@ -193,7 +193,7 @@ def run_mlflow_gate(args: argparse.Namespace) -> int:
             registry.promote(line, candidate.version)
             client.set_registered_model_alias(candidate.name, args.promote, candidate.version)
     print(json.dumps(decision) if args.json else "\n".join(gate_client.describe(decision)))
-    return gate_client.EXIT_CODES[decision["verdict"]]
+    return gate_client.exit_code(decision)
 
 
 def add_mlflow_command(commands: argparse._SubParsersAction) -> None:

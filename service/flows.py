@@ -13,6 +13,8 @@ Each event calls its flow from one place per origin:
   /jobs/{id}/cancel (service.jobs.router) with `cancel_job`;
 - a job's lease expires (its worker was lost): the worker's sweeper (worker.sweeper) calls
   `reap_lost_jobs`.
+- labels are added to a traffic set: POST /evalsets/{name}/labels (service.datasets.router)
+  calls `labels_added` (its pairs measured again with the new label revision).
 Registering an eval set queues nothing: no line has been measured on it yet.
 
 The domains below (service.compare, service.predictions, service.jobs) know how to queue a
@@ -26,9 +28,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.compare.matrix import queue_matrix
+from service.compare.models import PairMetrics
 from service.compare.service import Pair, queue_measurement
 from service.config import Settings
-from service.datasets.models import Dataset, DatasetRole
+from service.datasets.labels import label_revision
+from service.datasets.models import Dataset, DatasetLabels, DatasetRole
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.repaired import gate_repaired, register_repaired
 from service.gate.settling import settle_pending
@@ -88,9 +92,23 @@ def logits_stored(*, session: Session, version: ModelVersion, dataset: Dataset) 
 
 def _measure(session: Session, baselines: list[ModelVersion], version: ModelVersion,
              dataset: Dataset) -> list[Job]:
-    """The jobs that measure each baseline → version on `dataset` (none for stored pairs)."""
-    return [job for old in baselines
-            for job in queue_measurement(session=session, pair=Pair(old, version, dataset))]
+    """The jobs that measure each baseline → version on `dataset` (none for stored pairs),
+    with a traffic set's newest labels."""
+    revision = label_revision(session=session, dataset=dataset)
+    return [job for old in baselines for job in queue_measurement(
+        session=session, pair=Pair(old, version, dataset, revision))]
+
+
+def labels_added(*, session: Session, labels: DatasetLabels) -> list[Job]:
+    """Measure again, with the new label revision, every pair measured on the traffic set
+    (the metrics jobs of the reports that name it)."""
+    dataset = session.get_one(Dataset, labels.dataset_id)
+    measured = session.execute(select(PairMetrics.old_version_id, PairMetrics.new_version_id)
+                               .where(PairMetrics.dataset_id == dataset.id).distinct()).all()
+    return [job for old_id, new_id in sorted(measured) for job in queue_measurement(
+        session=session, pair=Pair(get_version(session=session, version_id=old_id),
+                                   get_version(session=session, version_id=new_id), dataset,
+                                   labels.revision))]
 
 
 def _baselines(session: Session, version: ModelVersion) -> list[ModelVersion]:

@@ -11,7 +11,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from flipgate.progress import Progress
 from service.compare.models import PairMetrics
-from service.datasets.models import Dataset
+from service.datasets.models import Dataset, DatasetLabels
 from service.predictions.models import Prediction
 from service.registry.models import ModelVersion
 from service.storage import ArtifactStore, LocalStore, bundle_sha256, file_sha256
@@ -21,7 +21,8 @@ from service.storage.bundle import folder_files
 # would take its artifacts for garbage (tests/service/test_housekeeping.py checks the schema).
 ARTIFACT_COLUMNS: tuple[InstrumentedAttribute[str], ...] = (
     ModelVersion.artifact_sha256, Dataset.sha256, Prediction.logits_sha256,
-    Prediction.classes_sha256, PairMetrics.html_sha256)
+    Prediction.classes_sha256, PairMetrics.html_sha256, PairMetrics.export_sha256,
+    DatasetLabels.sha256)
 NOT_ARTIFACT_COLUMNS = frozenset({"gate_decisions.request_sha256"})
 
 

@@ -43,6 +43,11 @@ def compare(old: str, new: str, evalset: str, *, html: bool = False) -> str:
     return f"/compare/{old}/{new}?evalset={evalset}" + ("&format=html" if html else "")
 
 
+def disagreements(old: str, new: str, evalset: str, export_format: str = "json") -> str:
+    """The export of the samples on which old and new disagree on a traffic set."""
+    return f"/compare/{old}/{new}/disagreements?evalset={evalset}&format={export_format}"
+
+
 def healthz() -> str:
     """The liveness probe."""
     return "/healthz"

@@ -100,7 +100,7 @@ def run_python(code: str) -> subprocess.CompletedProcess:
 
 SERVER_STACK = ("fastapi", "uvicorn", "sqlalchemy", "celery")
 LIBRARY_COMMANDS = {"compare", "train", "experiment", "demo", "gate", "repair", "policy",
-                    "mlflow", "upload"}
+                    "mlflow", "upload", "traffic"}
 
 
 def modules_loaded_by(argv: list[str], watched: tuple[str, ...]) -> list[str]:

@@ -39,6 +39,14 @@ from flipgate.reporting.terminal import (
     verdict_hints,
     worst_class,
 )
+from flipgate.reporting.traffic import (
+    CHANGE_HEADER,
+    GROUP_CHURN_HEADER,
+    change_rows,
+    group_churn_rows,
+    traffic_note,
+    traffic_rows,
+)
 
 REGRESS, PROGRESS, COMMON, KEPT = "#d62728", "#2ca02c", "#8c8c8c", "#1f77b4"
 MAX_PLOT_CLASSES = 30
@@ -180,7 +188,10 @@ LABELS_ONLY_NOTE = (
 def report_body(values: PlotValues | None, report: dict, *, old_name: str, new_name: str,
                 class_names: list[str] | None = None) -> str:
     """The report's sections (headline, verdict hints, per-class table, plots) as HTML;
-    without `values` (labels only) a note says why there are no plots."""
+    without `values` (labels only) a note says why there are no plots; a traffic report's
+    own sections for a traffic set."""
+    if report.get("traffic"):
+        return traffic_body(report)
     hints = verdict_hints(report, old_name=old_name, new_name=new_name, class_names=class_names)
     hint_items = "".join(f"<li>{html.escape(hint)}</li>" for hint in hints)
     return "\n".join([
@@ -190,6 +201,19 @@ def report_body(values: PlotValues | None, report: dict, *, old_name: str, new_n
         _group_section(report),
         LABELS_ONLY_NOTE if values is None
         else _plots_section(values, report, old_name, new_name, class_names),
+    ])
+
+
+def traffic_body(report: dict) -> str:
+    """A traffic report's sections: headline, why the label entries are null, the changed
+    predictions and churn per group."""
+    note = traffic_note(report)
+    groups = group_churn_rows(report)
+    return "\n".join([
+        f"<h2>Headline (traffic)</h2>{_table(['Metric', 'Value'], traffic_rows(report))}",
+        f"<p>{html.escape(note)}</p>" if note else "",
+        f"<h2>Changed predictions</h2>{_table(CHANGE_HEADER, change_rows(report))}",
+        f"<h2>Churn per group</h2>{_table(GROUP_CHURN_HEADER, groups)}" if groups else "",
     ])
 
 

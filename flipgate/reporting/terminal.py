@@ -218,7 +218,13 @@ def render_report(
     new_name: str,
     class_names: list[str] | None = None,
 ) -> None:
-    """Print the headline table, the per-class table and the verdict hints to `console`."""
+    """Print the headline table, the per-class table and the verdict hints to `console` (a
+    traffic report's own tables for a traffic set)."""
+    if report.get("traffic"):
+        from flipgate.reporting.traffic import render_traffic
+
+        render_traffic(report, console, old_name=old_name, new_name=new_name)
+        return
     console.print(_headline_table(report, old_name, new_name))
     console.print(_class_table(report, class_names))
     console.print(Text("Verdict hints", style="bold"))

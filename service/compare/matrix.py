@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from itertools import combinations, permutations
 from typing import Any
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -34,8 +35,9 @@ PairKey = tuple[int, int]  # (lower version id, higher version id)
 
 def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMatrix:
     """NFR, PFR and churn of every ordered pair of the line's versions that have logits on
-    `dataset`, from the stored pair counts; the pairs not stored are listed with the open
-    matrix job (None when none is open)."""
+    `dataset`, from the stored pair counts (churn only on a traffic set: NFR and PFR are
+    None); the pairs not stored are listed with the open matrix job (None when none is
+    open)."""
     versions = versions_with_logits(session=session, line_name=line_name, dataset=dataset)
     stored = pair_counts_among(session=session, versions=versions, dataset=dataset)
     params = matrix_params(line_name, dataset)
@@ -52,7 +54,7 @@ def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMa
                                        job_id=None if job is None else job.id))
             continue
         for name, rate in row.rates(old.id).items():
-            matrices[name][i][j] = rate
+            matrices[name][i][j] = rate if dataset.labeled or name == "churn" else None
     return PairMatrix(versions=[version.version for version in versions], missing=missing,
                       **matrices)
 
@@ -128,14 +130,21 @@ class MatrixInputs:
         return [predicted_classes_artifact(store=store, prediction=prediction)
                 for prediction in self.predictions]
 
+    def labels(self, store: ArtifactStore, predictions: list[np.ndarray]) -> np.ndarray:
+        """The data set's labels; on a traffic set a class no version predicts, so that no
+        sample counts as right (its matrix shows churn only)."""
+        if self.dataset.labeled:
+            return read_labels(store=store, dataset=self.dataset, class_names=self.class_names)
+        beyond = 1 + max(int(classes.max()) for classes in predictions)
+        return np.full(self.dataset.n, beyond, dtype=np.int64)
+
     def count(self, store: ArtifactStore, classes: list[str]) -> list[PairCounts]:
         """New rows of counts of the missing pairs, from the predicted-class artifacts
         `classes` (one per prediction) and the data set's labels."""
         if not self.pairs:
             return []
-        counts = pair_count_matrices(
-            [read_classes_artifact(store=store, sha256=sha256) for sha256 in classes],
-            read_labels(store=store, dataset=self.dataset, class_names=self.class_names))
+        predictions = [read_classes_artifact(store=store, sha256=sha256) for sha256 in classes]
+        counts = pair_count_matrices(predictions, self.labels(store, predictions))
         index = {prediction.version_id: position
                  for position, prediction in enumerate(self.predictions)}
         return [PairCounts(first_version_id=first, second_version_id=second,

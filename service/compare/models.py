@@ -11,20 +11,23 @@ from service.registry.models import ModelVersion
 
 
 class PairMetrics(Record, Base):
-    """Every scalar of `flipgate compare --json` as a column, and the whole report as JSON."""
+    """Every scalar of `flipgate compare --json` as a column, and the whole report as JSON;
+    on a traffic set, a report per label revision (the columns that need labels null until
+    they are known)."""
 
     __tablename__ = "pair_metrics"
-    __table_args__ = (UniqueConstraint("old_version_id", "new_version_id", "dataset_id"),
+    __table_args__ = (UniqueConstraint("old_version_id", "new_version_id", "dataset_id",
+                                       "label_revision"),
                       CheckConstraint("old_version_id <> new_version_id", name="distinct"))
 
     old_version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
     new_version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"), index=True)
     n: Mapped[int]
-    er_old: Mapped[float]
-    er_new: Mapped[float]
-    nfr: Mapped[float]
-    pfr: Mapped[float]
+    er_old: Mapped[float | None]
+    er_new: Mapped[float | None]
+    nfr: Mapped[float | None]
+    pfr: Mapped[float | None]
     rel_nfr: Mapped[float | None]
     nfi: Mapped[float | None]
     btc: Mapped[float | None]
@@ -33,14 +36,16 @@ class PairMetrics(Record, Base):
     churn_old_correct: Mapped[float | None]
     churn_old_incorrect: Mapped[float | None]
     schurn: Mapped[float | None]  # None when a side has predicted labels only
-    negative_flips: Mapped[int]
-    positive_flips: Mapped[int]
-    both_wrong: Mapped[int]
-    nfr_ci_low: Mapped[float]
-    nfr_ci_high: Mapped[float]
-    mcnemar_p: Mapped[float]
+    negative_flips: Mapped[int | None]
+    positive_flips: Mapped[int | None]
+    both_wrong: Mapped[int | None]
+    nfr_ci_low: Mapped[float | None]
+    nfr_ci_high: Mapped[float | None]
+    mcnemar_p: Mapped[float | None]
     report: Mapped[dict[str, Any]]
     html_sha256: Mapped[str | None] = mapped_column(String(64))  # the HTML page the job drew
+    label_revision: Mapped[int] = mapped_column(default=0, server_default="0")
+    export_sha256: Mapped[str | None] = mapped_column(String(64))  # a traffic set's export
 
 
     old_version: Mapped[ModelVersion] = relationship(foreign_keys=old_version_id, lazy="raise")

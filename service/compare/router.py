@@ -48,6 +48,32 @@ def compare(
     return JSONResponse(report)
 
 
+EXPORT_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8",
+                "label-studio": "application/json"}
+
+
+@router.get("/compare/{old}/{new}/disagreements", response_class=Response, dependencies=[READ],
+            responses={**QUEUED, 200: {"description": "the export (JSON, CSV or Label Studio "
+                                       "tasks)", "content": {"application/json": {},
+                                                             "text/csv": {}}},
+                       404: {"description": "not measured (not_measured)"}})
+def disagreements(
+    old: str, new: str, evalset: str, session: SessionDep, store: StoreDep,
+    export_format: Annotated[Literal["json", "csv", "label-studio"],
+                             Query(alias="format")] = "json",
+) -> Response:
+    """Every sample of a traffic set on which the two versions' predicted classes differ, in
+    the documented random order (docs/traffic.md) that `flipgate compare --disagreements`
+    computes alike: index, id, both predictions and confidences, and the text or picture;
+    as stored by the pair's metrics job (202 while it runs, 404 when nothing measures it)."""
+    pair = service.resolve_pair(session=session, old=old, new=new, evalset=evalset)
+    exported = service.stored_export(session=session, store=store, pair=pair,
+                                     export_format=export_format)
+    if exported is None:
+        return compare(old, new, evalset, session, store)
+    return Response(exported, media_type=EXPORT_TYPES[export_format])
+
+
 @router.post("/compare/{old}/{new}", response_class=Response, dependencies=[READ],
              responses={**QUEUED, 200: {"description": "the stored report (JSON)"}})
 def measure(old: str, new: str, evalset: str, session: SessionDep) -> Response:

@@ -2,19 +2,29 @@
 it back (a request never computes one). A line's matrix is service.compare.matrix."""
 
 import io
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from flipgate.metrics import compare_labels, measure_pair
+from flipgate.formats import load_evalset
+from flipgate.metrics import PlotValues, compare_labels, measure_pair
+from flipgate.metrics.traffic import disagreement_order, traffic_report
 from flipgate.onnx_io import InputSpec
 from flipgate.progress import Progress
 from flipgate.reporting.html import render_html
+from flipgate.traffic import (
+    class_name_list,
+    disagreement_rows,
+    top_probabilities,
+    write_export,
+)
 from service import urls
 from service.compare.models import REPORT_SCALARS, PairMetrics
-from service.datasets.models import Dataset
+from service.datasets.labels import get_labels, label_revision, read_revision_labels
+from service.datasets.models import Dataset, DatasetLabels
 from service.datasets.service import get_dataset, read_groups, read_labels
 from service.db import insert_or_conflict
 from service.errors import Conflict, InvalidInput, NotFound
@@ -36,11 +46,14 @@ from service.storage import ArtifactStore
 
 @dataclass(frozen=True)
 class Pair:
-    """An old and a new version and the data set they are compared on."""
+    """An old and a new version and the data set they are compared on (on a traffic set,
+    with the label revision they are measured with: 0 before any label, and on labeled
+    sets)."""
 
     old: ModelVersion
     new: ModelVersion
     dataset: Dataset
+    label_revision: int = 0
 
 
 def store_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion,
@@ -49,19 +62,22 @@ def store_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion
     """Keep a `compare_logits` report of old → new on a data set (and the address of its HTML
     page); a stored triple is returned."""
     _check_report(old, new, dataset, report)
-    existing = find_pair_metrics(session=session, old=old, new=new, dataset=dataset)
+    revision = report.get("label_revision", 0)
+    existing = find_pair_metrics(session=session, old=old, new=new, dataset=dataset,
+                                 label_revision=revision)
     if existing is not None:
         return existing
     row = PairMetrics(old_version=old, new_version=new, dataset=dataset, html_sha256=html_sha256,
-                      **report_columns(report))
+                      label_revision=revision, **report_columns(report))
     return insert_or_conflict(session, row, code="pair_metrics_exist", message=f"versions "
                               f"{old.id} → {new.id} on {dataset.name!r} are being stored")
 
 
 def report_columns(report: dict[str, Any]) -> dict[str, Any]:
     """The columns of a pair's stored row that come from its `compare_logits` report."""
-    low, high = report["nfr_ci"]
+    low, high = report["nfr_ci"] or (None, None)  # None on traffic: labels unknown
     return {"report": report, "nfr_ci_low": low, "nfr_ci_high": high,
+            "export_sha256": report.get("export_sha256"),
             **{name: report[name] for name in REPORT_SCALARS}}
 
 def _check_report(old: ModelVersion, new: ModelVersion, dataset: Dataset,
@@ -76,18 +92,24 @@ def _check_report(old: ModelVersion, new: ModelVersion, dataset: Dataset,
 
 
 def find_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion,
-                      dataset: Dataset) -> PairMetrics | None:
-    """The stored pair metrics of old → new on a data set, if any."""
-    return session.scalars(select(PairMetrics).where(
+                      dataset: Dataset, label_revision: int | None = None) -> PairMetrics | None:
+    """The stored pair metrics of old → new on a data set, if any: measured with the label
+    revision `label_revision`, or the newest when None (a labeled set has only 0)."""
+    statement = select(PairMetrics).where(
         PairMetrics.dataset_id == dataset.id, PairMetrics.old_version_id == old.id,
-        PairMetrics.new_version_id == new.id)).one_or_none()
+        PairMetrics.new_version_id == new.id)
+    if label_revision is not None:
+        statement = statement.where(PairMetrics.label_revision == label_revision)
+    return session.scalars(statement.order_by(PairMetrics.label_revision.desc()).limit(1)
+                           ).one_or_none()
 
 
 def resolve_pair(*, session: Session, old: str, new: str, evalset: str) -> Pair:
     """The versions named by two references ("line:version" or "line@alias") and an eval set."""
+    dataset = get_dataset(session=session, name=evalset)
     pair = Pair(old=resolve_reference(session=session, reference=old),
-                new=resolve_reference(session=session, reference=new),
-                dataset=get_dataset(session=session, name=evalset))
+                new=resolve_reference(session=session, reference=new), dataset=dataset,
+                label_revision=label_revision(session=session, dataset=dataset))
     if pair.old.id == pair.new.id or pair.old.num_classes != pair.new.num_classes:
         raise InvalidInput("incomparable_versions", f"{old} and {new} must be two different "
                            "versions with the same number of classes")
@@ -113,6 +135,23 @@ def stored_html(*, session: Session, store: ArtifactStore, pair: Pair) -> bytes:
         return readable.read()
 
 
+def stored_export(*, session: Session, store: ArtifactStore, pair: Pair,
+                  export_format: str) -> bytes | None:
+    """The disagreements' export of a pair measured on a traffic set, in `export_format`
+    (None when no report is stored yet); InvalidInput `not_a_traffic_set` on a labeled set."""
+    if pair.dataset.labeled:
+        raise InvalidInput("not_a_traffic_set", f"{pair.dataset.name!r} has labels; the "
+                           "disagreements are exported from traffic sets (sets without `y`)")
+    row = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
+    if row is None:
+        return None
+    with store.open(row.export_sha256) as readable:
+        rows = json.loads(readable.read())
+    names = (qualified_name(session=session, version=pair.old),
+             qualified_name(session=session, version=pair.new))
+    return write_export(rows, export_format, version_names=names)
+
+
 @dataclass(frozen=True)
 class PairInputs:
     """The stored logits of both versions and the data set that a pair's report is computed
@@ -126,6 +165,7 @@ class PairInputs:
     class_names: list[str] | None
     num_classes: int
     read_as: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+    labels: DatasetLabels | None = None  # the label revision of a traffic set, if any
 
     @property
     def labels_only(self) -> bool:
@@ -137,7 +177,9 @@ class PairInputs:
         """The pair's report (with its per-group table when the eval set has groups) and the
         address of its HTML page (stored), from one pass over both logits memory-mapped
         `chunk_rows` samples at a time: memory stays a few chunks plus a few values per
-        sample, whatever N is."""
+        sample, whatever N is. On a traffic set, its traffic report."""
+        if not self.dataset.labeled:
+            return self._store_page(store, *self.measure_traffic(store))
         labels = read_labels(store=store, dataset=self.dataset, class_names=self.class_names)
         groups = read_groups(store=store, dataset=self.dataset)
         if self.labels_only:
@@ -149,10 +191,36 @@ class PairInputs:
             old, new = (read_logits(store=store, prediction=side) for side in (self.old, self.new))
             report, values = measure_pair(old, new, labels, chunk_size=chunk_rows,
                                           progress=progress, groups=groups)
+        return self._store_page(store, report, values)
+
+    def _store_page(self, store: ArtifactStore, report: dict[str, Any],
+                    values: PlotValues | None) -> tuple[dict[str, Any], str]:
+        """The report and the address of its HTML page, drawn and stored."""
         page = render_html(values, {**report, **self.sources()},
                            old_name=self.names[0], new_name=self.names[1],
                            class_names=self.class_names)
         return report, store.put_stream(io.BytesIO(page.encode())).sha256
+
+    def measure_traffic(self, store: ArtifactStore) -> tuple[dict[str, Any], None]:
+        """The traffic report (flipgate.metrics.traffic) with the revision's labels, and the
+        disagreements' export rows stored beside it (`export_sha256`), in the order that
+        `flipgate compare` computes from the same predictions and set."""
+        predictions = tuple(read_predicted_classes(store=store, prediction=side)
+                            for side in (self.old, self.new))
+        logits = None if self.labels_only else tuple(
+            read_logits(store=store, prediction=side) for side in (self.old, self.new))
+        evalset = load_evalset(store.local_path(self.dataset.sha256), mmap=True)
+        order = disagreement_order(*predictions, self.dataset.sha256)
+        report = traffic_report(
+            *predictions, num_classes=self.num_classes, order=order, class_names=self.class_names,
+            groups=evalset.groups, scores=logits, schurn_alpha=1.0,
+            labels=read_revision_labels(store=store, labels=self.labels, n=self.dataset.n))
+        confidences = tuple(top_probabilities(side, order) for side in (logits or (None, None)))
+        rows = disagreement_rows(order, predictions, confidences, evalset=evalset,
+                                 class_names=class_name_list(self.num_classes, self.class_names))
+        export = store.put_stream(io.BytesIO(json.dumps(rows, allow_nan=False).encode()))
+        return {**report, "label_revision": self.labels.revision if self.labels else 0,
+                "export_sha256": export.sha256}, None
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """The "old" and "new" entries of the report."""
@@ -164,13 +232,16 @@ class PairInputs:
 
 
 def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
-    """The stored predictions of the pair's versions on its data set."""
+    """The stored predictions of the pair's versions on its data set (and the label
+    revision it is measured with, on a traffic set)."""
     return PairInputs(*(get_predictions(session=session, version=version, dataset=pair.dataset)
                         for version in (pair.old, pair.new)), pair.dataset,
                       (qualified_name(session=session, version=pair.old),
                        qualified_name(session=session, version=pair.new)),
                       session.get_one(ModelLine, pair.new.line_id).class_names,
-                      pair.new.num_classes, (read_as(pair.old), read_as(pair.new)))
+                      pair.new.num_classes, (read_as(pair.old), read_as(pair.new)),
+                      get_labels(session=session, dataset=pair.dataset,
+                                 revision=pair.label_revision))
 
 
 def read_as(version: ModelVersion) -> dict[str, Any]:
@@ -183,16 +254,19 @@ def read_as(version: ModelVersion) -> dict[str, Any]:
 
 
 def metrics_params(pair: Pair) -> dict[str, Any]:
-    """The params of the metrics job of a pair (read back by `pair_from_params`)."""
+    """The params of the metrics job of a pair (read back by `pair_from_params`); on a
+    traffic set with labels, the label revision too."""
+    revision = {"label_revision": pair.label_revision} if pair.label_revision else {}
     return {"old_version_id": pair.old.id, "new_version_id": pair.new.id,
-            "evalset": pair.dataset.name}
+            "evalset": pair.dataset.name, **revision}
 
 
 def pair_from_params(*, session: Session, params: dict[str, Any]) -> Pair:
     """The pair a metrics job measures."""
     return Pair(old=get_version(session=session, version_id=params["old_version_id"]),
                 new=get_version(session=session, version_id=params["new_version_id"]),
-                dataset=get_dataset(session=session, name=params["evalset"]))
+                dataset=get_dataset(session=session, name=params["evalset"]),
+                label_revision=params.get("label_revision", 0))
 
 
 def queue_measurement(*, session: Session, pair: Pair) -> list[Job]:
@@ -200,7 +274,8 @@ def queue_measurement(*, session: Session, pair: Pair) -> list[Job]:
     on the data set and the metrics job that waits for them, last (the open ones when they
     are queued already); none when the metrics are stored or an external version's
     predictions are missing."""
-    stored = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset)
+    stored = find_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset,
+                               label_revision=pair.label_revision)
     if stored is not None or unscorable(session=session, pair=pair):
         return []
     inference = queue_missing_inference(session=session, versions=[pair.old, pair.new],

@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-from sqlalchemy import CheckConstraint, String
+from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint, true
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base, Json, Record, str_enum
@@ -15,7 +15,8 @@ class DatasetRole(StrEnum):
 
 
 class Dataset(Record, Base):
-    """A labeled .npz (x, y) in the artifact store, with its shape read at registration."""
+    """An .npz (x, y) in the artifact store, with its shape read at registration; without
+    y a traffic set (`labeled` false: its class count is the models', None here)."""
 
     __tablename__ = "datasets"
     __table_args__ = (CheckConstraint("n >= 1", name="n"),
@@ -25,5 +26,21 @@ class Dataset(Record, Base):
     role: Mapped[DatasetRole] = mapped_column(str_enum(DatasetRole, "dataset_role"))
     sha256: Mapped[str] = mapped_column(String(64))
     n: Mapped[int]
-    num_classes: Mapped[int]
+    num_classes: Mapped[int | None]
     sample_shape: Mapped[list[int]] = mapped_column(Json)
+    labeled: Mapped[bool] = mapped_column(default=True, server_default=true())
+
+
+class DatasetLabels(Record, Base):
+    """A label revision of a traffic set: every label known after one import, as an (N,)
+    int64 .npy (UNLABELLED, -1, where none is known) in the artifact store. Revisions count
+    from 1; labels are append-only, so each revision holds the one before."""
+
+    __tablename__ = "dataset_labels"
+    __table_args__ = (UniqueConstraint("dataset_id", "revision"),)
+
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id"))
+    revision: Mapped[int]
+    sha256: Mapped[str] = mapped_column(String(64))
+    added: Mapped[int]  # samples labelled by this import
+    labelled: Mapped[int]  # samples labelled in all

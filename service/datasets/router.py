@@ -3,10 +3,13 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Form, UploadFile
+from fastapi.responses import JSONResponse
 
+from service import flows
 from service.datasets import service
+from service.datasets.labels import add_labels, latest_labels
 from service.datasets.models import Dataset, DatasetRole
-from service.datasets.schemas import DatasetRead
+from service.datasets.schemas import DatasetRead, LabelsAdded
 from service.deps import (
     RAW_BODY_ROUTE,
     READ,
@@ -74,3 +77,28 @@ def list_evalsets(session: SessionDep) -> list[Dataset]:
 def list_trainsets(session: SessionDep) -> list[Dataset]:
     """Every training set."""
     return service.list_datasets(session=session, role=DatasetRole.TRAIN)
+
+
+@router.post("/evalsets/{name}/labels", status_code=201, response_model=LabelsAdded,
+             dependencies=[WRITE],
+             responses={200: {"description": "every label was known already: nothing new",
+                              "model": LabelsAdded},
+                        409: {"description": "a sample has another label (label_conflict)"}})
+def import_labels(name: str, session: SessionDep, store: StoreDep, settings: SettingsDep,
+                  labels: UploadFile) -> JSONResponse:
+    """Add labels to a traffic set (multipart file `labels`: an .npz of `index` or `ids`
+    and `y`, or a Label Studio JSON export): a new label revision, and the metrics jobs
+    that measure its pairs again with it. Append-only: a different label for a labelled
+    sample is refused (409, naming it); the same labels again answer 200 and change nothing."""
+    dataset = service.get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
+    with store.stage(labels.file, filename="labels",
+                     max_bytes=settings.max_upload_bytes) as staged:
+        revision = add_labels(session=session, store=store, dataset=dataset,
+                              labels_path=staged.path,
+                              source=upload_name("labels", labels.filename))
+    if revision is None:
+        current = latest_labels(session=session, dataset=dataset)
+        return JSONResponse(LabelsAdded.of(current, [], new=False).model_dump(mode="json"))
+    jobs = flows.labels_added(session=session, labels=revision)
+    return JSONResponse(LabelsAdded.of(revision, [job.id for job in jobs], new=True).model_dump(
+        mode="json"), status_code=201)

@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.formats import check_labels, label_columns, load_evalset
+from flipgate.metrics.traffic import UNLABELLED
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import InvalidInput, library_input
@@ -20,10 +21,12 @@ def register_dataset(
     num_classes: int | None = None, source: str | None = None,
     max_decompressed_bytes: int | None = None, sha256: str | None = None,
 ) -> Dataset:
-    """Store a labeled .npz (whose digest is `sha256`, when taken already) under a new name;
+    """Store an .npz (whose digest is `sha256`, when taken already) under a new name;
     classes default to the number of names in its `classes`, else to the largest label + 1
     (string labels without `classes`: the number of distinct names, mapped to columns by
     each line's class names when the line is measured on it; a training set needs `classes`).
+    An eval set without `y` is a traffic set (its class count None without `classes`); a
+    training set needs labels.
     The file is validated (memory-mapped where it can be) and the row inserted before the
     file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
@@ -35,11 +38,16 @@ def register_dataset(
                                "array `classes` (one name per output column) to the "
                                "training set")
         num_classes = num_classes or (len(data.classes) if data.classes else None)
-        if not data.labels_named:
-            check_labels(data.y, num_classes, source=name)
+        if data.labeled:
+            if not data.labels_named:
+                check_labels(data.y, num_classes, source=name)
+            num_classes = num_classes or known_classes(data.y)
+        elif role != DatasetRole.EVAL:
+            raise InvalidInput("training_set_needs_labels", f"{name}: a training set needs "
+                               "labels (an array `y`)")
     row = Dataset(name=name, role=role, sha256=sha256 or file_sha256(npz_path), n=data.n,
-                  num_classes=num_classes or known_classes(data.y),
-                  sample_shape=list(data.sample_shape))
+                  num_classes=num_classes, sample_shape=list(data.sample_shape),
+                  labeled=data.labeled)
     insert_or_conflict(session, row, code="dataset_exists",
                        message=f"data set {name!r} already exists")
     store.put_file(npz_path, row.sha256)
@@ -86,7 +94,11 @@ def read_labels(*, store: ArtifactStore, dataset: Dataset,
     """The labels y of a stored data set as column indices: class names mapped by the set's
     own `classes`, else by `class_names` (the measured line's, from its models' class
     labels); 422 `unknown_class_name` naming a name no column has (the inputs are not read).
-    Everything that reads a stored set's labels for a line goes through here."""
+    Everything that reads a stored set's labels for a line goes through here. On a traffic
+    set, UNLABELLED (-1) for every sample (its labels are revisions:
+    service.datasets.labels)."""
+    if not dataset.labeled:
+        return np.full(dataset.n, UNLABELLED, dtype=np.int64)
     with np.load(store.local_path(dataset.sha256), allow_pickle=False) as archive:
         labels = archive["y"]
         if "classes" in archive.files:

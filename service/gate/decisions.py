@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from service.callbacks.targets import check_callback_url, stored_callback_url
 from service.compare.service import Pair, check_scorable, queue_measurement
 from service.config import Settings
+from service.datasets.labels import label_revision
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.db import insert_or_conflict, one_or_not_found
@@ -24,7 +25,7 @@ from service.gate.models import Decision, DecisionJob, GatePolicy, Verdict
 from service.gate.policies import current_policy
 from service.gate.rules import DEFAULT_POLICY, Policy, check
 from service.gate.schemas import GateRequest
-from service.gate.verdicts import finalize, note
+from service.gate.verdicts import decide, finalize, note
 from service.jobs.models import Job
 from service.predictions.service import measured_datasets
 from service.registry.models import ModelLine, ModelVersion
@@ -171,10 +172,10 @@ def _measure_or_decide(session: Session, settings: Settings, decision: Decision,
                              known=known_history)
     if measured is not None:
         verdict, reasons = check(policy, measured)
-        return finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
-                        metrics=measured)
+        return decide(session=session, decision=decision, verdict=verdict, reasons=reasons,
+                      metrics=measured)
     for dataset in datasets:  # an external version's predictions can only be uploaded
-        check_scorable(session=session, pair=Pair(baseline, candidate, dataset))
+        check_scorable(session=session, pair=_pair(session, baseline, candidate, dataset))
     jobs = [job for dataset in datasets
             for job in _queue_measurement(session, baseline, candidate, dataset)]
     session.add_all(DecisionJob(decision_id=decision.id, job_id=job_id)
@@ -184,12 +185,17 @@ def _measure_or_decide(session: Session, settings: Settings, decision: Decision,
 
 def _gate_datasets(session: Session, line: ModelLine, policy: Policy, requested: list[str],
                    min_samples: int) -> list[Dataset]:
-    """The policy's eval sets and the requested ones; by default those the line was
-    measured on. Without policy eval sets, each must hold at least `min_samples`."""
+    """The policy's eval sets and the requested ones; by default the labeled sets the line
+    was measured on. A traffic set joins only where the policy names it. Without policy eval
+    sets, each must hold at least `min_samples`."""
     names = list(dict.fromkeys([*policy.evalsets, *requested]))
     datasets = ([get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
                  for name in names]
-                or measured_datasets(session=session, line_id=line.id))
+                or [dataset for dataset in measured_datasets(session=session, line_id=line.id)
+                    if dataset.labeled])
+    if unnamed := [d.name for d in datasets if not d.labeled and d.name not in policy.evalsets]:
+        raise InvalidInput("traffic_set_not_in_policy", f"{unnamed[0]!r} is a traffic set; "
+                           "traffic sets join a gate only where the line's policy names them")
     if not datasets:
         raise InvalidInput("no_evalsets", "name the eval sets in the request or the policy; "
                            "the line has not been measured on any yet")
@@ -205,7 +211,13 @@ def _gate_datasets(session: Session, line: ModelLine, policy: Policy, requested:
 def _queue_measurement(session: Session, baseline: ModelVersion, candidate: ModelVersion,
                        dataset: Dataset) -> list[Job]:
     """The jobs that store baseline → candidate's metrics on `dataset`."""
-    return queue_measurement(session=session, pair=Pair(baseline, candidate, dataset))
+    return queue_measurement(session=session, pair=_pair(session, baseline, candidate, dataset))
+
+
+def _pair(session: Session, baseline: ModelVersion, candidate: ModelVersion,
+          dataset: Dataset) -> Pair:
+    """The pair measured on `dataset` (with a traffic set's newest labels)."""
+    return Pair(baseline, candidate, dataset, label_revision(session=session, dataset=dataset))
 
 
 def waited_jobs(*, session: Session, decision: Decision) -> list[Job]:

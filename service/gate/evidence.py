@@ -15,6 +15,7 @@ from service.datasets.service import get_dataset
 from service.gate.history import HistoryInputs, history_inputs
 from service.gate.models import Decision
 from service.gate.rules import Policy, measured_metrics
+from service.gate.traffic import traffic_metrics
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version
 from service.storage import ArtifactStore, open_store
@@ -44,18 +45,20 @@ def pair_evidence(*, session: Session, settings: Settings, policy: Policy,
 
     return {dataset.name: measured_metrics(row, policy, history(dataset),
                                            class_names=line.class_names)
+            if dataset.labeled else traffic_metrics(row)
             for dataset, row in zip(datasets, rows, strict=True)}
 
 
 def history_plan(*, session: Session, policy: Policy, line: ModelLine, baseline: ModelVersion,
                  candidate: ModelVersion, datasets: list[Dataset]) -> list[HistoryInputs]:
     """What `pair_evidence` would read from disk for the policy's history limit: nothing
-    without one, or while a pair's metrics are not stored."""
+    without one, or while a pair's metrics are not stored (and nothing for traffic sets,
+    where the limit does not apply)."""
     limit = policy.max_nfr_vs_history
     if not limit or not all(_rows(session, baseline, candidate, datasets)):
         return []
     return [history_inputs(session=session, line=line, candidate=candidate, dataset=dataset,
-                           limit=limit) for dataset in datasets]
+                           limit=limit) for dataset in datasets if dataset.labeled]
 
 
 def read_history(store: ArtifactStore, plan: list[HistoryInputs]) -> HistoryRead:

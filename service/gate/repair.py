@@ -156,6 +156,9 @@ def _calibration_set(session: Session, decision: Decision, policy: Policy, name:
         raise InvalidInput("calibration_required", "name the eval set to choose the "
                            "baseline's share on in 'calibration'")
     dataset = get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
+    if not dataset.labeled:
+        raise InvalidInput("calibration_needs_labels", f"{name!r} is a traffic set (no "
+                           "labels); calibrate on a labeled eval set")
     gated = session.scalars(select(Dataset).where(
         Dataset.name.in_([*decision.evalsets, *policy.evalsets]),
         (Dataset.name == name) | (Dataset.sha256 == dataset.sha256))).first()

@@ -9,6 +9,7 @@ from flipgate.metrics.cost import update_cost
 from flipgate.reporting.terminal import class_label
 from service.compare.models import PairMetrics
 from service.gate.models import Verdict
+from service.gate.traffic import check_traffic
 from service.names import NAME
 
 # Limits are JSON numbers (strict: "0.1", true and false are refused), finite and bounded.
@@ -177,12 +178,23 @@ def _groups(rows: list[dict[str, Any]], min_size: int) -> list[dict[str, Any]]:
 
 def check(policy: Policy, measured: dict[str, dict[str, Any]]) -> tuple[Verdict, list[dict]]:
     """The verdict on per-eval-set metrics and the reasons: every exceeded limit, with
-    `blocking` false where the significance test waived it."""
+    `blocking` false where the significance test waived it; pending when nothing blocks and
+    a traffic set needs labels to decide (service.gate.traffic)."""
     reasons = [reason for evalset, metrics in measured.items()
-               for reason in [*_check_one(policy, evalset, metrics),
-                              *_check_groups(policy, evalset, metrics.get("groups", []))]]
-    blocked = any(reason["blocking"] for reason in reasons)
-    return (Verdict.BLOCK if blocked else Verdict.APPROVE), reasons
+               for reason in _check_set(policy, evalset, metrics)]
+    if any(reason["blocking"] for reason in reasons):
+        return Verdict.BLOCK, reasons
+    pending = any(reason.get("pending") for reason in reasons)
+    return (Verdict.PENDING if pending else Verdict.APPROVE), reasons
+
+
+def _check_set(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list[dict]:
+    """The reasons of one eval set (or traffic set)."""
+    if metrics.get("traffic"):
+        return check_traffic(policy, evalset, metrics, lambda code, name, value, bound: _reason(
+            code, name, value, bound, LIMITS[code], blocking=True))
+    return [*_check_one(policy, evalset, metrics),
+            *_check_groups(policy, evalset, metrics.get("groups", []))]
 
 
 def _check_one(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list[dict]:

@@ -71,6 +71,8 @@ class DecisionRead(BaseModel):
     callback_url: str | None
     callback: CallbackRead | None
     waiting_for: list[int] = Field(description="ids of the jobs a pending decision waits for")
+    labels_needed: int | None = Field(None, description="pending on traffic sets: the "
+                                      "disagreements still unlabelled (labels_needed reasons)")
     repair_of: int | None
     created_at: datetime
     decided_at: datetime | None

@@ -1,5 +1,7 @@
 """Settling: a pending decision becomes final once every job it waits for has ended; a
-failed (or cancelled) job makes it a block. Called when a job ends, never by a read."""
+failed (or cancelled) job makes it a block. A decision that needs labels of a traffic set
+stays pending (its reasons say how many) until the metrics job of a new label revision
+ends. Called when a job ends, never by a read."""
 
 from collections.abc import Iterable
 
@@ -11,7 +13,7 @@ from service.gate.decisions import waited_jobs
 from service.gate.evidence import decision_evidence
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.rules import Policy, check
-from service.gate.verdicts import finalize, note
+from service.gate.verdicts import decide, finalize, note
 from service.jobs.models import Job, JobState
 from service.jobs.service import OPEN_STATES
 
@@ -46,5 +48,5 @@ def _decide(session: Session, settings: Settings, decision: Decision) -> None:
     measured = decision_evidence(session=session, settings=settings, decision=decision,
                                  policy=policy)
     verdict, reasons = check(policy, measured)
-    finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
-             metrics=measured)
+    decide(session=session, decision=decision, verdict=verdict, reasons=reasons,
+           metrics=measured)

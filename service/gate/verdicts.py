@@ -22,3 +22,14 @@ def finalize(*, session: Session, decision: Decision, verdict: Verdict, reasons:
 def note(code: str, message: str, *, blocking: bool = False) -> dict[str, Any]:
     """A reason that is not a measured limit."""
     return {"code": code, "blocking": blocking, "message": message}
+
+
+def decide(*, session: Session, decision: Decision, verdict: Verdict, reasons: list[dict],
+           metrics: dict[str, Any]) -> None:
+    """Record a checked verdict: final, or, when a traffic set needs labels, still pending
+    with its reasons and metrics (how many labels are needed); no callback until final."""
+    if verdict != Verdict.PENDING:
+        return finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
+                        metrics=metrics)
+    decision.reasons, decision.metrics = reasons, metrics
+    session.flush()

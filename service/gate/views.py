@@ -42,7 +42,12 @@ def _view(decision: Decision, line: str, versions: dict[int, ModelVersion],
     reports = {name: _report_url(decision.base_url, line, baseline, candidate, name)
                for name in decision.metrics}
     return DecisionRead(
-        decision_id=decision.id, verdict=decision.verdict, reasons=decision.reasons,
+        decision_id=decision.id, verdict=decision.verdict,
+        reasons=[_with_export(reason, decision.base_url, f"{line}:{baseline}",
+                              f"{line}:{candidate}") for reason in decision.reasons],
+        labels_needed=sum(reason.get("labels_needed", 0) for reason in decision.reasons
+                          if reason.get("pending")) if decision.verdict == Verdict.PENDING
+        else None,
         metrics={name: {**numbers, "report_url": reports[name]}
                  for name, numbers in decision.metrics.items()},
         report_url=urls.on(decision.base_url, urls.ui_decision(decision.id)), model=line,
@@ -53,6 +58,14 @@ def _view(decision: Decision, line: str, versions: dict[int, ModelVersion],
         callback=callback and CallbackRead.model_validate(callback), waiting_for=open_jobs,
         repair_of=decision.repair_of_id, created_at=decision.created_at,
         decided_at=decision.decided_at)
+
+
+def _with_export(reason: dict[str, Any], base_url: str, old: str, new: str) -> dict[str, Any]:
+    """A labels_needed reason with the address of the disagreements' export to label."""
+    if reason.get("code") != "labels_needed":
+        return reason
+    return {**reason, "export_url": urls.on(base_url, urls.disagreements(
+        old, new, reason["evalset"], "label-studio"))}
 
 
 def _by_id(session: Session, model: type[ModelLine] | type[ModelVersion],

@@ -243,9 +243,10 @@ def concatenate_logits(parts: list[np.ndarray], path: Path) -> None:
 
 
 def _check_shape(shape: tuple[int, ...], version: ModelVersion, dataset: Dataset) -> None:
-    """One row of logits per sample and one column per class of the version."""
+    """One row of logits per sample and one column per class of the version (and at least
+    as many as the data set's labels name; a traffic set's class count may be unknown)."""
     expected = (dataset.n, version.num_classes)
-    if tuple(shape) != expected or dataset.num_classes > version.num_classes:
+    if tuple(shape) != expected or (dataset.num_classes or 0) > version.num_classes:
         raise InvalidInput("logits_shape", f"logits of shape {tuple(shape)} do not fit data "
                            f"set {dataset.name!r} ({dataset.n} samples, labels < "
                            f"{dataset.num_classes}) and a model of {version.num_classes} classes")

@@ -403,7 +403,8 @@ def pair_rows(session: Session, line_name: str, old: str, new: str, evalset: str
     metrics = session.scalars(select(PairMetrics).where(
         PairMetrics.old_version_id == versions[old].id,
         PairMetrics.new_version_id == versions[new].id,
-        PairMetrics.dataset_id == dataset.id)).one_or_none()
+        PairMetrics.dataset_id == dataset.id)
+        .order_by(PairMetrics.label_revision.desc()).limit(1)).one_or_none()
     logits = dict(session.execute(select(Prediction.version_id, Prediction.logits_sha256).where(
         Prediction.dataset_id == dataset.id,
         Prediction.version_id.in_([versions[old].id, versions[new].id]))).all())

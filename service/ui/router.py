@@ -201,10 +201,18 @@ LABELS_ONLY_GALLERY = ('<p class="muted">A side of this pair is known by its pre
                        "report (flipped_indices); the gallery needs both models' scores.</p>")
 
 
+TRAFFIC_GALLERY = ('<p class="muted">A traffic set has no labels, so no sample is known to '
+                   "flip; the samples whose prediction changed are in the disagreements' "
+                   "export (<code>GET /compare/{old}/{new}/disagreements</code>).</p>")
+
+
 def _gallery(rows: queries.PairRows, store: ArtifactStore,
              page: int) -> tuple[str, int, int, int, bool]:
     """One page of the pair's negative flips, most confident first, as HTML; the number of
-    flips, the page shown, the page count and whether the samples are pictures."""
+    flips, the page shown, the page count and whether the samples are pictures (none on a
+    traffic set)."""
+    if not rows.dataset.labeled:
+        return TRAFFIC_GALLERY, 0, 1, 1, False
     negative = rows.metrics.report["flipped_indices"]["negative"]
     if rows.old_logits is None or rows.new_logits is None:
         return LABELS_ONLY_GALLERY, len(negative), 1, 1, False

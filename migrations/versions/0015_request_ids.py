@@ -15,8 +15,8 @@ from alembic import op
 
 from migrations.helpers import TIMESTAMP
 
-revision: str = "0014_request_ids"
-down_revision: str | Sequence[str] | None = "0013"
+revision: str = "0015_request_ids"
+down_revision: str | Sequence[str] | None = "0014_failed_signins"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
