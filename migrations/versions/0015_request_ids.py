@@ -3,8 +3,8 @@ context on the job row, the gate request's id on its decision (its callback's X-
 and the workers seen alive (each `flipgate worker`'s sweeper writes its beat). Rows stored
 before have no request id.
 
-Revision ID: 0014_request_ids
-Revises: 0013
+Revision ID: 0015_request_ids
+Revises: 0014_failed_signins
 Create Date: 2026-11-27 08:20:00
 """
 

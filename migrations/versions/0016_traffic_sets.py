@@ -5,8 +5,8 @@ that need no labels (`pair_metrics`' label columns nullable) measured again for 
 revision (`pair_metrics.label_revision`, 0 on a labeled set), with the disagreements' export
 the metrics job stored (`pair_metrics.export_sha256`).
 
-Revision ID: 0014_traffic_sets
-Revises: 0013
+Revision ID: 0016_traffic_sets
+Revises: 0015_request_ids
 Create Date: 2026-11-27 08:00:00
 """
 
