@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.core.parameters import ParameterLocation
 from schemathesis.generation.modes import GenerationMode
 from schemathesis.openapi import from_asgi
 from schemathesis.specs.openapi.checks import (
@@ -37,14 +38,25 @@ def fuzz(operation, failures: dict[str, str]) -> None:
     @FUZZ_SETTINGS
     @given(case=requests)
     def send(case) -> None:
+        checks = CHECKS[:-1] if negates_only_the_token(case) else CHECKS
         try:
-            case.call_and_validate(headers=bearer(ADMIN_TOKEN), checks=CHECKS)
+            case.call_and_validate(headers=bearer(ADMIN_TOKEN), checks=checks)
         except (Failure, FailureGroup) as failed:
             for failure in getattr(failed, "exceptions", (failed,)):
                 failures.setdefault(f"{operation.label}: {failure.title}",
                                     f"{failure}\n{case.as_curl_command()}")
 
     send()
+
+
+def negates_only_the_token(case) -> bool:
+    """Whether a negative case negated the headers of an operation that declares none but the
+    bearer token: every request carries the token, so what is sent is not the negated case
+    (schemathesis still judges it as one)."""
+    header = case.meta.components.get(ParameterLocation.HEADER)
+    declared = [parameter for parameter in case.operation.headers
+                if "x-original-security-type" not in parameter.definition]  # not the token's
+    return bool(header and header.mode.is_negative and not declared)
 
 
 def test_api_answers_as_documented(client):
