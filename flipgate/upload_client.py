@@ -2,6 +2,7 @@
 raw body of a PUT (no multipart form to build or parse)."""
 
 import argparse
+import hashlib
 import http.client
 import json
 import os
@@ -19,6 +20,9 @@ from flipgate.gate_client import Credentials, answer, http_client, json_answer
 from flipgate.progress import Progress, progress_bars
 
 SEND_BYTES = 16 << 20  # sent by the kernel between two progress reports
+# the body's sha256, which the server checks: a bucket then takes the body at its address
+# (no staging copy), and a body changed on the way is refused (422 digest_mismatch)
+DIGEST_HEADER = "X-Flipgate-Sha256"
 READ_SECONDS, WRITE_SECONDS = 60.0, 300.0  # per read / per write of a chunk, not in all
 CONNECTIONS = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}
 TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
@@ -26,14 +30,17 @@ TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 
 def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
              credentials: Credentials, progress: Progress | None = None) -> dict:
-    """PUT the file `path` as the raw body of `url` (with query `params`) on `server`; the
-    server's JSON answer. The body is sized (Content-Length, never chunked) and its bytes are
-    copied by the kernel (socket.sendfile), SEND_BYTES between progress reports; through an
-    HTTP proxy (HTTP_PROXY / HTTPS_PROXY) it goes by httpx."""
+    """PUT the file `path` as the raw body of `url` (with query `params`, and its sha256
+    declared in DIGEST_HEADER) on `server`; the server's JSON answer. The body is sized
+    (Content-Length, never chunked) and its bytes are copied by the kernel (socket.sendfile),
+    SEND_BYTES between progress reports; through an HTTP proxy (HTTP_PROXY / HTTPS_PROXY) it
+    goes by httpx."""
     address = f"{server.rstrip('/')}{url}" + (f"?{urlencode(params)}" if params else "")
     headers = {"Content-Type": "application/octet-stream",
                "Content-Length": str(path.stat().st_size), **credentials.headers()}
     with path.open("rb") as file:
+        headers[DIGEST_HEADER] = hashlib.file_digest(file, "sha256").hexdigest()
+        file.seek(0)
         try:
             if _proxied(address):
                 return _put_by_httpx(server, url, file, params, headers, progress)
