@@ -2,6 +2,7 @@
 raw body of a PUT (no multipart form to build or parse)."""
 
 import argparse
+import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -13,6 +14,9 @@ from flipgate.gate_client import Credentials, answer, http_client
 from flipgate.progress import Progress, progress_bars
 
 CHUNK_BYTES = 1 << 20
+# the body's sha256, which the server checks: a bucket then takes the body at its address
+# (no staging copy), and a body changed on the way is refused (422 digest_mismatch)
+DIGEST_HEADER = "X-Flipgate-Sha256"
 READ_SECONDS, WRITE_SECONDS = 60.0, 300.0  # per read / per write of a chunk, not in all
 
 
@@ -27,12 +31,21 @@ def file_chunks(path: Path, progress: Progress | None = None) -> Iterator[bytes]
                 progress(sent, total)
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of the file, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    for chunk in file_chunks(path):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
 def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
              credentials: Credentials, progress: Progress | None = None) -> dict:
-    """PUT the file `path` as the raw body of `url` (with query `params`) on `server`; the
-    server's JSON answer."""
+    """PUT the file `path` as the raw body of `url` (with query `params`, and its sha256
+    declared in DIGEST_HEADER) on `server`; the server's JSON answer."""
     headers = {"Content-Type": "application/octet-stream",
-               "Content-Length": str(path.stat().st_size), **credentials.headers()}
+               "Content-Length": str(path.stat().st_size), DIGEST_HEADER: file_sha256(path),
+               **credentials.headers()}
     import httpx
 
     with http_client(server, httpx.Timeout(READ_SECONDS, write=WRITE_SECONDS)) as http:

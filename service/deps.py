@@ -17,6 +17,7 @@ from starlette.datastructures import State
 
 from flipgate.logits_scan import LogitsScan
 from flipgate.scores import PROBABILITIES
+from flipgate.upload_client import DIGEST_HEADER
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
@@ -25,6 +26,7 @@ from service.errors import Unauthorized, UnsupportedMediaType
 from service.outbox import enqueue_after_commit
 from service.schemas import ErrorBody
 from service.storage import ArtifactStore, StagedFile
+from service.storage.base import check_address
 
 bearer = HTTPBearer(auto_error=False, description="an API token, or FLIPGATE_ADMIN_TOKEN")
 
@@ -53,21 +55,27 @@ def raw_body(filename: str, *, logits: bool = False) -> Any:
     to the staging file `filename` and hashed (and with `logits`, scanned: LogitsScan) in
     one pass, at most FLIPGATE_MAX_UPLOAD_MB (413 beyond); removed after the answer.
     Logits (but probabilities, which are rewritten as their logs) go to the store's
-    `receive`: streamed into the bucket of an S3 store, checked from their scan. Another
-    type is 415 `unsupported_media_type`, unread. Routes that take it add RAW_BODY_ROUTE to
-    their decorator."""
+    `receive`: streamed into the bucket of an S3 store, checked from their scan. A body
+    whose sha256 is not the one its X-Flipgate-Sha256 header declares is 422
+    `digest_mismatch` (a malformed one `invalid_sha256`, unread). Another type is 415
+    `unsupported_media_type`, unread. Routes that take it add RAW_BODY_ROUTE to their
+    decorator."""
 
     async def staged(request: Request) -> AsyncIterator[StagedFile]:
         content_type = request.headers.get("content-type", "").partition(";")[0]
         if content_type.strip().lower() != RAW_BODY_TYPE:
             raise UnsupportedMediaType("unsupported_media_type", f"send the file as the "
                                        f"request body with Content-Type: {RAW_BODY_TYPE}")
+        declared = request.headers.get(DIGEST_HEADER)
+        if declared is not None:
+            check_address(declared)
         store: ArtifactStore = request.app.state.store
         streamed = logits and request.query_params.get("scores") != PROBABILITIES
         receive = store.receive if streamed else store.stage_chunks
         async with receive(request.stream(), filename=filename,
                            max_bytes=request.app.state.settings.max_upload_bytes,
-                           scan=LogitsScan() if logits else None) as staged_file:
+                           scan=LogitsScan() if logits else None,
+                           declared=declared) as staged_file:
             yield staged_file
 
     return Depends(staged)

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from flipgate.logits_scan import LogitsScan
+from flipgate.upload_client import DIGEST_HEADER
 from service.errors import InvalidInput, PayloadTooLarge
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
@@ -34,8 +35,9 @@ class StoredArtifact:
 class StagedFile:
     """An upload received and hashed (for logits, scanned: checks and argmax) in one pass:
     written to the local staging file `path`, or (path None) streamed into the store's
-    staging object `key`, of which `head` (its first HEAD_BYTES) and `size` are kept for the
-    header checks."""
+    multipart `upload` to `key` (its address when the client declared the digest, else a
+    staging key), of which `head` (its first HEAD_BYTES) and `size` are kept for the header
+    checks."""
 
     path: Path | None
     sha256: str
@@ -43,6 +45,7 @@ class StagedFile:
     size: int = 0
     head: bytes = b""
     key: str | None = None
+    upload: Any = None
 
 
 class ArtifactStore(ABC):
@@ -142,11 +145,12 @@ class ArtifactStore(ABC):
 
     @asynccontextmanager
     async def stage_chunks(self, chunks: AsyncIterator[bytes], *, filename: str,
-                           max_bytes: int,
-                           scan: LogitsScan | None = None) -> AsyncIterator[StagedFile]:
+                           max_bytes: int, scan: LogitsScan | None = None,
+                           declared: str | None = None) -> AsyncIterator[StagedFile]:
         """`stage` for a body that arrives as chunks (a raw request body): written, hashed
         and fed to `scan` as it comes, a megabyte at a time off the event loop, in one
-        pass."""
+        pass; refused (422 `digest_mismatch`) unless its sha256 is the one the client
+        `declared`, if it did."""
         with self.scratch() as folder:
             path, digest = folder / filename, hashlib.sha256()
             with path.open("wb") as handle:
@@ -158,17 +162,27 @@ class ArtifactStore(ABC):
                         scan.feed(data)
 
                 size = await receive_batches(chunks, keep, max_bytes)
-            yield StagedFile(path, digest.hexdigest(), scan, size=size)
+            yield StagedFile(path, check_declared(digest.hexdigest(), declared), scan,
+                             size=size)
 
     @asynccontextmanager
     async def receive(self, chunks: AsyncIterator[bytes], *, filename: str, max_bytes: int,
-                      scan: LogitsScan | None = None) -> AsyncIterator[StagedFile]:
+                      scan: LogitsScan | None = None,
+                      declared: str | None = None) -> AsyncIterator[StagedFile]:
         """A raw body whose checks need only `scan`, its head and its size: streamed into
         the store where it takes streams (S3), else staged (`stage_chunks`); `put_staged`
         stores it, and whatever is not stored by then is discarded afterwards."""
         async with self.stage_chunks(chunks, filename=filename, max_bytes=max_bytes,
-                                     scan=scan) as staged:
+                                     scan=scan, declared=declared) as staged:
             yield staged
+
+
+def check_declared(sha256: str, declared: str | None) -> str:
+    """The digest of an upload, unless the client declared another (422)."""
+    if declared is not None and declared != sha256:
+        raise InvalidInput("digest_mismatch", f"the body's sha256 is {sha256}, not the "
+                           f"{declared} its {DIGEST_HEADER} header declares")
+    return sha256
 
 
 def check_address(sha256: str) -> str:

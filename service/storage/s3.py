@@ -31,6 +31,7 @@ from service.storage.base import (
     StagedFile,
     StoredArtifact,
     check_address,
+    check_declared,
     file_sha256,
     receive_batches,
 )
@@ -40,7 +41,9 @@ from service.storage.local import remove_idle
 
 PART_BYTES = 8 << 20  # a streamed upload's parts (S3's least is 5 MiB but for the last)
 PARTS_IN_FLIGHT = 4  # parts of one upload being sent at once: memory <= 5 parts per upload
-COPY_PART_BYTES = 256 << 20  # a larger object is copied part by part (UploadPartCopy)
+# a larger object is copied part by part (UploadPartCopy), each part a call that must answer
+# within the timeout (SeaweedFS on a busy machine took 7 s for a 256 MiB part)
+COPY_PART_BYTES = 32 << 20
 ABORT_WAIT_SECONDS = 2.0  # a failed upload's answer waits this long at most for its abort
 DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's most)
 ATTEMPTS = 2  # tries of each call (botocore's standard retry mode)
@@ -99,18 +102,28 @@ class S3Store(ArtifactStore):
             self._upload(readable, self.key(sha256), BUNDLE_KIND)
 
     def put_staged(self, staged: StagedFile) -> None:
-        if staged.key is None:
+        """A streamed upload is completed now that it has passed its checks: at its address
+        with If-None-Match: * when the client declared its digest, else at its staging key
+        and then copied to its address."""
+        address = self.key(staged.sha256)
+        if staged.upload is None:
             self.put_file(staged.path, staged.sha256)
+        elif staged.key == address:
+            self._unless_there(lambda: staged.upload.complete(if_none_match=True))
         else:
-            self._copy(staged.key, self.key(staged.sha256), staged.size)
+            staged.upload.complete()
+            self._copy(staged.key, address, staged.size)
 
     @asynccontextmanager
     async def receive(self, chunks: AsyncIterator[bytes], *, filename: str, max_bytes: int,
-                      scan: LogitsScan | None = None) -> AsyncIterator[StagedFile]:
-        """Streamed into a multipart upload of a staging object while it is hashed and
-        scanned (a part at a time, sent off the event loop); the upload is aborted if the
-        body fails or stops, the staging object deleted once the request is done."""
-        key = f"{self.prefix}staging/{uuid.uuid4().hex}"
+                      scan: LogitsScan | None = None,
+                      declared: str | None = None) -> AsyncIterator[StagedFile]:
+        """Streamed into a multipart upload while it is hashed and scanned (a part at a
+        time, sent off the event loop): to its address when the client `declared` its
+        digest (checked at the end), else to a staging key. Nothing is visible until
+        `put_staged` completes it; an upload not completed by the end of the request (a
+        body that failed or stopped, a refusal) is aborted, a staging object deleted."""
+        key = self.key(declared) if declared else f"{self.prefix}staging/{uuid.uuid4().hex}"
         upload = await anyio.to_thread.run_sync(functools.partial(
             MultipartUpload, self._call, bucket=self.bucket, key=key))
         digest, head = hashlib.sha256(), bytearray()
@@ -124,17 +137,15 @@ class S3Store(ArtifactStore):
 
         try:
             size = await receive_batches(chunks, keep, max_bytes)
-            await anyio.to_thread.run_sync(upload.complete)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await _abort(upload)
-            raise
-        try:
-            yield StagedFile(None, digest.hexdigest(), scan, size=size, head=bytes(head),
-                             key=key)
+            await anyio.to_thread.run_sync(upload.send_all)
+            yield StagedFile(None, check_declared(digest.hexdigest(), declared), scan,
+                             size=size, head=bytes(head), key=key, upload=upload)
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._delete_quietly, [key])
+                if not upload.completed:
+                    await _abort(upload)
+                elif not declared:
+                    await anyio.to_thread.run_sync(self._delete_quietly, [key])
 
     def entries(self) -> Iterator[tuple[str, float]]:
         start = f"{self.prefix}sha256/"
@@ -200,9 +211,9 @@ class S3Store(ArtifactStore):
             while chunk := readable.read(PART_BYTES):
                 upload.write(chunk)
             self._unless_there(lambda: upload.complete(if_none_match=True))
-        except BaseException:
-            upload.abort()
-            raise
+        finally:
+            if not upload.completed:  # failed, or the object was there (412)
+                upload.abort()
 
     def _copy(self, source: str, target: str, size: int) -> None:
         """Copy an object within the bucket to `target` unless something is there: one
@@ -220,9 +231,9 @@ class S3Store(ArtifactStore):
         try:
             upload.copy_parts(copied, size, COPY_PART_BYTES)
             self._unless_there(lambda: upload.complete(if_none_match=True))
-        except BaseException:
-            upload.abort()
-            raise
+        finally:
+            if not upload.completed:  # failed, or the object was there (412)
+                upload.abort()
 
     def _unless_there(self, write: Callable[[], Any]) -> None:
         """Run a conditional write; 412 (the object is there: the same bytes) is success."""
@@ -303,7 +314,7 @@ class MultipartUpload:
         self.call, self.bucket, self.key = call, bucket, key
         self.upload_id = call("create_multipart_upload", Bucket=bucket, Key=key,
                               Metadata=metadata or {})["UploadId"]
-        self.buffer, self.sent = bytearray(), []
+        self.buffer, self.sent, self.completed = bytearray(), [], False
 
     def write(self, data: bytes) -> None:
         self.buffer += data
@@ -320,17 +331,24 @@ class MultipartUpload:
                 PartNumber=number, CopySource=source,
                 CopySourceRange=byte_range)["CopyPartResult"]["ETag"])
 
-    def complete(self, *, if_none_match: bool = False) -> None:
-        """Send what is left as the last part and complete the upload (with If-None-Match:
-        * when asked: 412 when an object is there)."""
+    def send_all(self) -> None:
+        """Send what is left as the last part, and wait until every part is stored."""
         if self.buffer or not self.sent:
             self._send(bytes(self.buffer))
             self.buffer = bytearray()
+        for future in self.sent:
+            future.result()
+
+    def complete(self, *, if_none_match: bool = False) -> None:
+        """Complete the upload (with If-None-Match: * when asked: 412 when an object is
+        there, and the upload is left to `abort`)."""
+        self.send_all()
         parts = [{"ETag": future.result(), "PartNumber": number}
                  for number, future in enumerate(self.sent, start=1)]
         extra = {"IfNoneMatch": "*"} if if_none_match else {}
         self.call("complete_multipart_upload", Bucket=self.bucket, Key=self.key,
                   UploadId=self.upload_id, MultipartUpload={"Parts": parts}, **extra)
+        self.completed = True
 
     def abort(self) -> None:
         """Give the upload up (its parts are dropped); a store that cannot be reached now

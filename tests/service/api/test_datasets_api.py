@@ -90,3 +90,10 @@ def test_a_raw_body_of_another_type_or_too_large_is_refused(registered, client, 
     assert error_code(huge, 413) == "payload_too_large"
     assert not any(client.app.state.store.staging.iterdir())  # nothing left half-written
     assert (client.get("/models/digits").json(), client.get("/evalsets").json()) == before
+
+
+def test_a_raw_body_whose_declared_digest_differs_is_refused(client, npz_file):
+    response = client.put("/evalsets/eval", content=npz_file().read_bytes(), headers={
+        "Content-Type": "application/octet-stream", "X-Flipgate-Sha256": "0" * 64})
+    assert error_code(response, 422) == "digest_mismatch"
+    assert client.get("/evalsets").json() == []

@@ -2,12 +2,14 @@
 and is checked as the local store checks it; a store that cannot be reached is 503 with
 nothing kept; /readyz names its error type only."""
 
+import hashlib
 import time
 
 import numpy as np
 import pytest
 from sqlalchemy import select
 
+from flipgate.upload_client import DIGEST_HEADER
 from service.predictions.models import Prediction
 from service.storage import open_store
 from service.storage.s3 import ATTEMPTS
@@ -55,6 +57,36 @@ def test_a_raw_put_of_logits_streams_into_the_bucket_once(client, registered, s3
     assert not (settings.data_dir / "artifacts").exists()  # nothing on the API's disk
     path = store.local_path(stored.json()["logits_sha256"])  # read back through the cache
     assert np.array_equal(np.load(path, mmap_mode="r"), logits)
+
+
+def test_logits_whose_digest_is_declared_stream_to_their_address(client, registered, s3,
+                                                                 s3_prefix):
+    """No staging key and no copy; the same bytes again complete nothing (412) and leave no
+    upload behind."""
+    body = npy_bytes(np.random.default_rng(1).normal(size=(30, 3)).astype(np.float32))
+    declared = {DIGEST_HEADER: hashlib.sha256(body).hexdigest()}
+    for _ in range(2):
+        response = client.put(URL, params={"evalset": "eval"}, content=body, headers={
+            "Content-Type": "application/octet-stream", **declared})
+        assert response.status_code in (200, 201), response.text
+        assert response.json()["logits_sha256"] == declared[DIGEST_HEADER]
+        assert s3.incomplete_uploads(s3_prefix) == []
+        assert client.app.state.store.key(declared[DIGEST_HEADER]) in s3.keys(s3_prefix)
+        assert not any("/staging/" in key for key in s3.keys(s3_prefix))
+
+
+@pytest.mark.parametrize(("declared", "code"), [
+    (hashlib.sha256(b"other bytes").hexdigest(), "digest_mismatch"),
+    ("not-a-digest", "invalid_sha256")])
+def test_a_wrong_declared_digest_is_refused_and_stores_nothing(client, registered, s3,
+                                                               s3_prefix, declared, code):
+    before = s3.keys(s3_prefix)
+    response = client.put(URL, params={"evalset": "eval"},
+                          content=npy_bytes(np.zeros((30, 3), np.float32)),
+                          headers={"Content-Type": "application/octet-stream",
+                                   DIGEST_HEADER: declared})
+    assert error_code(response, 422) == code
+    assert s3.keys(s3_prefix) == before and s3.incomplete_uploads(s3_prefix) == []
 
 
 def fortran(array: np.ndarray) -> np.ndarray:
