@@ -1,9 +1,10 @@
-"""A stopped or frozen S3 store answers and stores nothing: `flipgate serve --api-only`
-(SQLite, the folder broker) as a process, on a SeaweedFS of its own (tests/s3server.py) that
-the tests stop and restart, or freeze (SIGSTOP: connections accepted, never answered) and
-thaw. Each upload (a multipart eval set, staged locally, and a raw PUT of logits, streamed
-into the store) answers 503 `storage_unavailable` with Retry-After within the documented
-bound and leaves no row and no artifact; /readyz names the store failed without naming the
+"""`flipgate serve --api-only` (SQLite, the folder broker) as a process, on a SeaweedFS of its
+own (tests/s3server.py). Its memory during a large raw PUT into the bucket stays within a few
+of the upload's parts. A stopped or frozen store answers and stores nothing: the tests stop
+and restart it, or freeze it (SIGSTOP: connections accepted, never answered) and thaw it.
+Each upload (a multipart eval set, staged locally, and a raw PUT of logits, streamed into
+the store) answers 503 `storage_unavailable` with Retry-After within the documented bound
+and leaves no row and no artifact; /readyz names the store failed without naming the
 bucket, host or prefix; once the store is back, the API serves again. (A refused key and a
 client gone mid-upload: tests/service/api/test_s3_store_api.py, tests/load/.)"""
 
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 from flipgate.processes import free_port
+from service.storage.s3 import PART_BYTES, PARTS_IN_FLIGHT
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
 from tests.s3server import S3Server, s3_server
 
@@ -33,6 +35,7 @@ BOUND_SECONDS = 2 * TIMEOUT_SECONDS + 1 + 2
 SLACK_SECONDS = 2.0  # a loaded 2-core machine's scheduling, not the store's
 ROWS, CLASSES = 2000, 10
 PREFIX = "faults-prefix"
+LARGE_MIB = 256
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
@@ -49,13 +52,16 @@ class Api:
 
     client: httpx.Client
     database: Path
+    pid: int
 
     def rows(self) -> tuple[int, int]:
-        """(eval sets named `lost`, predictions) in the database."""
+        """(eval sets named `lost`, predictions on the eval set `faults`) in the database."""
         with closing(sqlite3.connect(self.database)) as connection:
             return (connection.execute("SELECT count(*) FROM datasets WHERE name = 'lost'")
                     .fetchone()[0],
-                    connection.execute("SELECT count(*) FROM predictions").fetchone()[0])
+                    connection.execute("SELECT count(*) FROM predictions JOIN datasets ON "
+                                       "predictions.dataset_id = datasets.id WHERE "
+                                       "datasets.name = 'faults'").fetchone()[0])
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +73,12 @@ def served(store, tmp_path_factory) -> Iterator[Api]:
     env = flipgate_env(FLIPGATE_DATA_DIR=str(folder / "data"), FLIPGATE_ADMIN_TOKEN=TOKEN,
                        FLIPGATE_STORE_TIMEOUT_SECONDS=str(TIMEOUT_SECONDS), **SHARED_KEYS,
                        **store.flipgate_env(PREFIX))
-    with (flipgate_process(["serve", "--api-only", "--port", str(port)], env, folder),
+    with (flipgate_process(["serve", "--api-only", "--port", str(port)], env, folder) as process,
           httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,
                        headers={"Authorization": f"Bearer {TOKEN}"}) as client):
         wait_for(lambda: answers(client), "/healthz")
         register(client)
-        yield Api(client, folder / "data" / "flipgate.db")
+        yield Api(client, folder / "data" / "flipgate.db", process.pid)
 
 
 def answers(client: httpx.Client) -> bool:
@@ -146,6 +152,47 @@ def assert_nothing_stored(running: Api, store: S3Server, keys_before: list[str])
     new = set(store.keys()) - set(keys_before)
     assert all(key.startswith(f"{PREFIX}/staging/") for key in new), new
     assert all(key.startswith(f"{PREFIX}/staging/") for key in store.incomplete_uploads())
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A process's peak resident memory (VmHWM) in MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("VmHWM"))) / 1024
+
+
+def write_logits(path: Path, rows: int, classes: int) -> Path:
+    """A float32 (rows, classes) .npy written a block at a time."""
+    header = {"descr": "<f4", "fortran_order": False, "shape": (rows, classes)}
+    block = np.random.default_rng(0).normal(size=(4096, classes)).astype(np.float32)
+    with path.open("wb") as file:
+        np.lib.format.write_array_header_2_0(file, header)
+        for start in range(0, rows, len(block)):
+            file.write(block[:rows - start].tobytes())
+    return path
+
+
+def test_the_apis_memory_during_a_large_streamed_upload_stays_within_a_few_parts(
+        served, tmp_path):
+    """A 256 MiB raw PUT into the bucket raises the API's peak RSS by less than twice the
+    parts in flight and the one being filled (their bytes, and the copy a request body is
+    made of), however large the upload (benchmarks/store_bench.py: 2 GiB)."""
+    rows, classes = LARGE_MIB * 2**20 // 4000, 1000
+    evalset = io.BytesIO()
+    np.savez(evalset, x=np.zeros((rows, 1), np.float32), y=np.arange(rows) % classes)
+    assert served.client.post("/evalsets", data={"name": "large"},
+                              files={"data": ("large.npz", evalset.getvalue())}).is_success
+    assert served.client.post("/models", data={"name": "large", "version": "1",
+                                               "num_classes": str(classes)}).is_success
+    logits = write_logits(tmp_path / "large.npy", rows, classes)
+    before = peak_rss_mib(served.pid)
+    with logits.open("rb") as body:
+        stored = served.client.put("/models/large/versions/1/predictions",
+                                   params={"evalset": "large"}, content=body,
+                                   headers={"Content-Type": "application/octet-stream"})
+    assert stored.status_code == 201, stored.text
+    parts = 2 * (PARTS_IN_FLIGHT + 1)
+    assert peak_rss_mib(served.pid) - before < parts * PART_BYTES / 2**20
 
 
 FAULTS = {"stopped": (S3Server.stop, S3Server.start),
