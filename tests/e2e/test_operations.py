@@ -48,7 +48,7 @@ WRONG_TOKEN = "fg_ops-wrong-token-1a2b3c4d"
 CALLBACK_TOKEN = "ops-callback-query-token-77aa"  # in the query of a callback URL
 GATE_REQUEST_ID = "ci-run-42.block"
 FEATURES, CLASSES, SAMPLES = 4, 3, 300
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+pytestmark = pytest.mark.slow
 
 
 class Receiver(BaseHTTPRequestHandler):
