@@ -3,7 +3,7 @@
 multiprocess mode as `serve` sets it up) and one without (FLIPGATE_METRICS=false), requests
 interleaved in one run, the order alternating every round.
 
-    python benchmarks/metrics_overhead_bench.py [--requests 3000]
+    python benchmarks/metrics_overhead_bench.py [--requests 5000]
 
 Both servers log their access lines alike (the request id and the line are not the metrics'
 cost); the line has three versions, so the answer is a real query. Printed: p50 and p99 of
@@ -72,7 +72,7 @@ def percentile(times: list[float], q: float) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=3000, help="per server, after warm-up")
+    parser.add_argument("--requests", type=int, default=5000, help="per server, after warm-up")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         clients = {name: stack.enter_context(server(Path(folder) / name, metrics))

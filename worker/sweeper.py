@@ -38,7 +38,7 @@ from service.outbox import enqueue_after_commit
 FIRST_RESTART_SECONDS, LAST_RESTART_SECONDS, STEADY_SECONDS = 1.0, 30.0, 60.0
 WATCH_SECONDS = 0.5  # how often the supervisor looks at its sweeper
 BEAT_SECONDS = 10.0  # how often a worker's beat is written (the metrics' workers alive)
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("worker.sweeper")  # not __main__ when run with -m
 
 
 def has_work(session: Session, settings: Settings) -> bool:

@@ -5,6 +5,7 @@ count are final: a job, a decision or a callback that has ended never changes ag
 the dependencies this API process reaches (the /readyz checks) and the build."""
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -26,7 +27,7 @@ from service import health
 from service.callbacks.models import Callback, CallbackState
 from service.db import read_only, utcnow
 from service.gate.models import Decision, Verdict
-from service.jobs.models import Job, JobDependency, JobState, WorkerBeat
+from service.jobs.models import Job, JobDependency, JobKind, JobState, WorkerBeat
 
 FINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 FINAL_VERDICTS = (Verdict.APPROVE, Verdict.BLOCK)
@@ -93,10 +94,12 @@ def job_figures(session: Session) -> Iterator[Metric]:
                                 "or for the jobs they need), by kind", labels=["kind"])
     running = GaugeMetricFamily("flipgate_jobs_running", "Jobs running now, by kind",
                                 labels=["kind"])
-    for kind, state, count in session.execute(
-            select(Job.kind, Job.state, func.count()).where(
-                Job.state.in_((JobState.QUEUED, JobState.RUNNING))).group_by(Job.kind, Job.state)):
-        (waiting if state == JobState.QUEUED else running).add_metric([kind], count)
+    open_jobs = Counter({(kind, state): count for kind, state, count in session.execute(
+        select(Job.kind, Job.state, func.count()).where(
+            Job.state.in_((JobState.QUEUED, JobState.RUNNING))).group_by(Job.kind, Job.state))})
+    for kind in JobKind:  # every kind, 0 included: a panel or rule sees an empty queue
+        waiting.add_metric([kind], open_jobs[(kind, JobState.QUEUED)])
+        running.add_metric([kind], open_jobs[(kind, JobState.RUNNING)])
     yield waiting
     yield running
     yield histogram(session, "flipgate_job_duration_seconds", "Run time of the jobs that "

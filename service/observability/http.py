@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.observability.context import HEADER, request_id_bound, request_id_from
 
 UNMATCHED = "unmatched"  # the route label of a path no route matches (a 404)
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 AUTH_STATUSES = frozenset({401, 403})
 ADMISSION_CODES = frozenset({"server_busy", "payload_too_large", "body_too_slow"})
 ADMISSION_STATUSES = frozenset({408, 413, 503})
@@ -115,7 +116,8 @@ def template_pattern(template: str) -> re.Pattern[str]:
 
 def record(scope: Scope, answer: Answer, seconds: float, counting: bool) -> None:
     """Count and time one answered request, and write its access line."""
-    method, route, status = scope["method"], route_of(scope), answer.status
+    method = scope["method"] if scope["method"] in METHODS else "other"  # clients pick it
+    route, status = route_of(scope), answer.status
     if counting:
         count(method, route, status, answer.code, seconds)
     access.info("%s %s %s %.1f ms", method, scope["path"], status, seconds * 1000,

@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("opentelemetry.instrumentation.fastapi")
+pytestmark = pytest.mark.slow  # a fresh interpreter imports the app and the worker's tasks
 
 SCRIPT = """
     import json, sys

@@ -41,6 +41,19 @@ def test_only_a_metrics_or_admin_token_scrapes_and_a_metrics_token_does_nothing_
     assert figures(client)  # the admin's token too
 
 
+def test_a_label_never_holds_what_a_client_chose(client):
+    """A method a client makes up is counted as `other`, a path by its route's template."""
+    assert client.request("BREW", "/models/a-line-named-by-a-client").status_code == 405
+    assert client.get("/a/path/no/route/serves").status_code == 404
+    labels = {labels for name, labels in figures(client) if name == "flipgate_http_requests_total"}
+    assert frozenset({("method", "other"), ("route", "/models/{name}"),
+                      ("status", "405")}) in labels
+    assert frozenset({("method", "GET"), ("route", "unmatched"), ("status", "404")}) in labels
+    assert not [labels for labels in labels if {"BREW", "/a/path/no/route/serves",
+                                                "/models/a-line-named-by-a-client"}
+                & {value for _, value in labels}]
+
+
 def test_the_work_figures_are_computed_from_the_rows(client, db):
     now = utcnow()
     with db() as session:
