@@ -116,6 +116,12 @@ def ui_line(line: str, evalset: str | None = None) -> str:
     return f"{UI}/lines/{quote(line, safe='')}{query}"
 
 
+def ui_disagreements(line: str, old: str, new: str, evalset: str, export_format: str) -> str:
+    """The disagreements' export of a traffic pair, for a signed-in person."""
+    return (f"{ui_line(line)}/pairs/{quote(old, safe='')}/{quote(new, safe='')}/disagreements"
+            f"?{urlencode({'evalset': evalset, 'format': export_format})}")
+
+
 def ui_pair(line: str, old: str, new: str, evalset: str | None) -> str:
     """The dashboard's page of the pair old → new of a line."""
     return (f"{ui_line(line)}/pairs/{quote(old, safe='')}/"

@@ -48,8 +48,6 @@ def compare(
     return JSONResponse(report)
 
 
-EXPORT_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8",
-                "label-studio": "application/json"}
 
 
 @router.get("/compare/{old}/{new}/disagreements", response_class=Response, dependencies=[READ],
@@ -71,7 +69,7 @@ def disagreements(
                                      export_format=export_format)
     if exported is None:
         return compare(old, new, evalset, session, store)
-    return Response(exported, media_type=EXPORT_TYPES[export_format])
+    return Response(exported, media_type=service.EXPORT_TYPES[export_format])
 
 
 @router.post("/compare/{old}/{new}", response_class=Response, dependencies=[READ],

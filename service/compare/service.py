@@ -135,6 +135,10 @@ def stored_html(*, session: Session, store: ArtifactStore, pair: Pair) -> bytes:
         return readable.read()
 
 
+EXPORT_TYPES = {"json": "application/json", "csv": "text/csv; charset=utf-8",
+                "label-studio": "application/json"}  # the export's media type by format
+
+
 def stored_export(*, session: Session, store: ArtifactStore, pair: Pair,
                   export_format: str) -> bytes | None:
     """The disagreements' export of a pair measured on a traffic set, in `export_format`

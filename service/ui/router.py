@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Request
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
 from flipgate.reporting.html import stored_body
 from service import urls
+from service.compare.service import EXPORT_TYPES, resolve_pair, stored_export
 from service.config import Settings
 from service.db import read_only, session_scope
 from service.deps import CommittingRoute
@@ -194,6 +195,26 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
                   images=images, flips=flips, page=page,
                   pages=pages, per_page=FLIPS_PER_PAGE,
                   gallery_css=Markup(GALLERY_CSS))
+
+
+@router.get("/lines/{name}/pairs/{old}/{new}/disagreements")
+def disagreements(request: Request, who: SignedIn, session: ReadSession, name: str, old: str,
+                  new: str, evalset: str,
+                  export_format: Annotated[Literal["json", "csv", "label-studio"],
+                                           Query(alias="format")] = "json") -> Response:
+    """The disagreements' export of a pair on a traffic set (what the API's
+    /compare/{old}/{new}/disagreements answers), for the decision page's links."""
+    try:
+        pair = resolve_pair(session=session, old=f"{name}:{old}", new=f"{name}:{new}",
+                            evalset=evalset)
+        exported = stored_export(session=session, store=request.app.state.store, pair=pair,
+                                 export_format=export_format)
+    except NotFound as error:
+        return not_found(request, who, error)
+    if exported is None:
+        return not_found(request, who, NotFound("not_measured", f"{name}:{old} → {name}:{new} "
+                                                f"is not measured on {evalset!r} yet"))
+    return Response(exported, media_type=EXPORT_TYPES[export_format])
 
 
 LABELS_ONLY_GALLERY = ('<p class="muted">A side of this pair is known by its predicted labels '

@@ -40,6 +40,8 @@ def app(tmp_path_factory):
     ("GET", urls.ui_decision(7)),
     ("GET", urls.ui_line("a line", "ev")),
     ("GET", urls.ui_pair("a line", "1.0", "2.0", "ev")),
+    ("GET", urls.ui_disagreements("a line", "1.0", "2.0", "ev", "csv")),
+    ("GET", urls.disagreements("l:1.0", "l:2.0", "ev")),
     ("GET", urls.on("https://gate.example/", urls.ui_decision(7))),
 ])
 def test_each_built_address_is_a_route_of_the_app(app, method, address):

@@ -191,8 +191,9 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
     for other in ("/ui/lines/digits", f"/ui/lines/digits/pairs/old/new?evalset={TRAFFIC}"):
         assert client.get(other).status_code == 200, other
     assert f'<td class="num" data-key="labelled">{half.size}</td>' in page
-    assert (f'href="/compare/{OLD}/{NEW}/disagreements?evalset={TRAFFIC}&amp;format=label-studio"'
-            in page and "waits for labels" in page)
+    link = f"/ui/lines/digits/pairs/old/new/disagreements?evalset={TRAFFIC}&format=label-studio"
+    assert f'href="{link.replace("&", "&amp;")}"' in page and "waits for labels" in page
+    assert [task["data"]["index"] for task in client.get(link).json()] == order.tolist()
     import_labels(client, npz_bytes(index=rest, y=digits.truth[rest]))
     final = client.get(f"/gate/decisions/{decision}").json()
     true_nfr = count_flips(digits.old_pred, digits.new_pred, digits.truth).rates()["nfr"]
