@@ -32,6 +32,10 @@ from flipgate.processes import stop_process
 
 READY_SECONDS = 30
 GRPC_OFFSET = 10000  # SeaweedFS's gRPC port for a component on port P is P + 10000
+# the keys every API process and worker of an S3-backed server shares (required with S3)
+SHARED_KEYS = {"secret_key": "suite-secret-key-" + "s" * 16,
+               "session_key": "suite-session-key-" + "k" * 16}
+SHARED_KEYS_ENV = {f"FLIPGATE_{name.upper()}": value for name, value in SHARED_KEYS.items()}
 REGION = "us-east-1"
 # Components that listen on PORT and PORT + 10000, and the metrics listeners (PORT only).
 GRPC_COMPONENTS = ("master", "volume", "filer", "s3", "admin")
@@ -104,8 +108,10 @@ class S3Server:
                 "AWS_SHARED_CREDENTIALS_FILE": nowhere, "AWS_EC2_METADATA_DISABLED": "true"}
 
     def flipgate_env(self, prefix: str = "", secret_key: str | None = None) -> dict[str, str]:
-        """The environment of a flipgate process whose artifact store is this bucket."""
-        return {**self.aws_env(secret_key), "FLIPGATE_ARTIFACT_STORE": self.store_url(prefix)}
+        """The environment of a flipgate process whose artifact store is this bucket, with
+        the keys every process of such a server must share."""
+        return {**self.aws_env(secret_key), "FLIPGATE_ARTIFACT_STORE": self.store_url(prefix),
+                **SHARED_KEYS_ENV}
 
     def client(self):
         """A boto3 S3 client of this server (checksums only where S3 requires them)."""

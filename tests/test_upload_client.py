@@ -15,7 +15,7 @@ import pytest
 
 from flipgate.errors import InputError
 from flipgate.gate_client import Credentials
-from flipgate.upload_client import SEND_BYTES, put_file
+from flipgate.upload_client import CHUNK_BYTES, put_file
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -57,7 +57,7 @@ def server() -> Iterator[str]:
 @pytest.fixture
 def big_file(tmp_path) -> Path:
     path = tmp_path / "logits.npy"
-    path.write_bytes(os.urandom(2 * SEND_BYTES + 12345))
+    path.write_bytes(os.urandom(2 * CHUNK_BYTES + 12345))
     return path
 
 

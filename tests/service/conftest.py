@@ -19,6 +19,7 @@ from service.db import create_db_engine
 from service.migrate import upgrade
 from service.storage import ArtifactStore, LocalStore, open_store
 from tests.conftest import linear_onnx
+from tests.s3server import SHARED_KEYS
 
 POSTGRES_URL = os.environ.get("FLIPGATE_TEST_DATABASE_URL",
                               "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -121,7 +122,8 @@ def s3_settings(s3, s3_prefix, tmp_path, monkeypatch) -> Settings:
     AWS chain pointed at it through the environment, as an operator would)."""
     for name, value in s3.aws_env().items():
         monkeypatch.setenv(name, value)
-    return Settings(data_dir=tmp_path / "s3-data", artifact_store=s3.store_url(s3_prefix))
+    return Settings(data_dir=tmp_path / "s3-data", artifact_store=s3.store_url(s3_prefix),
+                    **SHARED_KEYS)
 
 
 @pytest.fixture(params=["local", "s3"])

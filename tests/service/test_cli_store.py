@@ -16,6 +16,7 @@ from service.datasets.service import register_dataset
 from service.db import settings_session
 from service.migrate import upgrade
 from service.storage import ArtifactStore, bundle_sha256, open_store
+from tests.s3server import SHARED_KEYS
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +125,8 @@ def test_migrate_copies_a_local_store_into_a_bucket_and_resumes(registered, s3, 
         for name, value in s3.aws_env().items():
             patch.setenv(name, value)
         moved = open_store(Settings(data_dir=tmp_path / "another-host",
-                                    artifact_store=bucket["FLIPGATE_ARTIFACT_STORE"]))
+                                    artifact_store=bucket["FLIPGATE_ARTIFACT_STORE"],
+                                    **SHARED_KEYS))
         assert moved.local_path(evalset).read_bytes() == local.path(evalset).read_bytes()
         assert moved.model_path(bundle).read_bytes() == b"graph"
 
