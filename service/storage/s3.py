@@ -246,16 +246,15 @@ class S3Store(ArtifactStore):
                 raise
 
     def _head(self, key: str) -> dict | None:
-        try:
-            return self._call("head_object", Bucket=self.bucket, Key=key)
-        except ClientError as error:
-            if _code(error) in NOT_THERE:
-                return None
-            raise
+        return self._unless_missing("head_object", key)
 
     def _get(self, key: str) -> dict | None:
+        return self._unless_missing("get_object", key)
+
+    def _unless_missing(self, operation: str, key: str) -> dict | None:
+        """The answer of a read of the object `key`; None when there is none (404)."""
         try:
-            return self._call("get_object", Bucket=self.bucket, Key=key)
+            return self._call(operation, Bucket=self.bucket, Key=key)
         except ClientError as error:
             if _code(error) in NOT_THERE:
                 return None

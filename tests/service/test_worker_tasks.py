@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sqlalchemy import Engine
@@ -332,16 +333,28 @@ def test_a_shard_that_ends_without_logits_fails_the_parent(ctx, arrange, shard_s
     assert {job_row(ctx, shard).state for shard in shard_ids} == {JobState.CANCELLED}
 
 
-@pytest.fixture
-def s3_hosts(ctx, s3_settings, tmp_path, onnx_file, npz_file, monkeypatch):
-    """A version and an eval set registered through one host's S3 store (the API's), and the
-    worker's context on another host's (its own empty data and cache folders, the same
-    bucket); (the API's store, the worker's context, the job's params)."""
+def with_external_data(onnx_path: Path) -> Path:
+    """The model saved again with its weights in a data file beside it (a bundle)."""
+    folder = onnx_path.parent / "external"
+    folder.mkdir(exist_ok=True)
+    onnx.save_model(onnx.load(onnx_path), folder / "model.onnx", save_as_external_data=True,
+                    location="model.onnx.data", size_threshold=0)
+    return folder / "model.onnx"
+
+
+@pytest.fixture(params=["onnx", "bundle"])
+def s3_hosts(request, ctx, s3_settings, tmp_path, onnx_file, npz_file, monkeypatch):
+    """A version (a single .onnx, then one with external data: a bundle) and an eval set
+    registered through one host's S3 store (the API's), and the worker's context on another
+    host's (its own empty data and cache folders, the same bucket); (the API's store, the
+    worker's context, the job's params)."""
     api = open_store(s3_settings)
     line, evalset = f"line-{uuid.uuid4().hex[:8]}", f"set-{uuid.uuid4().hex[:8]}"
+    model = onnx_file(3, 0)
     with session_scope(ctx.sessions) as session:
-        version = register_version(session=session, store=api, line_name=line,
-                                   version="1", onnx_path=onnx_file(3, 0))
+        version = register_version(session=session, store=api, line_name=line, version="1",
+                                   onnx_path=model if request.param == "onnx"
+                                   else with_external_data(model))
         register_dataset(session=session, store=api, name=evalset, role=DatasetRole.EVAL,
                          npz_path=npz_file(40))
     worker = replace(ctx, store=open_store(s3_settings.model_copy(
@@ -362,6 +375,8 @@ def test_a_worker_sharing_no_disk_writes_its_logits_to_the_bucket(s3_hosts, onnx
             session=session, version_id=params["version_id"]))
         api.cache.discard([prediction.logits_sha256])  # the API reads it from the bucket
         logits = read_logits(store=api, prediction=prediction)
+        model = get_version(session=session, version_id=params["version_id"]).artifact_sha256
+    assert worker.store.cache.path(model).exists()  # the worker read the model via its cache
     expected = OnnxClassifier(onnx_file(3, 0)).predict(load_evalset(npz_file(40)).x)
     np.testing.assert_allclose(logits, expected, rtol=1e-5)
 

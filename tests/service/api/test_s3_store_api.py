@@ -26,6 +26,9 @@ from tests.service.api.conftest import (
 )
 
 URL = "/models/digits/versions/1.0/predictions"
+# what is tested here is the store's: one database is enough (the rows' rollback on a
+# refusal is the same on both, tests/service/api/test_datasets_api.py)
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
