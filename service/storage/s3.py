@@ -5,7 +5,6 @@ the host's cache (service.storage.cache). Credentials, region and endpoint come 
 standard AWS chain (boto3's), never from flipgate's settings."""
 
 import asyncio
-import ctypes
 import functools
 import hashlib
 import os
@@ -71,7 +70,6 @@ class S3Store(ArtifactStore):
         bucket, prefix = parse_store_url(settings.artifact_store)
         cache = ReadCache(settings.artifact_cache_dir, int(settings.cache_max_gb * 2**30))
         chain = tuple(os.environ.get(name) for name in AWS_CHAIN)
-        unmap_freed_parts()
         return cls(s3_client(settings.store_timeout_seconds, chain), bucket, prefix, cache)
 
     def key(self, sha256: str) -> str:
@@ -315,13 +313,28 @@ class MultipartUpload:
         self.call, self.bucket, self.key = call, bucket, key
         self.upload_id = call("create_multipart_upload", Bucket=bucket, Key=key,
                               Metadata=metadata or {})["UploadId"]
-        self.buffer, self.sent, self.completed = bytearray(), [], False
+        self.buffer, self.filled = bytearray(PART_BYTES), 0  # the part being filled
+        self.buffers: dict[futures.Future, bytearray] = {}  # a full part's, while it is sent
+        self.sent, self.completed = [], False
 
     def write(self, data: bytes) -> None:
-        self.buffer += data
-        while len(self.buffer) >= PART_BYTES:
-            self._send(bytes(self.buffer[:PART_BYTES]))
-            del self.buffer[:PART_BYTES]
+        """Copy `data` into the part being filled; a full part is sent from its buffer, which
+        is filled again once that part is stored: at most PARTS_IN_FLIGHT + 1 buffers, and
+        no allocation or copy per part but this one."""
+        view = memoryview(data)
+        while view:
+            taken = min(len(view), PART_BYTES - self.filled)
+            self.buffer[self.filled:self.filled + taken] = view[:taken]
+            self.filled, view = self.filled + taken, view[taken:]
+            if self.filled == PART_BYTES:
+                self._send(self.buffer)
+                self.buffers[self.sent[-1]] = self.buffer
+                self.buffer, self.filled = self._free_buffer(), 0
+
+    def _free_buffer(self) -> bytearray:
+        """The buffer of a part that has been sent, else a new one."""
+        sent = next((future for future in self.buffers if future.done()), None)
+        return bytearray(PART_BYTES) if sent is None else self.buffers.pop(sent)
 
     def copy_parts(self, source: dict[str, str], size: int, part_bytes: int) -> None:
         """The parts copied from the object `source` of `size` bytes (UploadPartCopy)."""
@@ -334,9 +347,9 @@ class MultipartUpload:
 
     def send_all(self) -> None:
         """Send what is left as the last part, and wait until every part is stored."""
-        if self.buffer or not self.sent:
-            self._send(bytes(self.buffer))
-            self.buffer = bytearray()
+        if self.filled or not self.sent:
+            self._send(bytes(self.buffer[:self.filled]))
+            self.filled = 0
         for future in self.sent:
             future.result()
 
@@ -361,7 +374,7 @@ class MultipartUpload:
             self.call("abort_multipart_upload", Bucket=self.bucket, Key=self.key,
                       UploadId=self.upload_id)
 
-    def _send(self, body: bytes) -> None:
+    def _send(self, body: bytes | bytearray) -> None:
         self._submit(lambda number: self.call(
             "upload_part", Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
             PartNumber=number, Body=body)["ETag"])
@@ -395,21 +408,6 @@ def parse_store_url(url: str) -> tuple[str, str]:
     bucket, _, prefix = url[5:].partition("/")
     prefix = prefix.strip("/")
     return bucket, f"{prefix}/" if prefix else ""
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-@functools.cache
-def unmap_freed_parts() -> None:
-    """Have glibc's malloc map every block of a megabyte or more on its own and unmap it when
-    it is freed. A streamed upload allocates its 8 MiB parts on several threads; under
-    glibc's default (a threshold that rises as such blocks are freed, up to 32 MiB) freed
-    parts stayed in the threads' arenas and the API's peak RSS crept up with the upload's
-    size (+104 MiB at 128 MiB, +219 MiB at 2 GiB; docs/benchmarks.md). Elsewhere (no glibc)
-    nothing changes."""
-    with suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 1 << 20)
 
 
 @functools.lru_cache(maxsize=8)
