@@ -112,6 +112,8 @@ def test_the_whole_flow_keeps_every_artifact_in_the_bucket(deployment, digits):
     assert repaired["verdict"] == "approve", repaired["reasons"]
     report = first.get("/compare/digits:1/digits:2", params={"evalset": "eval"})
     assert report.status_code == 200 and report.json()["n"] == 797
+    deployed = second.get("/models/digits/versions/1/artifact")  # what a deploy job fetches
+    assert deployed.status_code == 200 and deployed.content == digits["1"].read_bytes()
 
     with settings_session(Settings(database_url=deployment.database_url)) as session:
         referenced = referenced_artifacts(session=session)
