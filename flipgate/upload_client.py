@@ -23,6 +23,9 @@ CHUNK_BYTES = 1 << 20  # read and sent at a time (os.sendfile measured slower he
 # the body's sha256, which the server checks: a bucket then takes the body at its address
 # (no staging copy), and a body changed on the way is refused (422 digest_mismatch)
 DIGEST_HEADER = "X-Flipgate-Sha256"
+# on the server's /healthz: a declared digest saves its store a copy (an S3 bucket), so the
+# client hashes the file first; elsewhere it sends the body at once
+DIGEST_WANTED_HEADER = "X-Flipgate-Sha256-Wanted"
 READ_SECONDS, WRITE_SECONDS = 60.0, 300.0  # per read / per write of a chunk, not in all
 CONNECTIONS = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}
 TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
@@ -31,7 +34,8 @@ TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
              credentials: Credentials, progress: Progress | None = None) -> dict:
     """PUT the file `path` as the raw body of `url` (with query `params`, and its sha256
-    declared in DIGEST_HEADER) on `server`; the server's JSON answer. The body is sized
+    declared in DIGEST_HEADER when the server wants it) on `server`; the server's JSON
+    answer. The body is sized
     (Content-Length, never chunked) and goes out on a connection of the standard library,
     CHUNK_BYTES at a time (no HTTP client to import, no copy per chunk); through an HTTP proxy
     (HTTP_PROXY / HTTPS_PROXY) it goes by httpx."""
@@ -39,8 +43,9 @@ def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
     headers = {"Content-Type": "application/octet-stream",
                "Content-Length": str(path.stat().st_size), **credentials.headers()}
     with path.open("rb") as file:
-        headers[DIGEST_HEADER] = hashlib.file_digest(file, "sha256").hexdigest()
-        file.seek(0)
+        if wants_digest(server):
+            headers[DIGEST_HEADER] = hashlib.file_digest(file, "sha256").hexdigest()
+            file.seek(0)
         try:
             if _proxied(address):
                 return _put_by_httpx(server, url, file, params, headers, progress)
@@ -48,6 +53,17 @@ def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
         except TRANSPORT_ERRORS as error:
             raise InputError("unreachable", f"cannot reach {server}: "
                                f"{error or type(error).__name__}") from error
+
+
+def wants_digest(server: str) -> bool:
+    """Whether the server's /healthz says a declared digest saves it a copy (False when it
+    cannot be asked: the upload then reports what is wrong)."""
+    try:
+        with urllib.request.urlopen(f"{server.rstrip('/')}/healthz",
+                                    timeout=READ_SECONDS) as answer:
+            return answer.headers.get(DIGEST_WANTED_HEADER) == "1"
+    except (OSError, ValueError):
+        return False
 
 
 def _put_direct(address: str, file: BinaryIO, headers: dict[str, str],

@@ -8,10 +8,11 @@ from concurrent import futures
 from typing import Any
 
 import redis
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from flipgate.upload_client import DIGEST_WANTED_HEADER
 from service.deps import CommittingRoute
 
 BROKER_TIMEOUT_SECONDS = 1.0
@@ -24,8 +25,11 @@ router = APIRouter(tags=["health"], route_class=CommittingRoute)
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """The process is up."""
+def healthz(request: Request, response: Response) -> dict[str, str]:
+    """The process is up; DIGEST_WANTED_HEADER tells upload clients whether declaring a
+    raw body's sha256 saves the artifact store a copy."""
+    if request.app.state.store.declared_digest_saves_copy:
+        response.headers[DIGEST_WANTED_HEADER] = "1"
     return {"status": "ok"}
 
 

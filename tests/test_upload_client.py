@@ -3,6 +3,7 @@
 refuses before reading the body is answered with its own error. Directly, and through an
 HTTP proxy (the httpx path)."""
 
+import hashlib
 import json
 import os
 import threading
@@ -15,7 +16,12 @@ import pytest
 
 from flipgate.errors import InputError
 from flipgate.gate_client import Credentials
-from flipgate.upload_client import CHUNK_BYTES, put_file
+from flipgate.upload_client import (
+    CHUNK_BYTES,
+    DIGEST_HEADER,
+    DIGEST_WANTED_HEADER,
+    put_file,
+)
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -23,6 +29,13 @@ class Recorder(BaseHTTPRequestHandler):
     token before reading anything."""
 
     seen: ClassVar[list[dict]] = []
+    wants_digest: ClassVar[bool] = False  # what /healthz says
+
+    def do_GET(self) -> None:
+        if self.path != "/healthz":
+            return self.answer(404, {"error": {"code": "not_found", "message": self.path}})
+        self.extra = {DIGEST_WANTED_HEADER: "1"} if self.wants_digest else {}
+        return self.answer(200, {"status": "ok"})
 
     def do_PUT(self) -> None:
         if self.headers.get("Authorization") != "Bearer right":
@@ -38,6 +51,8 @@ class Recorder(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(content)))
         self.send_header("Connection", "close")
+        for name, value in getattr(self, "extra", {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(content)
 
@@ -96,3 +111,19 @@ def test_an_unreachable_server_is_unreachable(big_file, monkeypatch):
         put_file("http://127.0.0.1:9", "/evalsets/x", big_file, params={},
                  credentials=Credentials(token="right"))
     assert failed.value.code == "unreachable"
+
+
+@pytest.mark.parametrize("wanted", [False, True], ids=["not wanted", "wanted"])
+def test_the_digest_is_declared_only_when_the_server_wants_it(server, big_file, wanted):
+    """A server whose store saves a copy with it (its /healthz says so) gets the body's
+    sha256; any other gets the body at once, with no pass over the file before it."""
+    Recorder.seen.clear()
+    Recorder.wants_digest = wanted
+    try:
+        put_file(server, "/evalsets/e", big_file, params={},
+                 credentials=Credentials(token="right"))
+    finally:
+        Recorder.wants_digest = False
+    [request] = Recorder.seen
+    expected = hashlib.sha256(big_file.read_bytes()).hexdigest() if wanted else None
+    assert request["headers"].get(DIGEST_HEADER) == expected

@@ -54,6 +54,9 @@ class ArtifactStore(ABC):
     unless the store takes a stream (`receive`)."""
 
     staging: Path
+    # whether a raw body whose sha256 the client declares goes straight to its address,
+    # saving the copy from a staging key (/healthz tells upload clients)
+    declared_digest_saves_copy = False
 
     @abstractmethod
     def exists(self, sha256: str) -> bool:

@@ -61,6 +61,8 @@ class S3Store(ArtifactStore):
     whole are staged in the cache's folder (one file system: a stored file is linked into
     the cache), raw bodies streamed into a staging object (`receive`)."""
 
+    declared_digest_saves_copy = True
+
     def __init__(self, client: Any, bucket: str, prefix: str, cache: ReadCache) -> None:
         self.client, self.bucket, self.prefix, self.cache = client, bucket, prefix, cache
         self.staging = cache.root / "staging"

@@ -2,13 +2,16 @@
 
 from fastapi.testclient import TestClient
 
+from flipgate.upload_client import DIGEST_WANTED_HEADER
 from service.main import create_app
 from tests.service.api.conftest import error_code
 
 
 def test_healthz_and_readyz_need_no_token(client):
     anonymous = TestClient(client.app)
-    assert anonymous.get("/healthz").json() == {"status": "ok"}
+    alive = anonymous.get("/healthz")
+    assert alive.json() == {"status": "ok"}
+    assert DIGEST_WANTED_HEADER not in alive.headers  # the local folder gains nothing by it
     ready = anonymous.get("/readyz")
     assert ready.status_code == 200, ready.text
     checks = ready.json()["checks"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from flipgate.upload_client import DIGEST_HEADER
+from flipgate.upload_client import DIGEST_HEADER, DIGEST_WANTED_HEADER
 from service.predictions.models import Prediction
 from service.storage import open_store
 from service.storage.s3 import ATTEMPTS
@@ -43,6 +43,10 @@ def registered(client, npz_file, upload_model):
     """digits:1.0 (3 classes) and the eval set `eval` of 30 samples."""
     upload_model("digits", "1.0")
     assert post_evalset(client, "eval", npz_file(n=30, num_classes=3)).status_code == 201
+
+
+def test_healthz_tells_upload_clients_that_a_declared_digest_saves_a_copy(client):
+    assert client.get("/healthz").headers.get(DIGEST_WANTED_HEADER) == "1"
 
 
 def test_a_raw_put_of_logits_streams_into_the_bucket_once(client, registered, s3, s3_prefix,
