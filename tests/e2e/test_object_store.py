@@ -33,8 +33,6 @@ from tests.service.conftest import postgres_schema
 
 REDIS_URL = os.environ.get("FLIPGATE_TEST_S3_REDIS_URL", "redis://127.0.0.1:6379/13")
 TOKEN = "e2e-object-store-admin-token-0123"
-SHARED_KEYS = {"FLIPGATE_SECRET_KEY": "e2e-object-store-secret-key-0123456789",
-               "FLIPGATE_SESSION_KEY": "e2e-object-store-session-key-0123456789"}
 ADDRESS = re.compile(r"sha256/([0-9a-f]{2})/([0-9a-f]{62})")
 pytestmark = pytest.mark.slow
 
@@ -63,7 +61,7 @@ def deployment(tmp_path_factory, s3) -> Iterator[Deployment]:
         upgrade(Settings(database_url=database_url))
         env = flipgate_env(FLIPGATE_DATABASE_URL=database_url, FLIPGATE_ADMIN_TOKEN=TOKEN,
                            FLIPGATE_REDIS_URL=empty_redis(REDIS_URL), FLIPGATE_SHARD_SIZE="100",
-                           **SHARED_KEYS, **s3.flipgate_env(prefix))
+                           **s3.flipgate_env(prefix))
         folders = {name: folder / name for name in ("api-1", "api-2", "worker-1", "worker-2")}
         apis = []
         for name, own in folders.items():

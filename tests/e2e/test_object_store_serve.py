@@ -26,8 +26,6 @@ from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
 from tests.s3server import S3Server, s3_server
 
 TOKEN = "e2e-store-faults-admin-token-0123"
-SHARED_KEYS = {"FLIPGATE_SECRET_KEY": "e2e-store-faults-secret-key-0123456789",
-               "FLIPGATE_SESSION_KEY": "e2e-store-faults-session-key-0123456789"}
 TIMEOUT_SECONDS = 1.0  # FLIPGATE_STORE_TIMEOUT_SECONDS
 # docs/operations.md, "When the store fails": two tries of the timeout plus a second, and at
 # most 2 s more for a streamed upload's abort
@@ -71,7 +69,7 @@ def served(store, tmp_path_factory) -> Iterator[Api]:
     folder = tmp_path_factory.mktemp("api")
     port = free_port()
     env = flipgate_env(FLIPGATE_DATA_DIR=str(folder / "data"), FLIPGATE_ADMIN_TOKEN=TOKEN,
-                       FLIPGATE_STORE_TIMEOUT_SECONDS=str(TIMEOUT_SECONDS), **SHARED_KEYS,
+                       FLIPGATE_STORE_TIMEOUT_SECONDS=str(TIMEOUT_SECONDS),
                        **store.flipgate_env(PREFIX))
     with (flipgate_process(["serve", "--api-only", "--port", str(port)], env, folder) as process,
           httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60,

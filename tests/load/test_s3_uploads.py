@@ -14,14 +14,12 @@ from tests.s3server import s3_server
 
 SENT_BYTES = 40 << 20  # several 8 MiB parts reach the bucket before the client goes away
 # the keys every process of a deployment on a bucket shares (required with an S3 store)
-SHARED_KEYS = {"FLIPGATE_SECRET_KEY": "load-s3-uploads-secret-key-0123456789",
-               "FLIPGATE_SESSION_KEY": "load-s3-uploads-session-key-0123456789"}
 
 
 @pytest.mark.slow
 def test_a_client_that_disconnects_mid_upload_leaves_nothing_in_the_bucket(tmp_path, s3,
                                                                            s3_prefix):
-    with serving(tmp_path, "--api-only", **SHARED_KEYS,
+    with serving(tmp_path, "--api-only",
                  **s3.flipgate_env(s3_prefix)) as server:
         connection = begin_put(server.port)
         wait_for(lambda: s3.incomplete_uploads(s3_prefix), "the upload to begin")
@@ -50,7 +48,7 @@ def test_a_store_frozen_mid_upload_is_503_within_the_bound(tmp_path):
     timeout = 1.0
     with s3_server(tmp_path / "s3") as store, serving(
             tmp_path, "--api-only", FLIPGATE_STORE_TIMEOUT_SECONDS=str(timeout),
-            **SHARED_KEYS, **store.flipgate_env()) as server:
+            **store.flipgate_env()) as server:
         connection = begin_put(server.port)
         wait_for(store.incomplete_uploads, "the upload to begin")
         store.freeze()
