@@ -136,11 +136,24 @@ class System:
         return decision.json()["decision_id"]
 
     def wait_running(self) -> Job:
-        """A job seen running its first run with some progress: one to kill mid-job."""
-        return wait_for(lambda: next((job for job in self.jobs()
-                                      if job.state == "running" and job.attempts == 1
-                                      and job.progress > 0), None),
-                        "a job running its first run", WAIT_SECONDS)
+        """A job seen running its first run with some progress: one to kill mid-job. When
+        none is seen in time, the failure shows the jobs and the end of each worker's log
+        (one CI run timed out here once; it has not been reproduced)."""
+        try:
+            return wait_for(lambda: next((job for job in self.jobs()
+                                          if job.state == "running" and job.attempts == 1
+                                          and job.progress > 0), None),
+                            "a job running its first run", WAIT_SECONDS)
+        except AssertionError as timeout:
+            raise AssertionError(f"{timeout}\n{self.describe()}") from None
+
+    def describe(self) -> str:
+        """The jobs' states and the last lines of each worker's log, for a failure."""
+        jobs = "\n".join(f"job {job.id} {job.kind} {job.state} attempts={job.attempts} "
+                         f"progress={job.progress} error={job.error!r}" for job in self.jobs())
+        logs = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}"
+                         for log in sorted(self.folder.glob("worker-*.log")))
+        return f"{jobs}\n{logs}"
 
     def wait_ended(self) -> list[Job]:
         """Every job once none is queued or running."""
