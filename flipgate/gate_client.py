@@ -272,12 +272,23 @@ def describe(decision: Mapping) -> list[str]:
               for reason in decision.get("reasons", [])]
     lines += [metrics_line(evalset, metrics)
               for evalset, metrics in decision.get("metrics", {}).items() if metrics]
-    lines += [f"  label {reason['labels_needed']} disagreements of {reason['evalset']} "
+    lines += [f"  label {reason['labels_needed']} disagreements of {evalset} "
               f"(about {reason['labels_to_decide']} would decide): {reason['export_url']}"
-              for reason in decision.get("reasons", []) if reason.get("export_url")]
+              for evalset, reason in _waiting_sets(decision).items()]
     if decision.get("report_url"):
         lines.append(f"  report: {decision['report_url']}")
     return lines
+
+
+def _waiting_sets(decision: Mapping) -> dict[str, Mapping]:
+    """The traffic sets a decision waits on, each with its pending reason that needs the
+    most labels to decide (several limits may wait on one set)."""
+    waiting: dict[str, Mapping] = {}
+    for reason in decision.get("reasons", []):
+        if reason.get("export_url") and reason["labels_to_decide"] >= waiting.get(
+                reason["evalset"], {}).get("labels_to_decide", -1):
+            waiting[reason["evalset"]] = reason
+    return waiting
 
 
 def exit_code(decision: Mapping) -> int:

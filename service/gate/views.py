@@ -45,9 +45,7 @@ def _view(decision: Decision, line: str, versions: dict[int, ModelVersion],
         decision_id=decision.id, verdict=decision.verdict,
         reasons=[_with_export(reason, decision.base_url, f"{line}:{baseline}",
                               f"{line}:{candidate}") for reason in decision.reasons],
-        labels_needed=sum(reason.get("labels_needed", 0) for reason in decision.reasons
-                          if reason.get("pending")) if decision.verdict == Verdict.PENDING
-        else None,
+        labels_needed=_labels_needed(decision),
         metrics={name: {**numbers, "report_url": reports[name]}
                  for name, numbers in decision.metrics.items()},
         report_url=urls.on(decision.base_url, urls.ui_decision(decision.id)), model=line,
@@ -58,6 +56,15 @@ def _view(decision: Decision, line: str, versions: dict[int, ModelVersion],
         callback=callback and CallbackRead.model_validate(callback), waiting_for=open_jobs,
         repair_of=decision.repair_of_id, created_at=decision.created_at,
         decided_at=decision.decided_at)
+
+
+def _labels_needed(decision: Decision) -> int | None:
+    """A pending decision's unlabelled disagreements, counted once per traffic set (several
+    limits may wait on the same set)."""
+    if decision.verdict != Verdict.PENDING:
+        return None
+    return sum({reason["evalset"]: reason["labels_needed"] for reason in decision.reasons
+                if reason.get("pending")}.values())
 
 
 def _with_export(reason: dict[str, Any], base_url: str, old: str, new: str) -> dict[str, Any]:

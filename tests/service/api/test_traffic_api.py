@@ -291,3 +291,22 @@ def test_a_set_without_classes_takes_the_names_its_export_shows(client, traffic_
                          files={"labels": ("export.json", json.dumps(export).encode())})
     assert answer.status_code == 201, answer.text
     assert answer.json()["added"] == 3
+
+
+def test_two_limits_waiting_on_one_set_count_its_unlabelled_disagreements_once(client,
+                                                                               traffic_line):
+    """max_nfr straddled by the interval and max_er_increase not known yet: two pending
+    reasons on one traffic set, whose disagreements are to be labelled once."""
+    promote_old(client)
+    measure(client, OLD, NEW, TRAFFIC)
+    order = np.array([row["index"] for row in client.get(
+        f"/compare/{OLD}/{NEW}/disagreements", params={"evalset": TRAFFIC}).json()])
+    low, high = half_interval(traffic_line, order, order[: order.size // 2])
+    assert client.put("/models/digits/policy", json={
+        "max_nfr": round((low + high) / 2, 6), "max_er_increase": 0.5,
+        "evalsets": [TRAFFIC]}).is_success
+    asked = client.post("/gate", json={"model": "digits", "candidate": "new"}).json()
+    assert [reason["code"] for reason in asked["reasons"]].count("labels_needed") == 2
+    assert asked["labels_needed"] == order.size
+    printed = "\n".join(describe(asked))
+    assert printed.count(f"disagreements of {TRAFFIC}") == 1, printed
