@@ -109,7 +109,7 @@ class S3Store(ArtifactStore):
         and then copied to its address."""
         address = self.key(staged.sha256)
         if staged.upload is None:
-            self.put_file(staged.path, staged.sha256)
+            super().put_staged(staged)
         elif staged.key == address:
             self._unless_there(lambda: staged.upload.complete(if_none_match=True))
         else:
@@ -268,10 +268,14 @@ class S3Store(ArtifactStore):
                 yield from page.get("Contents", [])
 
     def _uploads(self) -> list[dict]:
+        """The incomplete multipart uploads of this store: to staging keys, and to
+        addresses (a raw body whose digest was declared)."""
         with self._answering():
-            pages = self.client.get_paginator("list_multipart_uploads").paginate(
-                Bucket=self.bucket, Prefix=f"{self.prefix}staging/")
-            return [upload for page in pages for upload in page.get("Uploads", [])]
+            paginator = self.client.get_paginator("list_multipart_uploads")
+            return [upload for area in ("staging/", "sha256/")
+                    for page in paginator.paginate(Bucket=self.bucket,
+                                                   Prefix=f"{self.prefix}{area}")
+                    for upload in page.get("Uploads", [])]
 
     def _delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), DELETE_BATCH):

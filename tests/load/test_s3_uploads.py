@@ -13,7 +13,6 @@ from tests.load.conftest import AUTHORIZED, read_response, serving
 from tests.s3server import s3_server
 
 SENT_BYTES = 40 << 20  # several 8 MiB parts reach the bucket before the client goes away
-# the keys every process of a deployment on a bucket shares (required with an S3 store)
 
 
 @pytest.mark.slow

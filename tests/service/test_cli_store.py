@@ -90,8 +90,9 @@ def test_check_and_gc_work_on_a_bucket(s3, s3_prefix, s3_settings, tmp_path):
     bucket = s3.flipgate_env(s3_prefix)
     (tmp_path / "stray").write_bytes(b"stray")
     young = store.put_file(tmp_path / "stray").sha256
-    abandoned = s3.client().create_multipart_upload(Bucket=s3.bucket,
-                                                    Key=f"{s3_prefix}/staging/abandoned")
+    abandoned = [s3.client().create_multipart_upload(Bucket=s3.bucket, Key=key)["UploadId"]
+                 for key in (f"{s3_prefix}/staging/abandoned",  # a body without its digest
+                             store.key("ab" * 32))]  # one declared: sent to its address
     check = flipgate(data_dir, "check", **bucket)
     assert check.returncode == 1 and check.stdout.split() == ["unreferenced", "artifact",
                                                               young], check.stderr
@@ -100,7 +101,7 @@ def test_check_and_gc_work_on_a_bucket(s3, s3_prefix, s3_settings, tmp_path):
     gc = flipgate(data_dir, "gc", "--min-age-minutes", "0", **bucket)
     assert gc.returncode == 0 and gc.stdout.split() == ["removed", young], gc.stderr
     assert store.exists(kept) and not store.exists(young)
-    assert s3.incomplete_uploads(s3_prefix) == [], abandoned["UploadId"]
+    assert s3.incomplete_uploads(s3_prefix) == [], abandoned
     assert not (data_dir / "artifacts").exists()
 
 
