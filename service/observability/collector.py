@@ -106,8 +106,8 @@ def job_figures(session: Session) -> Iterator[Metric]:
                     "ended after running, from their last start to their end, by kind",
                     Job.kind, Job.started_at, Job.finished_at, Job.state.in_(FINAL_JOB_STATES))
     yield histogram(session, "flipgate_job_queue_wait_seconds", "Time from a job's creation "
-                    "to its last start, by kind", Job.kind, Job.created_at, Job.started_at,
-                    Job.started_at.is_not(None))
+                    "to its last start, of the jobs that ended after running, by kind",
+                    Job.kind, Job.created_at, Job.started_at, Job.state.in_(FINAL_JOB_STATES))
     yield oldest_ready_job_age(session)
 
 

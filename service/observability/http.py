@@ -24,6 +24,7 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 AUTH_STATUSES = frozenset({401, 403})
 ADMISSION_CODES = frozenset({"server_busy", "payload_too_large", "body_too_slow"})
 ADMISSION_STATUSES = frozenset({408, 413, 503})
+COUNTED_STATUSES = AUTH_STATUSES | ADMISSION_STATUSES  # refusals whose code is counted
 PARAMETER = re.compile(r"\{[^}]+\}")  # a path parameter of a route's template
 CODE = re.compile(r"[a-z][a-z0-9_]{0,47}")  # a refusal's code; anything else counts as "other"
 access = logging.getLogger("flipgate.access")
@@ -76,7 +77,7 @@ class Answer:
             message = {**message, "headers": [*message.get("headers", ()),
                                               (b"x-request-id", self.request_id.encode())]}
         elif (message["type"] == "http.response.body" and self.code is None
-              and self.status in AUTH_STATUSES | ADMISSION_STATUSES):
+              and self.status in COUNTED_STATUSES):
             self.code = refusal_code(message.get("body", b""))
         await self.upstream(message)
 
