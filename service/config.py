@@ -23,9 +23,6 @@ class Settings(BaseSettings):
 
     environment: Literal["development", "staging", "production"] = "development"
     data_dir: Path = Path("flipgate-data")
-    # where artifacts live: unset, the folder <data_dir>/artifacts; s3://BUCKET[/PREFIX], an
-    # S3-compatible bucket (then FLIPGATE_SECRET_KEY and FLIPGATE_SESSION_KEY are required)
-    artifact_store: str | None = None
     database_url: str = ""  # empty: the SQLite file <data_dir>/flipgate.db
     redis_url: str | None = None
     # PostgreSQL: a statement, commit or check-out ping that gets no answer for this long (a
@@ -35,7 +32,8 @@ class Settings(BaseSettings):
     db_statement_seconds: float = Field(default=30.0, gt=0)
     admin_token: SecretStr | None = None
     # s3://BUCKET[/PREFIX]: artifacts in an S3-compatible bucket (credentials, region and
-    # endpoint from the standard AWS chain); None: the local folder <data_dir>/artifacts
+    # endpoint from the standard AWS chain; then FLIPGATE_SECRET_KEY and FLIPGATE_SESSION_KEY
+    # are required); None: the local folder <data_dir>/artifacts
     artifact_store: str | None = None
     cache_dir: Path | None = None  # the S3 store's local read cache; None: <data_dir>/cache
     cache_max_gb: float = Field(default=20.0, gt=0)  # least recently used evicted beyond it
