@@ -19,6 +19,7 @@ from flipgate.formats import (
     label_columns,
     npz_headers,
 )
+from flipgate.metrics.probs import softmax
 from flipgate.metrics.traffic import UNLABELLED
 
 EXPORT_FORMATS = ("json", "csv", "label-studio")
@@ -158,8 +159,7 @@ def top_probabilities(logits: np.ndarray | None, rows: np.ndarray) -> list[float
         return [None] * rows.size
     ascending = np.sort(rows)  # a memory-mapped file is read in order
     chosen = np.asarray(logits[ascending], dtype=np.float64)[np.searchsorted(ascending, rows)]
-    shifted = np.exp(chosen - chosen.max(axis=1, keepdims=True))
-    return (1 / shifted.sum(axis=1)).tolist()
+    return softmax(chosen).max(axis=1).tolist()
 
 
 def disagreement_rows(order: np.ndarray, predictions: tuple[np.ndarray, np.ndarray],

@@ -8,10 +8,6 @@ CHANGE_HEADER = ["Old class", "New class", "Samples"]
 GROUP_CHURN_HEADER = ["Group", "n", "Changed", "Churn", "95% CI"]
 
 
-def _interval(interval: list[float] | None) -> str:
-    return "—" if interval is None else f"{fmt_pct(interval[0])} – {fmt_pct(interval[1])}"
-
-
 def traffic_rows(report: dict) -> list[tuple[str, str]]:
     """(metric, formatted value) pairs of a traffic report's headline."""
     r, labelled = report.get, report["disagreements"]
@@ -22,13 +18,13 @@ def traffic_rows(report: dict) -> list[tuple[str, str]]:
         ("Samples (N)", fmt_int(r("n"))),
         ("Churn (changed predictions)", f"{fmt_pct(r('churn'))} ({fmt_int(r('changed'))}; "
                                         f"95% CI {_fmt_ci(r('churn_ci'))})"),
-        ("NFR bounds (sure)", _interval(r("nfr_bounds"))),
+        ("NFR bounds (sure)", _fmt_ci(r("nfr_bounds"))),
         ("Disagreements labelled", f"{labelled['labelled']} of {labelled['count']} "
                                    f"(prefix {labelled['labelled_prefix']})"),
         ("NFR", fmt_pct(r("nfr")) if labelled["complete"] else
-         f"≈ {fmt_pct(labelled['nfr_estimate'])} (95% CI {_interval(labelled['nfr_interval'])})"),
+         f"≈ {fmt_pct(labelled['nfr_estimate'])} (95% CI {_fmt_ci(labelled['nfr_interval'])})"),
         ("PFR", fmt_pct(r("pfr")) if labelled["complete"] else
-         f"≈ {fmt_pct(labelled['pfr_estimate'])} (95% CI {_interval(labelled['pfr_interval'])})"),
+         f"≈ {fmt_pct(labelled['pfr_estimate'])} (95% CI {_fmt_ci(labelled['pfr_interval'])})"),
         ("ER new − ER old", fmt_pct(r("er_difference"))),
         (f"SChurn (α={fmt_num(r('schurn_alpha'), 2)})", fmt_num(r("schurn"), 4)),
         ("Confidence gap of changed, old → new",
