@@ -185,8 +185,9 @@ def run_token_create(args: argparse.Namespace) -> int:
 
     expires_in = None if args.expires_in is None else timedelta(days=args.expires_in)
     with token_session() as session:
+        project_id = _token_project_id(session, args)
         row, token = create_token(session=session, name=args.name, scopes=args.scopes,
-                                  expires_in=expires_in)
+                                  project_id=project_id, expires_in=expires_in)
         expiry = "" if row.expires_at is None else f", expires {row.expires_at:%Y-%m-%d %H:%M} UTC"
     print(token)
     print(f"token {row.name!r} with scopes {','.join(row.scopes)}{expiry}; it is not shown again",
@@ -199,9 +200,17 @@ def run_token_revoke(args: argparse.Namespace) -> int:
     from service.auth.service import revoke_token
 
     with token_session() as session:
-        revoke_token(session=session, name=args.name)
+        revoke_token(session=session, name=args.name,
+                     project_id=_token_project_id(session, args))
     print(f"token {args.name!r} is revoked", file=sys.stderr)
     return 0
+
+
+def _token_project_id(session: "Session", args: argparse.Namespace) -> int | None:
+    """The id of the project --project names; None with --server."""
+    from service.projects.service import get_project
+
+    return None if args.server else get_project(session=session, name=args.project).id
 
 
 def run_store_check(args: argparse.Namespace) -> int:
@@ -296,6 +305,16 @@ TOKEN_STORE = ("The token's hash is kept in the server's database ($FLIPGATE_DAT
                "flipgate.db in $FLIPGATE_DATA_DIR).")
 
 
+def add_token_project(parser: argparse.ArgumentParser) -> None:
+    """--project P (default `default`) or --server: where a token is bound."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--project", default="default",
+                       help="the project the token is bound to (default: default)")
+    where.add_argument("--server", action="store_true",
+                       help="bound to no project: the scopes admin (the server admin) or "
+                            "metrics only")
+
+
 def add_token_command(commands: argparse._SubParsersAction) -> None:
     """The `flipgate token` subcommand: create and revoke."""
     token = commands.add_parser("token", help="manage the server's API tokens")
@@ -308,6 +327,7 @@ def add_token_command(commands: argparse._SubParsersAction) -> None:
     create.add_argument("--scopes", required=True, type=comma_list, metavar="read,write",
                         help="comma-separated scopes: read, write, gate, admin, metrics "
                              "(GET /metrics only)")
+    add_token_project(create)
     create.add_argument("--expires-in", type=positive_int, metavar="DAYS",
                         help="the token stops authenticating after this many days "
                              "(default: never)")
@@ -316,6 +336,7 @@ def add_token_command(commands: argparse._SubParsersAction) -> None:
         "revoke", help="stop a token from authenticating, at once and for good",
         description=TOKEN_STORE)
     revoke.add_argument("name", metavar="NAME", help="the name the token was created with")
+    add_token_project(revoke)
     revoke.set_defaults(run=run_token_revoke)
 
 

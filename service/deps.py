@@ -6,10 +6,11 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
@@ -22,8 +23,11 @@ from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
 from service.db import read_only
-from service.errors import Unauthorized, UnsupportedMediaType
+from service.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from service.outbox import enqueue_after_commit
+from service.projects.models import Project
+from service.projects.scoping import scope_session
+from service.projects.service import acting_project, is_server_admin
 from service.schemas import ErrorBody
 from service.storage import ArtifactStore, StagedFile
 from service.storage.base import check_address
@@ -170,15 +174,15 @@ def current_token(request: Request, credentials: Credentials) -> ApiToken:
 
 
 def token_checker(state: State) -> Callable[[str], ApiToken]:
-    """A function from a presented token to the bootstrap admin token or a live stored one;
-    it reads on a session of its own (from `state.sessions`), closed before it returns, and
-    writes nothing."""
+    """A function from a presented token to the bootstrap admin token (the server admin: bound
+    to no project) or a live stored one; it reads on a session of its own (from
+    `state.sessions`), closed before it returns, and writes nothing."""
 
     def check(presented: str) -> ApiToken:
         admin = state.settings.admin_token
         if admin is not None and secrets.compare_digest(presented.encode(),
                                                         admin.get_secret_value().encode()):
-            return ApiToken(name="admin", scopes=["admin"])
+            return ApiToken(name="admin", scopes=["admin"], project_id=None)
         with state.sessions() as session:
             read_only(session)
             return authenticate(session=session, token=presented)
@@ -187,13 +191,48 @@ def token_checker(state: State) -> Callable[[str], ApiToken]:
 
 
 TokenDep = Annotated[ApiToken, Depends(current_token)]
+ProjectParam = Annotated[str | None, Query(
+    description="the project the request acts in: a project-bound token's own (the "
+                "default), or for a server admin any project (default: `default`)")]
+
+
+@dataclass(frozen=True)
+class Acting:
+    """Who makes a request, and the project it acts in (its session sees only that one)."""
+
+    token: ApiToken
+    project: Project
+
+
+def act_in(request: Request, session: Session, token: ApiToken, named: str | None) -> Acting:
+    """Bind the request's session to the project `token` acts in (see acting_project)."""
+    project = acting_project(session=session, token=token, named=named)
+    scope_session(session, project.id)
+    request.state.acting = Acting(token=token, project=project)
+    return request.state.acting
 
 
 def require(scope: str, *alternatives: str) -> Any:
-    """A route dependency that admits tokens with `scope`, one of `alternatives`, or admin."""
+    """A route dependency that admits tokens with `scope`, one of `alternatives`, or admin,
+    in the project the request acts in (?project=, see ProjectParam), to which it binds the
+    request's session; it gives the route that Acting."""
 
-    def check(token: TokenDep) -> None:
+    def check(request: Request, token: TokenDep, session: SessionDep,
+              project: ProjectParam = None) -> Acting:
         require_scope(token, scope, *alternatives)
+        return act_in(request, session, token, project)
+
+    return Depends(check)
+
+
+def require_server(scope: str) -> Any:
+    """A route dependency for what belongs to no project: tokens with `scope` (wherever they
+    are bound), or the server admin."""
+
+    def check(token: TokenDep) -> ApiToken:
+        if not (scope in token.scopes or is_server_admin(token)):
+            raise Forbidden("missing_scope", f"token {token.name!r} lacks the {scope!r} scope")
+        return token
 
     return Depends(check)
 
@@ -201,3 +240,6 @@ def require(scope: str, *alternatives: str) -> Any:
 READ = require("read")
 WRITE = require("write")
 ADMIN = require("admin")
+ReadAccess = Annotated[Acting, READ]
+WriteAccess = Annotated[Acting, WRITE]
+AdminAccess = Annotated[Acting, ADMIN]

@@ -15,11 +15,33 @@ from service.gate.models import (
 from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.models import Job, JobDependency
 from service.predictions.models import Prediction
+from service.projects.models import AuditEvent, Person, Project, ProjectMember
 from service.registry.models import Alias, ModelLine, ModelVersion
 
 metadata = Base.metadata
 
-__all__ = ["Alias", "ApiToken", "Callback", "Dataset", "Decision", "DecisionJob",
-           "EndedSession", "GatePolicy",
-           "Job", "JobDependency", "MlflowEvent", "ModelLine", "ModelVersion", "PairCounts",
-           "PairMetrics", "Prediction", "Promotion", "WebhookSecret", "metadata"]
+__all__ = [
+           "Alias",
+           "ApiToken",
+           "AuditEvent",
+           "Callback",
+           "Dataset",
+           "Decision",
+           "DecisionJob",
+           "EndedSession",
+           "GatePolicy",
+           "Job",
+           "JobDependency",
+           "MlflowEvent",
+           "ModelLine",
+           "ModelVersion",
+           "PairCounts",
+           "PairMetrics",
+           "Person",
+           "Prediction",
+           "Project",
+           "ProjectMember",
+           "Promotion",
+           "WebhookSecret",
+           "metadata",
+]

@@ -39,6 +39,7 @@ from service.jobs.service import claim_job, lock_running_job, set_progress
 from service.observability.origin import job_origin
 from service.observability.startup import start_process
 from service.outbox import enqueue_after_commit
+from service.projects.scoping import scope_session
 from service.storage import ArtifactStore, open_store
 from worker.app import app
 
@@ -188,12 +189,14 @@ def heartbeat(ctx: WorkerContext, job_id: int, every_seconds: float,
 @contextmanager
 def running_job(ctx: WorkerContext, job_id: int) -> Iterator[tuple[Session, Job]]:
     """A transaction in which the job is locked while it is running (the tasks it asks for
-    are sent after its commit); JobStopped, and nothing kept, when it no longer runs."""
+    are sent after its commit), bound to the job's project; JobStopped, and nothing kept,
+    when it no longer runs."""
     with session_scope(ctx.sessions) as session:
         enqueue_after_commit(session=session, celery=ctx.celery)
         job = lock_running_job(session=session, job_id=job_id)
         if job is None:
             raise JobStopped
+        scope_session(session, job.project_id)
         yield session, job
 
 

@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from sqlalchemy import Index, String
+from sqlalchemy import ForeignKey, Index, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base, Json, Record
@@ -10,12 +10,19 @@ from service.names import NAME_LENGTH
 
 
 class ApiToken(Record, Base):
-    """A named bearer token; it no longer authenticates once `revoked_at` is set or
-    `expires_at` (None: never) has passed."""
+    """A named bearer token bound to one project (its scopes hold there only), or a
+    server-level one (`project_id` None: the `metrics` scope, or a server admin minted with
+    `flipgate token create --server`); it no longer authenticates once `revoked_at` is set or
+    `expires_at` (None: never) has passed. Names are per project."""
 
     __tablename__ = "api_tokens"
+    __table_args__ = (UniqueConstraint("project_id", "name"),
+                      Index("uq_api_tokens_server_name", "name", unique=True,
+                            sqlite_where=text("project_id IS NULL"),
+                            postgresql_where=text("project_id IS NULL")))
 
-    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    project_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id"), index=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     scopes: Mapped[list[str]] = mapped_column(Json)
     revoked_at: Mapped[datetime | None]

@@ -12,9 +12,10 @@ from service.db import insert_or_conflict, one_or_not_found, utcnow
 from service.errors import Forbidden, InvalidInput, Unauthorized
 from service.names import check_name
 
-# `metrics` reads GET /metrics and nothing else; like every scope it is minted only by the
-# server's admin (`flipgate token create`, on the server's database)
+# `metrics` reads GET /metrics and nothing else (server-level, wherever the token is bound);
+# a token bound to no project holds `admin` (the server admin) or `metrics` only
 SCOPES = ("read", "write", "gate", "admin", "metrics")
+SERVER_SCOPES = ("admin", "metrics")
 TOKEN_PREFIX = "fg_"
 
 
@@ -23,21 +24,24 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(*, session: Session, name: str, scopes: list[str],
+def create_token(*, session: Session, name: str, scopes: list[str], project_id: int | None,
                  expires_in: timedelta | None = None) -> tuple[ApiToken, str]:
-    """A new token row and its plaintext, which is shown this once and never stored; with
-    `expires_in` it stops authenticating that long from now."""
+    """A new token row bound to the project `project_id` (None: a server-level token) and its
+    plaintext, which is shown this once and never stored; with `expires_in` it stops
+    authenticating that long from now."""
     check_name(name, "token_name")
-    if not scopes or not set(scopes) <= set(SCOPES):
-        raise InvalidInput("invalid_scopes", f"scopes must be a non-empty subset of {SCOPES}, "
-                           f"not {scopes}")
+    allowed = SCOPES if project_id is not None else SERVER_SCOPES
+    if not scopes or not set(scopes) <= set(allowed):
+        where = "a project's token" if project_id is not None else "a server-level token"
+        raise InvalidInput("invalid_scopes", f"the scopes of {where} must be a non-empty "
+                           f"subset of {allowed}, not {scopes}")
     if expires_in is not None and expires_in <= timedelta(0):
         raise InvalidInput("invalid_expiry", f"a token must expire in the future, not in "
                            f"{expires_in}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     expires_at = None if expires_in is None else utcnow() + expires_in
     row = ApiToken(name=name, token_hash=hash_token(token), scopes=sorted(set(scopes)),
-                   expires_at=expires_at)
+                   expires_at=expires_at, project_id=project_id)
     return insert_or_conflict(session, row, code="token_exists",
                               message=f"a token named {name!r} exists"), token
 
@@ -65,10 +69,13 @@ def require_scope(token: ApiToken, scope: str, *alternatives: str) -> None:
         raise Forbidden("missing_scope", f"token {token.name!r} lacks the {wanted} scope")
 
 
-def revoke_token(*, session: Session, name: str) -> ApiToken:
-    """Stop a token from authenticating; the row stays for the audit trail."""
-    token = one_or_not_found(session, select(ApiToken).where(ApiToken.name == name),
-                             code="token_not_found", message=f"no token named {name!r}")
+def revoke_token(*, session: Session, name: str, project_id: int | None) -> ApiToken:
+    """Stop the token `name` of the project `project_id` (None: a server-level one) from
+    authenticating; the row stays for the audit trail."""
+    token = one_or_not_found(session, select(ApiToken).where(
+        ApiToken.name == name, ApiToken.project_id.is_(None) if project_id is None
+        else ApiToken.project_id == project_id),
+        code="token_not_found", message=f"no token named {name!r}")
     token.revoked_at = token.revoked_at or utcnow()
     session.flush()
     return token

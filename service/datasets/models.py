@@ -7,6 +7,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base, Json, Record, str_enum
 from service.names import NAME_LENGTH
+from service.projects.models import ProjectOwned
 
 
 class DatasetRole(StrEnum):
@@ -14,15 +15,16 @@ class DatasetRole(StrEnum):
     TRAIN = "train"
 
 
-class Dataset(Record, Base):
+class Dataset(ProjectOwned, Record, Base):
     """An .npz (x, y) in the artifact store, with its shape read at registration; without
     y a traffic set (`labeled` false: its class count is the models', None here)."""
 
     __tablename__ = "datasets"
     __table_args__ = (CheckConstraint("n >= 1", name="n"),
-                      CheckConstraint("num_classes >= 1", name="num_classes"))
+                      CheckConstraint("num_classes >= 1", name="num_classes"),
+                      UniqueConstraint("project_id", "name"))
 
-    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
     role: Mapped[DatasetRole] = mapped_column(str_enum(DatasetRole, "dataset_role"))
     sha256: Mapped[str] = mapped_column(String(64))
     n: Mapped[int]

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base, Json, Record, str_enum
 from service.names import NAME_LENGTH
+from service.projects.models import ProjectOwned
 
 DELIVERY_LENGTH = 200
 
@@ -44,7 +45,7 @@ class WebhookSecret(Record, Base):
     previous_secret: Mapped[str | None] = mapped_column(Text)
 
 
-class Decision(Record, Base):
+class Decision(ProjectOwned, Record, Base):
     """One answer of the gate: append-only, and never changed once its verdict is final.
     A delivery id names one decision of its line, so a retried webhook finds it again; a
     signed request (the digest of its body and signing time) makes one decision at most."""

@@ -50,6 +50,9 @@ from service.gate.webhook_auth import (
 )
 from service.jobs.schemas import JobRead
 from service.names import NAME_LENGTH
+from service.projects.models import DEFAULT_PROJECT
+from service.projects.scoping import scope_session
+from service.projects.service import acting_project, get_project
 from service.registry.service import get_line
 
 router = APIRouter(tags=["gate"], route_class=CommittingRoute)
@@ -130,13 +133,17 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
     gate_request = parse_gate_request(body)
     with reading(request) as reader:
         if credentials is not None:
-            caller, signed = gate_caller(request, credentials), None
+            token = gate_caller(request, credentials)
+            caller, signed = token.name, None
+            project = acting_project(session=reader, token=token, named=gate_request.project)
         else:
+            project = get_project(session=reader, name=gate_request.project or DEFAULT_PROJECT)
             caller, signed = "webhook", webhook_signature(
-                session=reader, settings=settings, line_name=gate_request.model, body=body,
-                signature=signature)
-        plan = decisions.history_plan_of(session=reader, settings=settings,
-                                         request=gate_request)
+                session=scope_session(reader, project.id), settings=settings,
+                line_name=gate_request.model, body=body, signature=signature)
+        plan = decisions.history_plan_of(session=scope_session(reader, project.id),
+                                         settings=settings, request=gate_request)
+    scope_session(session, project.id)
     decision = decisions.gate(session=session, settings=settings, request=gate_request,
                               requested_by=caller, base_url=settings.link_base,
                               delivery_id=delivery, signature_digest=signed,

@@ -32,6 +32,9 @@ class GateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    project: Annotated[str | None, Field(pattern=f"^{NAME.pattern}$", description=(
+        "the line's project: a bearer token's own by default, `default` for a signed "
+        "request"))] = None
     model: Annotated[str, Field(pattern=f"^{NAME.pattern}$")]
     candidate: VersionName
     baseline: VersionName | None = Field(None,

@@ -28,11 +28,11 @@ async def raw_body(request: Request) -> bytes:
 RawBody = Annotated[bytes, Depends(raw_body)]
 
 
-def gate_caller(request: Request, credentials: Credentials) -> str:
-    """The name of a bearer token allowed to ask the gate."""
+def gate_caller(request: Request, credentials: Credentials) -> ApiToken:
+    """The bearer token allowed to ask the gate."""
     token: ApiToken = current_token(request, credentials)
     require_scope(token, "gate")
-    return token.name
+    return token
 
 
 def webhook_signature(*, session: Session, settings: Settings, line_name: str, body: bytes,

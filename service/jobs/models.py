@@ -8,6 +8,7 @@ from sqlalchemy import CheckConstraint, ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, Record, str_enum
+from service.projects.models import ProjectOwned
 from service.queue import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK, MLFLOW_TASK, TRAIN_TASK
 
 REQUEST_ID_LENGTH = 128
@@ -36,7 +37,7 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
-class Job(Record, Base):
+class Job(ProjectOwned, Record, Base):
     """A unit of work for a worker; shards of a large job point at it as their parent.
 
     The row is the message (service.jobs.leases): a queued job is sent until the broker has

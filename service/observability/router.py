@@ -11,7 +11,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as TEXT_FORMAT
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from service.deps import CommittingRoute, require
+from service.deps import CommittingRoute, require_server
 from service.observability.collector import DatabaseFigures
 from service.observability.http import METRICS
 
@@ -20,7 +20,7 @@ MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set by `flipgate serve` (servic
 router = APIRouter(tags=["health"], route_class=CommittingRoute)
 
 
-@router.get("/metrics", dependencies=[require("metrics")], response_class=Response,
+@router.get("/metrics", dependencies=[require_server("metrics")], response_class=Response,
             responses={200: {"content": {TEXT_FORMAT: {}},
                              "description": "the Prometheus text format"}})
 def metrics(request: Request) -> Response:

@@ -8,15 +8,17 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, Json, Record, utcnow
 from service.names import NAME_LENGTH
+from service.projects.models import ProjectOwned
 
 
-class ModelLine(Record, Base):
+class ModelLine(ProjectOwned, Record, Base):
     """A sequence of classifier versions that solve one task with one set of classes."""
 
     __tablename__ = "model_lines"
-    __table_args__ = (CheckConstraint("num_classes >= 2", name="num_classes"),)
+    __table_args__ = (CheckConstraint("num_classes >= 2", name="num_classes"),
+                      UniqueConstraint("project_id", "name"))
 
-    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
     num_classes: Mapped[int]
     class_names: Mapped[list[str] | None] = mapped_column(Json)
     training_dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id"))

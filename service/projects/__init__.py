@@ -1,0 +1,1 @@
+"""Projects: the owners of lines and data sets, their members' roles, and request scoping."""

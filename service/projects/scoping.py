@@ -1,0 +1,52 @@
+"""A session bound to one project sees only that project's rows.
+
+`scope_session(session, project_id)` binds it: from then on every ORM statement it runs
+(selects, lazy loads, ORM updates and deletes) gets `project_id = :project` on each
+ProjectOwned table it touches (SQLAlchemy's with_loader_criteria, the documented recipe for
+a global filter), and a ProjectOwned row it adds without a project gets the session's. A
+request's session is bound by its access check (service.deps.require), a worker's to its
+job's project; a session left unbound (the CLI, the sweeper, migrations) sees every row.
+Lines and data sets are looked up by name and jobs and decisions by id only through such
+a session, so a name of another project answers exactly as a name of none.
+"""
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
+
+from service.projects.models import ProjectOwned
+
+PROJECT_KEY = "project_id"
+
+
+def scope_session(session: Session, project_id: int) -> Session:
+    """Bind `session` to the project `project_id` (see the module)."""
+    session.info[PROJECT_KEY] = project_id
+    return session
+
+
+def session_project(session: Session) -> int | None:
+    """The project `session` is bound to, if any."""
+    return session.info.get(PROJECT_KEY)
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _only_the_project(state: ORMExecuteState) -> None:
+    project_id = state.session.info.get(PROJECT_KEY)
+    if project_id is None or not (state.is_select or state.is_update or state.is_delete):
+        return
+    if state.is_column_load or state.is_relationship_load:
+        return  # the parent row was loaded through the filter already
+    state.statement = state.statement.options(with_loader_criteria(
+        ProjectOwned, lambda cls: cls.project_id == project_id, include_aliases=True))
+
+
+@event.listens_for(Session, "before_flush")
+def _stamp_project(session: Session, _context: Any, _instances: Any) -> None:
+    project_id = session.info.get(PROJECT_KEY)
+    if project_id is None:
+        return
+    for row in session.new:
+        if isinstance(row, ProjectOwned) and row.project_id is None:
+            row.project_id = project_id
