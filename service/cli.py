@@ -185,9 +185,8 @@ def run_token_create(args: argparse.Namespace) -> int:
 
     expires_in = None if args.expires_in is None else timedelta(days=args.expires_in)
     with token_session() as session:
-        project_id = _token_project_id(session, args)
         row, token = create_token(session=session, name=args.name, scopes=args.scopes,
-                                  project_id=project_id, expires_in=expires_in)
+                                  project=_token_project(args), expires_in=expires_in)
         expiry = "" if row.expires_at is None else f", expires {row.expires_at:%Y-%m-%d %H:%M} UTC"
     print(token)
     print(f"token {row.name!r} with scopes {','.join(row.scopes)}{expiry}; it is not shown again",
@@ -200,17 +199,14 @@ def run_token_revoke(args: argparse.Namespace) -> int:
     from service.auth.service import revoke_token
 
     with token_session() as session:
-        revoke_token(session=session, name=args.name,
-                     project_id=_token_project_id(session, args))
+        revoke_token(session=session, name=args.name, project=_token_project(args))
     print(f"token {args.name!r} is revoked", file=sys.stderr)
     return 0
 
 
-def _token_project_id(session: "Session", args: argparse.Namespace) -> int | None:
-    """The id of the project --project names; None with --server."""
-    from service.projects.service import get_project
-
-    return None if args.server else get_project(session=session, name=args.project).id
+def _token_project(args: argparse.Namespace) -> str | None:
+    """The project --project names; None with --server."""
+    return None if args.server else args.project
 
 
 def run_store_check(args: argparse.Namespace) -> int:

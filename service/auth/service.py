@@ -11,6 +11,8 @@ from service.auth.models import ApiToken
 from service.db import insert_or_conflict, one_or_not_found, utcnow
 from service.errors import Forbidden, InvalidInput, Unauthorized
 from service.names import check_name
+from service.projects.models import DEFAULT_PROJECT
+from service.projects.service import get_project
 
 # `metrics` reads GET /metrics and nothing else (server-level, wherever the token is bound);
 # a token bound to no project holds `admin` (the server admin) or `metrics` only
@@ -24,12 +26,14 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(*, session: Session, name: str, scopes: list[str], project_id: int | None,
+def create_token(*, session: Session, name: str, scopes: list[str],
+                 project: str | None = DEFAULT_PROJECT,
                  expires_in: timedelta | None = None) -> tuple[ApiToken, str]:
-    """A new token row bound to the project `project_id` (None: a server-level token) and its
-    plaintext, which is shown this once and never stored; with `expires_in` it stops
+    """A new token row bound to the project named `project` (None: a server-level token) and
+    its plaintext, which is shown this once and never stored; with `expires_in` it stops
     authenticating that long from now."""
     check_name(name, "token_name")
+    project_id = None if project is None else get_project(session=session, name=project).id
     allowed = SCOPES if project_id is not None else SERVER_SCOPES
     if not scopes or not set(scopes) <= set(allowed):
         where = "a project's token" if project_id is not None else "a server-level token"
@@ -69,9 +73,11 @@ def require_scope(token: ApiToken, scope: str, *alternatives: str) -> None:
         raise Forbidden("missing_scope", f"token {token.name!r} lacks the {wanted} scope")
 
 
-def revoke_token(*, session: Session, name: str, project_id: int | None) -> ApiToken:
-    """Stop the token `name` of the project `project_id` (None: a server-level one) from
+def revoke_token(*, session: Session, name: str,
+                 project: str | None = DEFAULT_PROJECT) -> ApiToken:
+    """Stop the token `name` of the project named `project` (None: a server-level one) from
     authenticating; the row stays for the audit trail."""
+    project_id = None if project is None else get_project(session=session, name=project).id
     token = one_or_not_found(session, select(ApiToken).where(
         ApiToken.name == name, ApiToken.project_id.is_(None) if project_id is None
         else ApiToken.project_id == project_id),

@@ -141,7 +141,3 @@ def refuse_unless_admin_of(token: ApiToken, project: Project) -> None:
         return
     raise Forbidden("missing_scope", f"token {token.name!r} lacks the 'admin' scope")
 
-
-def default_project_id(session: Session) -> int:
-    """The id of the project `default` (created by the migrations)."""
-    return get_project(session=session, name=DEFAULT_PROJECT).id

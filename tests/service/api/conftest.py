@@ -29,7 +29,6 @@ from service.auth.service import create_token
 from service.config import Settings
 from service.db import session_scope
 from service.main import create_app
-from service.projects.service import default_project_id
 from tests.service.conftest import drop_flipgate_environment
 from worker import runtime, tasks
 
@@ -227,8 +226,7 @@ def mint(db) -> Callable[..., str]:
 
     def create(*scopes: str) -> str:
         with db() as session:
-            return create_token(session=session, name="-".join(scopes), scopes=list(scopes),
-                                project_id=default_project_id(session))[1]
+            return create_token(session=session, name="-".join(scopes), scopes=list(scopes))[1]
 
     return create
 
