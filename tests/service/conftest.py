@@ -17,6 +17,9 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.db import create_db_engine
 from service.migrate import upgrade
+from service.projects.models import DEFAULT_PROJECT
+from service.projects.scoping import scope_session
+from service.projects.service import get_project
 from service.storage import ArtifactStore, LocalStore, open_store
 from tests.conftest import linear_onnx
 from tests.s3server import SHARED_KEYS
@@ -102,13 +105,19 @@ def engine(database_url) -> Iterator[Engine]:
 
 @pytest.fixture
 def session(engine) -> Iterator[Session]:
-    """A session whose work, commits included, is rolled back when the test ends."""
+    """A session bound to the project `default` whose work, commits included, is rolled back
+    when the test ends."""
     with engine.connect() as connection:
         transaction = connection.begin()
         session = Session(bind=connection, join_transaction_mode="create_savepoint")
-        yield session
+        yield in_default_project(session)
         session.close()
         transaction.rollback()
+
+
+def in_default_project(session: Session) -> Session:
+    """`session`, bound to the project `default` (as a request of a default-bound token)."""
+    return scope_session(session, get_project(session=session, name=DEFAULT_PROJECT).id)
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from service.auth.service import create_token
 from service.config import Settings
 from service.db import session_scope
 from service.main import create_app
-from tests.service.conftest import drop_flipgate_environment
+from tests.service.conftest import drop_flipgate_environment, in_default_project
 from worker import runtime, tasks
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
@@ -216,8 +216,15 @@ def run_task(client: TestClient, job_id: int) -> None:
 
 @pytest.fixture
 def db(client) -> Callable[[], AbstractContextManager[Session]]:
-    """Opens a committing session inside the client's transaction, for arranging data."""
-    return lambda: session_scope(client.app.state.sessions)
+    """Opens a committing session inside the client's transaction, for arranging data, bound
+    to the project `default`."""
+
+    @contextmanager
+    def open_session() -> Iterator[Session]:
+        with session_scope(client.app.state.sessions) as session:
+            yield in_default_project(session)
+
+    return open_session
 
 
 @pytest.fixture
