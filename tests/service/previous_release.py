@@ -2,10 +2,10 @@
 release's code first on sys.path (never this tree's) and its FLIPGATE_* settings in the
 environment: `fill FOLDER` migrates the empty database with that release's `flipgate
 migrate`, mints its tokens with its `flipgate token create`, fills it through its server (and
-its worker's tasks, run in this process) from the files in FOLDER, then prints as JSON the
-tokens, the webhook secret, what it sent and what its API answered into FOLDER/filled.json;
-`read FOLDER` asks the same reads again (after a round trip through the new schema) and
-writes the answers into FOLDER/read.json.
+its worker's tasks, run in this process) from the files in FOLDER, then writes the tokens,
+the webhook secret, what it sent, the reads to repeat and what its API answered to them, as
+JSON, into FOLDER/filled.json; `read FOLDER` asks those reads again (after a round trip
+through the new schema) and writes the answers into FOLDER/read.json.
 
 Only the previous release's packages may be imported here: this file is not part of it."""
 
@@ -163,7 +163,7 @@ class Filler:
         self.gate("block", {"model": LINE, "candidate": "1.1", "baseline": "1.0"})
 
     def gate(self, name: str, request: dict, token: str | None = None) -> None:
-        """POST /gate as `token` or signed with the webhook secret; its jobs run."""
+        """POST /gate as `token`, or signed with the webhook secret; then run its jobs."""
         body = json.dumps(request).encode()
         headers = {"Content-Type": "application/json", "X-Flipgate-Delivery": f"old-{name}"}
         if token is None:
@@ -207,6 +207,7 @@ def answers(client: httpx.Client, tokens: dict[str, str], reads: list[list[str]]
 
 
 def fill(folder: Path) -> dict:
+    """Migrate, mint, fill and read (see the module)."""
     cli("migrate")
     tokens = mint_tokens()
     admin = get_settings().admin_token.get_secret_value()
@@ -217,11 +218,11 @@ def fill(folder: Path) -> dict:
         return {"tokens": tokens, "scopes": {name: sorted(scopes.split(","))
                                              for name, (scopes, _) in TOKENS.items()},
                 "sent": filler.sent, "jobs": filler.jobs, "decisions": filler.decisions,
-                "reads": reads,
-                "answers": answers(client, tokens, reads)}
+                "reads": reads, "answers": answers(client, tokens, reads)}
 
 
 def read(folder: Path) -> dict:
+    """The answers to the reads that `fill` wrote into `folder`."""
     before = json.loads((folder / "filled.json").read_text())
     admin = get_settings().admin_token.get_secret_value()
     with server(admin) as client:

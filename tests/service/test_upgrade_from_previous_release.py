@@ -41,7 +41,7 @@ from service.migrate import (
 from service.projects.models import DEFAULT_PROJECT, Project
 from service.projects.service import create_project, refuse_unless_admin_of, visible_projects
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, rolled_back_client
-from tests.service.conftest import BACKENDS, empty_database, write_npz, write_onnx
+from tests.service.conftest import BACKENDS, FEATURES, empty_database, write_npz, write_onnx
 
 PREVIOUS = "3be1750"  # the last commit before projects
 PREVIOUS_REVISION = "0016_traffic_sets"
@@ -78,7 +78,7 @@ def write_inputs(folder: Path) -> None:
     shutil.move(write_npz(folder, 40, CLASSES, seed=2), folder / "holdout.npz")
     shutil.move(write_npz(folder, 50, CLASSES, seed=3), folder / "train.npz")
     rng = np.random.default_rng(4)
-    np.savez(folder / "traffic.npz", x=rng.normal(size=(TRAFFIC, 4)).astype(np.float32))
+    np.savez(folder / "traffic.npz", x=rng.normal(size=(TRAFFIC, FEATURES)).astype(np.float32))
     np.savez(folder / "labels.npz", index=np.arange(0, TRAFFIC, 2),
              y=np.arange(0, TRAFFIC, 2) % CLASSES)
     for version, seed in (("1.0", 0), ("1.1", 1)):
