@@ -7,6 +7,7 @@ from sqlalchemy import Connection
 
 from service.config import get_settings
 from service.db import create_db_engine
+from service.migrate import migrating
 from service.tables import metadata
 
 config = context.config
@@ -29,7 +30,7 @@ def run_online() -> None:
         run(connection=connection)
         return
     engine = create_db_engine(get_settings(), bound_round_trips=False)
-    with engine.connect() as connection:
+    with migrating(engine) as connection:
         run(connection=connection)
     engine.dispose()
 

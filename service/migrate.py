@@ -4,13 +4,15 @@ migrations/ sits beside this package, both in a checkout and in an installed whe
 packaged as a top-level package of the distribution), so its path is computed from here.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, text
 
 from service.config import Settings
 from service.db import create_db_engine
@@ -40,11 +42,42 @@ def current_revision(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
+@contextmanager
+def migrating(engine: Engine) -> Iterator[Connection]:
+    """A connection in a transaction to migrate in, committed when the block ends.
+
+    On SQLite, foreign keys are not enforced inside it: batch mode rebuilds a table by
+    copying it and dropping the original, and dropping a table that other rows point at
+    fails while they are enforced, which cannot be turned off inside a transaction. So,
+    as SQLite documents (https://www.sqlite.org/lang_altertable.html#otheralter), they are
+    turned off before it begins, checked with `foreign_key_check` before the commit (a
+    violation rolls everything back) and turned on again afterwards."""
+    with engine.connect() as connection:
+        sqlite = engine.dialect.name == "sqlite"
+        if sqlite:
+            connection.connection.dbapi_connection.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with connection.begin():
+                yield connection
+                if sqlite:
+                    _check_foreign_keys(connection)
+        finally:
+            if sqlite:
+                connection.connection.dbapi_connection.execute("PRAGMA foreign_keys = ON")
+
+
+def _check_foreign_keys(connection: Connection) -> None:
+    violations = connection.execute(text("PRAGMA foreign_key_check")).all()
+    if violations:
+        raise RuntimeError(f"the migration left rows whose foreign keys point at no row "
+                           f"(table, rowid, parent, key): {violations[:10]}")
+
+
 def upgrade(settings: Settings) -> str:
     """Bring the database of `settings` to the newest revision and return that revision."""
     engine = create_db_engine(settings, bound_round_trips=False)
     try:
-        with engine.begin() as connection:
+        with migrating(engine) as connection:
             config = alembic_config(connection)
             config.attributes["settings"] = settings  # revisions that need the server key
             command.upgrade(config, "head")

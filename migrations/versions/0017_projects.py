@@ -102,7 +102,10 @@ def _create_membership_and_audit() -> None:
 
 
 def downgrade() -> None:
-    """Back to one namespace: refused while two projects hold the same name."""
+    """Back to one namespace: every project's lines, data sets and tokens in it; refused,
+    before any change, while two projects (or a project and the server) hold the same name.
+    The projects, their members, the people and the audit trail are dropped."""
+    _refuse_shared_names()
     op.drop_table("audit_events")
     op.drop_table("people")
     op.drop_table("project_members")
@@ -117,3 +120,17 @@ def downgrade() -> None:
             batch.drop_constraint(op.f(f"fk_{table}_project_id_projects"), type_="foreignkey")
             batch.drop_column("project_id")
     op.drop_table("projects")
+
+
+def _refuse_shared_names() -> None:
+    """Raise unless every line, data set and token name is held once: one namespace could
+    not hold them all (and its unique constraints would fail halfway)."""
+    bind = op.get_bind()
+    shared = {table: bind.execute(sa.text(f"SELECT name FROM {table} GROUP BY name "
+                                          "HAVING COUNT(*) > 1 ORDER BY name")).scalars().all()
+              for table in NAMED}
+    if any(shared.values()):
+        held = "; ".join(f"{table}: {', '.join(map(repr, names))}"
+                         for table, names in shared.items() if names)
+        raise RuntimeError(f"cannot downgrade below {revision}: rename or delete what would "
+                           f"share a name first; held by several projects: {held}")

@@ -7,7 +7,7 @@ from sqlalchemy import text
 from service.config import Settings
 from service.db import create_db_engine
 from service.gate.webhook_secrets import cipher
-from service.migrate import alembic_config, upgrade
+from service.migrate import alembic_config, migrating, upgrade
 
 PLAINTEXT = "ab" * 32
 
@@ -24,7 +24,7 @@ def test_0005_encrypts_stored_secrets_and_its_downgrade_decrypts_them(tmp_path):
                                     "created_at) VALUES (1, 1, :secret, CURRENT_TIMESTAMP)"),
                                {"secret": PLAINTEXT})
         upgrade(settings)
-        with engine.begin() as connection:
+        with migrating(engine) as connection:
             stored = connection.scalar(text("SELECT secret FROM webhook_secrets"))
             assert PLAINTEXT not in stored
             assert cipher(settings).decrypt(stored.encode()).decode() == PLAINTEXT
