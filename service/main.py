@@ -53,6 +53,7 @@ from service.queue import create_celery_app
 from service.registry.router import router as registry_router
 from service.schemas import ErrorBody
 from service.storage import ArtifactStore, open_store
+from service.ui.audit import router as audit_page_router
 from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
@@ -145,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, responses=documented_refusals(
             PROBE_REFUSALS if router is health.router else REFUSALS))
     mount_dashboard(app)
+    app.include_router(audit_page_router)
     observe(app, settings, traced)
     return app
 

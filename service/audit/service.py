@@ -3,7 +3,9 @@ them back, newest first, a page at a time."""
 
 import base64
 import binascii
+import getpass
 import logging
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +17,7 @@ from service.errors import InvalidInput
 from service.projects.models import AuditEvent, Project
 
 OK, DENIED = "ok", "denied"
+CLI = "cli"
 PENDING = "flipgate_audit_pending"  # session.info: the events its transaction will commit
 CURSOR_PREFIX = "before:"
 logger = logging.getLogger("flipgate.audit")
@@ -46,6 +49,22 @@ def record(session: Session, *, caller: Caller, action: str, resource: str,
         session.info[PENDING] = []
     session.info[PENDING].append(row)
     return row
+
+
+def record_cli(session: Session, *, action: str, resource: str, project_id: int | None,
+               details: dict[str, Any] | None = None) -> AuditEvent:
+    """The event of a change the `flipgate` command made on the database: its actor is the
+    operating system's user, its auth `cli`."""
+    return record(session, caller=Caller(actor=os_user(), auth=CLI, project_id=project_id),
+                  action=action, resource=resource, details=details)
+
+
+def os_user() -> str:
+    """The name of the user running this process (its uid when it has none)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no USER/LOGNAME and no passwd entry (a bare container)
+        return f"uid:{os.getuid()}"
 
 
 def _log_committed(session: Session) -> None:
