@@ -17,11 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import inspect
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.requests import HTTPConnection, Request
 from starlette.types import Scope
 
-from service.audit.service import DENIED, Caller, record
+from service.audit.service import DENIED, Caller, logger, record
 from service.auth.models import ApiToken
 from service.auth.service import TokenRefused
 from service.db import session_scope
@@ -67,10 +69,11 @@ def caller_of(connection: HTTPConnection) -> Caller | None:
     return Caller(actor=token.name, auth=token_auth(token), project_id=token.project_id)
 
 
-def key_of(row: object) -> int:
-    """The primary key of a stored row, without loading it (a rolled-back request's rows
-    are expired)."""
-    return inspect(row).identity[0]
+def key_of(row: Any) -> int:
+    """The primary key of a row, without loading it (a rolled-back request's rows are
+    expired)."""
+    identity = inspect(row).identity
+    return row.id if identity is None else identity[0]
 
 
 def client_of(connection: HTTPConnection) -> str | None:
@@ -99,9 +102,13 @@ def record_refusal(request: Request, error: ServiceError) -> None:
     if error.status_code not in DENIED_STATUSES or caller is None:
         return
     route = request.scope.get("route")
-    deny(request.app.state.sessions, request, caller,
-         action=getattr(route, "name", None) or AUTHENTICATE, reason=error.code,
-         status=error.status_code)
+    try:
+        deny(request.app.state.sessions, request, caller,
+             action=getattr(route, "name", None) or AUTHENTICATE, reason=error.code,
+             status=error.status_code)
+    except (OperationalError, PoolTimeout):  # the refusal is answered all the same
+        logger.exception("the audit event of a refusal (%s to %s) could not be written",
+                         error.code, caller.actor)
 
 
 def record_token_refusal(sessions: sessionmaker[Session], scope: Scope,

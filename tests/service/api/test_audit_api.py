@@ -5,6 +5,7 @@ tokens is not; a project's admins see only its events; nothing can change an eve
 import json
 import logging
 from datetime import UTC, datetime, timedelta
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from flipgate.signing import signature
 from service.auth.models import ApiToken
 from service.auth.service import create_token, revoke_token
 from service.db import utcnow
+from service.deps import AdminAccess, SessionDep, TokenDep
 from service.projects.models import AuditEvent
 from service.projects.service import create_project
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, npy_bytes
@@ -257,3 +259,24 @@ def test_no_route_changes_an_event(client):
             assert not [route for route in client.app.routes
                         if route.matches(scope)[0] == Match.FULL], (method, path)
     assert client.delete("/audit-events").status_code == 405
+
+
+def test_a_route_added_later_is_audited_with_nothing_but_its_route_class(client, other):
+    """A new route that changes something (as POST /projects, a membership, POST /tokens)
+    writes its event from the route class and the caller: a synchronous endpoint through
+    CommittingRoute, a coroutine through the request's session; a server-level one (no
+    acting project) under the token's own project (none for the server admin)."""
+
+    def change_in_project(acting: AdminAccess) -> dict:
+        return {"project": acting.project.name}
+
+    async def change_on_server(session: SessionDep, token: TokenDep) -> dict:
+        return {"token": token.name}
+
+    client.app.add_api_route("/scratch/{name}", change_in_project, methods=["PUT"])
+    client.app.add_api_route("/scratch", change_on_server, methods=["POST"])
+    assert client.put("/scratch/a", params={"project": "beta"}).is_success
+    assert client.post("/scratch").is_success
+    assert summary(events(client)) == [
+        ("admin", "admin_token", None, "change_on_server", "ok", None, ANY),
+        ("admin", "admin_token", "beta", "change_in_project", "ok", None, ANY)]
