@@ -9,6 +9,9 @@
   revoked or expired, write one `denied` event in a transaction of their own. A bearer that
   names no token is only counted (flipgate_auth_refusals_total) and logged.
 
+An endpoint may add what the path does not say (the decision a gate took, the token a POST
+minted) to its change's `details` in `request.state.audit_details` (a dict of JSON values).
+
 The caller is `request.state.acting` (set by service.deps.require / act_in, or by a route
 that resolves its project itself, such as the signed POST /gate), else the token the
 Admission middleware checked (its own project)."""
@@ -35,6 +38,7 @@ DENIED_STATUSES = frozenset({403, 404})
 AUDITED = "flipgate_audited"  # session.info: the request's change event was added
 AUTHENTICATE = "authenticate"  # the action of a token refused before any route was chosen
 CLIENT_LENGTH = 64
+DETAILS = "audit_details"  # request.state: what an endpoint adds to its change's details
 
 
 def changes_nothing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,9 +64,8 @@ def caller_of(connection: HTTPConnection) -> Caller | None:
     """Who makes a request, if the server knows them (see the module)."""
     acting = getattr(connection.state, "acting", None)
     if acting is not None:
-        auth = getattr(acting, "auth", None) or token_auth(acting.token)
-        return Caller(actor=acting.token.name, auth=auth, project_id=key_of(acting.project),
-                      email=getattr(acting, "email", None))
+        return Caller(actor=acting.token.name, auth=acting.auth or token_auth(acting.token),
+                      project_id=key_of(acting.project), email=acting.email)
     token = getattr(connection.state, "token", None)
     if token is None:
         return None
@@ -92,7 +95,7 @@ def record_change(request: Request, session: Session) -> None:
     session.info[AUDITED] = True
     record(session, caller=caller, action=route.name, resource=request.url.path,
            request_id=current_request_id(), client=client_of(request),
-           details={"method": request.method})
+           details={"method": request.method, **getattr(request.state, DETAILS, {})})
 
 
 def record_refusal(request: Request, error: ServiceError) -> None:

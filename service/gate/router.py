@@ -158,6 +158,7 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
                               delivery_id=delivery, signature_digest=signed,
                               request_sha256=hashlib.sha256(body).hexdigest(),
                               known_history=read_history(store, plan))
+    request.state.audit_details = {"decision_id": decision.id, "verdict": decision.verdict}
     answer = decision_view(session=session, decision=decision).model_dump(mode="json")
     return JSONResponse(answer, status_code=202 if decision.verdict == Verdict.PENDING else 200,
                         headers={"Server-Timing": f"gate;dur="

@@ -114,6 +114,9 @@ def test_a_signed_gate_is_the_webhooks_in_its_project(client, tmp_path):
         "Authorization": "", "Content-Type": "application/json",
         "X-Flipgate-Signature-256": signature("not-the-secret", body)})
     assert error_code(wrong, 401) == "invalid_signature"  # an unknown caller: nothing
+    decision = answer.json()
+    assert events(client, limit=1)[0]["details"] == {
+        "method": "POST", "decision_id": decision["decision_id"], "verdict": decision["verdict"]}
     assert summary(events(client, limit=2)) == [
         ("webhook", "webhook", "default", "gate", "ok", None, answer.headers["X-Request-ID"]),
         ("admin", "admin_token", "default", "rotate_webhook_secret", "ok", None,
