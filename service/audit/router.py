@@ -9,16 +9,20 @@ from pydantic import AwareDatetime
 from service.audit.schemas import AuditEventRead, AuditPage
 from service.audit.service import EventFilter, list_events
 from service.auth.service import require_scope
-from service.deps import CommittingRoute, ProjectParam, SessionDep, TokenDep, act_in
+from service.deps import CommittingRoute, SessionDep, TokenDep, act_in
 from service.names import NAME_LENGTH
 from service.projects.service import get_project, is_server_admin
 
 router = APIRouter(tags=["audit"], route_class=CommittingRoute)
 MAX_PAGE = 500
+AuditedProject = Annotated[str | None, Query(
+    max_length=NAME_LENGTH, description="only this project's events: the server admin's "
+    "filter (default: every project's, and the server's own); a project's admin may name "
+    "only their own")]
 
 
 def audited_projects(request: Request, token: TokenDep, session: SessionDep,
-                     project: ProjectParam = None) -> list[int] | None:
+                     project: AuditedProject = None) -> list[int] | None:
     """The projects whose events the caller reads: the server admin all (None) or the one it
     names; a project's admin its own (naming another: 404 project_not_found)."""
     if is_server_admin(token):
@@ -30,7 +34,7 @@ def audited_projects(request: Request, token: TokenDep, session: SessionDep,
 @router.get("/audit-events", response_model=AuditPage)
 def read_audit_events(
         request: Request, token: TokenDep, session: SessionDep,
-        project: ProjectParam = None,
+        project: AuditedProject = None,
         actor: Annotated[str | None, Query(max_length=255)] = None,
         action: Annotated[str | None, Query(max_length=NAME_LENGTH)] = None,
         outcome: Literal["ok", "denied"] | None = None,
