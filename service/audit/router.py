@@ -5,9 +5,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import AwareDatetime
+from sqlalchemy.orm import Session
 
 from service.audit.schemas import AuditEventRead, AuditPage
 from service.audit.service import EventFilter, list_events
+from service.auth.models import ApiToken
 from service.auth.service import require_scope
 from service.deps import CommittingRoute, SessionDep, TokenDep, act_in
 from service.names import NAME_LENGTH
@@ -21,8 +23,8 @@ AuditedProject = Annotated[str | None, Query(
     "only their own")]
 
 
-def audited_projects(request: Request, token: TokenDep, session: SessionDep,
-                     project: AuditedProject = None) -> list[int] | None:
+def audited_projects(request: Request, token: ApiToken, session: Session,
+                     project: str | None) -> list[int] | None:
     """The projects whose events the caller reads: the server admin all (None) or the one it
     names; a project's admin its own (naming another: 404 project_not_found)."""
     if is_server_admin(token):
