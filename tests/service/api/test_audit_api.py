@@ -13,10 +13,12 @@ from sqlalchemy import func, select, update
 from starlette.routing import Match
 
 from flipgate.signing import signature
+from service.audit.requests import SAFE_METHODS
 from service.auth.models import ApiToken
 from service.auth.service import create_token, revoke_token
 from service.db import utcnow
 from service.deps import AdminAccess, SessionDep, TokenDep
+from service.main import ROUTERS
 from service.projects.models import AuditEvent
 from service.projects.service import create_project
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, npy_bytes
@@ -283,3 +285,12 @@ def test_a_route_added_later_is_audited_with_nothing_but_its_route_class(client,
     assert summary(events(client)) == [
         ("admin", "admin_token", None, "change_on_server", "ok", None, ANY),
         ("admin", "admin_token", "beta", "change_in_project", "ok", None, ANY)]
+
+
+def test_every_route_of_a_non_safe_method_is_audited_but_the_dry_run():
+    """A change needs no listing: what a route of POST, PUT, PATCH or DELETE does is an
+    event unless its endpoint is marked changes_nothing."""
+    routes = [route for router in ROUTERS for route in router.routes
+              if set(route.methods) - SAFE_METHODS]
+    assert {route.name for route in routes if not route.audited} == {"dry_run_policy"}
+    assert len(routes) > 20
