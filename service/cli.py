@@ -180,13 +180,18 @@ def token_session() -> Iterator["Session"]:
 
 
 def run_token_create(args: argparse.Namespace) -> int:
-    """Mint an API token in the server's database and print its plaintext, shown only once."""
+    """Mint an API token in the server's database and print its plaintext, shown only once
+    (written to the audit trail)."""
+    from service import urls
+    from service.audit.service import record_cli
     from service.auth.service import create_token
 
     expires_in = None if args.expires_in is None else timedelta(days=args.expires_in)
     with token_session() as session:
         row, token = create_token(session=session, name=args.name, scopes=args.scopes,
                                   project=_token_project(args), expires_in=expires_in)
+        record_cli(session, action="token_create", resource=urls.token(row.name),
+                   project_id=row.project_id, details={"scopes": row.scopes})
         expiry = "" if row.expires_at is None else f", expires {row.expires_at:%Y-%m-%d %H:%M} UTC"
     print(token)
     print(f"token {row.name!r} with scopes {','.join(row.scopes)}{expiry}; it is not shown again",
@@ -195,11 +200,16 @@ def run_token_create(args: argparse.Namespace) -> int:
 
 
 def run_token_revoke(args: argparse.Namespace) -> int:
-    """Stop a stored token from authenticating (its row stays for the audit trail)."""
+    """Stop a stored token from authenticating (its row stays for the audit trail, which
+    records the revocation)."""
+    from service import urls
+    from service.audit.service import record_cli
     from service.auth.service import revoke_token
 
     with token_session() as session:
-        revoke_token(session=session, name=args.name, project=_token_project(args))
+        row = revoke_token(session=session, name=args.name, project=_token_project(args))
+        record_cli(session, action="token_revoke", resource=urls.token(row.name),
+                   project_id=row.project_id)
     print(f"token {args.name!r} is revoked", file=sys.stderr)
     return 0
 

@@ -19,6 +19,7 @@ from starlette.datastructures import State
 from flipgate.logits_scan import LogitsScan
 from flipgate.scores import PROBABILITIES
 from flipgate.upload_client import DIGEST_HEADER
+from service.audit.requests import SAFE_METHODS, is_audited, record_change
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
@@ -90,14 +91,15 @@ StagedNpz = Annotated[StagedFile, raw_body("body.npz")]
 StagedModel = Annotated[StagedFile, raw_body("upload")]
 
 
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _request_session: ContextVar[Session | None] = ContextVar("request_session", default=None)
+REQUEST = "flipgate_request"  # session.info: the request a request's session serves
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
     """One session per request: committed in the endpoint's own thread as soon as it returns
     (CommittingRoute), rolled back if it raises; the jobs it created are sent to
-    the workers after the commit.
+    the workers after the commit. A change's audit event joins the commit
+    (service.audit.requests.record_change).
 
     The session connects on its first query, in the endpoint (a safe method's at once, to
     begin without the write lock: in a thread, never on the event loop, which a database
@@ -111,15 +113,22 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
         if request.method in SAFE_METHODS:
             await anyio.to_thread.run_sync(read_only, session)
         enqueue_after_commit(session=session, celery=state.celery)
+        session.info[REQUEST] = request
         current = _request_session.set(session)
         try:
             yield session
-            session.commit()  # endpoints that are coroutines, or that did not finish
+            _commit(session)  # endpoints that are coroutines, or that did not finish
         except BaseException:
             session.rollback()
             raise
         finally:
             _request_session.reset(current)
+
+
+def _commit(session: Session) -> None:
+    """Commit the request's session, with the audit event of its change (once)."""
+    record_change(session.info[REQUEST], session)
+    session.commit()
 
 
 @contextmanager
@@ -135,10 +144,12 @@ class CommittingRoute(APIRoute):
     """The route class of every router (and of the app's own routes): a synchronous endpoint
     commits the request's session in its own thread right after it returns, before FastAPI
     validates the answer in another pool thread (get_session commits what is left: a
-    coroutine's session, or none)."""
+    coroutine's session, or none). `audited`: whether its successful requests are changes
+    that write an audit event (service.audit.requests)."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, _committing(endpoint), **kwargs)
+        self.audited = is_audited(self.methods, endpoint)
 
 
 def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
@@ -151,7 +162,7 @@ def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
         answer = endpoint(*args, **kwargs)
         session = _request_session.get()
         if session is not None:
-            session.commit()
+            _commit(session)
         return answer
 
     run.commits = True  # type: ignore[attr-defined]  # not again where a FastAPI release
@@ -198,10 +209,14 @@ ProjectParam = Annotated[str | None, Query(
 
 @dataclass(frozen=True)
 class Acting:
-    """Who makes a request, and the project it acts in (its session sees only that one)."""
+    """Who makes a request, and the project it acts in (its session sees only that one).
+    For the audit trail, `auth` says how they authenticated when not with `token` as a
+    bearer (`webhook`, `session`, `oidc`), and `email` is a signed-in person's."""
 
     token: ApiToken
     project: Project
+    auth: str | None = None
+    email: str | None = None
 
 
 def act_in(request: Request, session: Session, token: ApiToken, named: str | None) -> Acting:

@@ -17,6 +17,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from flipgate.signing import HEADER as SIGNATURE_HEADER
 from flipgate.signing import SignatureError, fresh_header
 from service import urls
+from service.audit.requests import record_token_refusal
+from service.auth.service import TokenRefused
 from service.config import Settings
 from service.errors import Unauthorized, database_refusal, error_response
 from service.ui.session import COOKIE, is_signed_session
@@ -88,7 +90,8 @@ class Admission:
     - Credentials are checked from the headers before anything reads the body and before a
       slot is taken: a bearer token (on its own short read-only session, at most
       TOKEN_LOOKUPS at once; one that waits LOOKUP_WAIT_SECONDS for its turn, behind lookups
-      that a database which stopped answering holds, is answered 503 `server_busy`), the
+      that a database which stopped answering holds, is answered 503 `server_busy`; a
+      revoked or expired one is written to the audit trail, an unknown one only counted), the
       signature headers of a SIGNED_ROUTES webhook (the gate's
       must parse, with its timestamp in the window; the endpoint checks digests), or on /ui a
       well-signed session cookie. Bad credentials, and a body sent without any (except the
@@ -149,7 +152,7 @@ class Admission:
         headers, path = Headers(scope=scope), scope["path"]
         scheme, _, presented = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and presented.strip():
-            token = await self.look_up(presented.strip())
+            token = await self.look_up(presented.strip(), scope)
             scope.setdefault("state", {})["token"] = token
             return True
         signed = SIGNED_ROUTES.get(path)
@@ -165,15 +168,20 @@ class Admission:
             raise Unauthorized(refusal.missing_code, f"{refusal.hint}; the body was not read")
         return False
 
-    async def look_up(self, presented: str) -> object:
+    async def look_up(self, presented: str, scope: Scope) -> object:
         """The presented token's lookup, in a thread, at most TOKEN_LOOKUPS at once;
-        LookupsBusy when no turn comes within LOOKUP_WAIT_SECONDS."""
+        LookupsBusy when no turn comes within LOOKUP_WAIT_SECONDS. A stored token refused
+        (revoked, expired) is written to the audit trail in the same turn."""
         with anyio.move_on_after(LOOKUP_WAIT_SECONDS) as waiting:
             await self.lookups.acquire()
         if waiting.cancelled_caught:
             raise LookupsBusy
         try:
             return await anyio.to_thread.run_sync(self.authenticate, presented)
+        except TokenRefused as error:
+            await anyio.to_thread.run_sync(record_token_refusal, self.state.sessions, scope,
+                                           error)
+            raise
         finally:
             self.lookups.release()
 

@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException
 
 import flipgate
 from service import health
+from service.audit.requests import record_refusal
+from service.audit.router import router as audit_router
 from service.auth.router import router as auth_router
 from service.compare.router import router as compare_router
 from service.config import Settings, get_settings
@@ -51,11 +53,13 @@ from service.queue import create_celery_app
 from service.registry.router import router as registry_router
 from service.schemas import ErrorBody
 from service.storage import ArtifactStore, open_store
+from service.ui.audit import router as audit_page_router
 from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
-           promotion_router, jobs_router, auth_router, mlflow_router, health.router)
+           promotion_router, jobs_router, auth_router, audit_router, mlflow_router,
+           health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
     {"name": "evalsets", "description": "labeled eval sets and training sets (.npz)"},
@@ -64,6 +68,7 @@ TAGS = [
     {"name": "gate", "description": "policies, the CI webhook, decisions, promotion, repair"},
     {"name": "jobs", "description": "background work and its progress"},
     {"name": "auth", "description": "API tokens (minted with `flipgate token create`)"},
+    {"name": "audit", "description": "the audit trail: every change and every refusal"},
     {"name": "integrations", "description": "the MLflow connector: its webhook and its log"},
     {"name": "health", "description": "liveness and readiness probes"},
 ]
@@ -141,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, responses=documented_refusals(
             PROBE_REFUSALS if router is health.router else REFUSALS))
     mount_dashboard(app)
+    app.include_router(audit_page_router)
     observe(app, settings, traced)
     return app
 
@@ -171,8 +177,10 @@ def documented_refusals(statuses: Iterable[int]) -> dict[int | str, dict]:
             for status in statuses}
 
 
-def service_error(_request: Request, error: ServiceError) -> JSONResponse:
-    """A typed service error with its own status and code."""
+def service_error(request: Request, error: ServiceError) -> JSONResponse:
+    """A typed service error with its own status and code (a 403 or 404 of a known caller
+    is written to the audit trail first)."""
+    record_refusal(request, error)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(error, Unauthorized) else None
     if isinstance(error, StorageUnavailable):
         headers = {"Retry-After": str(error.retry_after_seconds)}

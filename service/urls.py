@@ -78,6 +78,21 @@ def decision(decision_id: int) -> str:
     return f"/gate/decisions/{decision_id}"
 
 
+def token(name: str) -> str:
+    """A stored token of the caller's project (DELETE revokes it)."""
+    return f"/tokens/{quote(name, safe='')}"
+
+
+def audit_events(**filters: str) -> str:
+    """The audit trail, newest first (a page of it, with `filters` in the query)."""
+    return "/audit-events" + (f"?{urlencode(filters)}" if filters else "")
+
+
+def ui_audit(**filters: str) -> str:
+    """The dashboard's page of the audit trail."""
+    return f"{UI}/audit" + (f"?{urlencode(filters)}" if filters else "")
+
+
 def ui_home() -> str:
     """The dashboard's first page (the model lines)."""
     return UI

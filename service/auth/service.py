@@ -50,19 +50,36 @@ def create_token(*, session: Session, name: str, scopes: list[str],
                               message=f"a token named {name!r} exists"), token
 
 
+class TokenRefused(Unauthorized, status_code=401):
+    """A stored token that no longer authenticates: its caller is known (`token`, for the
+    audit trail), `reason` says why (token_revoked, token_expired); a revoked one is answered
+    with the code of an unknown one."""
+
+    def __init__(self, code: str, message: str, *, token: ApiToken, reason: str) -> None:
+        super().__init__(code, message)
+        self.token, self.reason = token, reason
+
+
+UNKNOWN_TOKEN = ("invalid_token", "the token is unknown or revoked")
+
+
 def authenticate(*, session: Session, token: str) -> ApiToken:
-    """The live token row for a presented token.
+    """The live token row for a presented token (Unauthorized for an unknown one,
+    TokenRefused for a revoked or expired one).
 
     The lookup compares sha256 digests, not the secret itself, so its timing tells an
     attacker nothing about a valid token.
     """
     statement = select(ApiToken).where(ApiToken.token_hash == hash_token(token))
     found = session.scalars(statement).one_or_none()
-    if found is None or found.revoked_at is not None:
-        raise Unauthorized("invalid_token", "the token is unknown or revoked")
+    if found is None:
+        raise Unauthorized(*UNKNOWN_TOKEN)
+    if found.revoked_at is not None:
+        raise TokenRefused(*UNKNOWN_TOKEN, token=found, reason="token_revoked")
     if found.expires_at is not None and found.expires_at <= utcnow():
-        raise Unauthorized("token_expired", f"token {found.name!r} expired at "
-                           f"{found.expires_at:%Y-%m-%d %H:%M:%S} UTC")
+        raise TokenRefused("token_expired", f"token {found.name!r} expired at "
+                           f"{found.expires_at:%Y-%m-%d %H:%M:%S} UTC", token=found,
+                           reason="token_expired")
     return found
 
 

@@ -10,12 +10,15 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from service import urls
+from service.audit.requests import changes_nothing
+from service.auth.models import ApiToken
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.deps import (
     ADMIN,
     READ,
     WRITE,
+    Acting,
     CommittingRoute,
     Credentials,
     SessionDep,
@@ -57,6 +60,7 @@ from service.registry.service import get_line
 
 router = APIRouter(tags=["gate"], route_class=CommittingRoute)
 DecisionId = Annotated[int, Path(ge=1, lt=2**31)]
+WEBHOOK = "webhook"  # who gates with a signature, for the decision and the audit trail
 
 
 @router.put("/models/{name}/policy", response_model=PolicyRead, dependencies=[ADMIN])
@@ -82,6 +86,7 @@ def read_policy(name: str, session: SessionDep,
 
 
 @router.post("/models/{name}/policy/dry-run", response_model=DryRun, dependencies=[READ])
+@changes_nothing
 def dry_run_policy(name: str, policy: Policy, session: SessionDep,
                    settings: SettingsDep) -> DryRun:
     """Replay a draft policy on the line's past final decisions (their eval sets and stored
@@ -128,7 +133,7 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
     another one: under load every pool thread may be waiting for SQLite's write lock, which
     this request holds until its session commits after the endpoint returns. For the same
     reason the signature is checked, and a history limit's arrays read, before that session
-    begins."""
+    begins. Its caller, for the audit trail, is the token or (signed) `webhook`."""
     started = time.perf_counter()
     gate_request = parse_gate_request(body)
     with reading(request) as reader:
@@ -136,11 +141,15 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
             token = gate_caller(request, credentials)
             caller, signed = token.name, None
             project = acting_project(session=reader, token=token, named=gate_request.project)
+            request.state.acting = Acting(token=token, project=project)
         else:
             project = get_project(session=reader, name=gate_request.project or DEFAULT_PROJECT)
-            caller, signed = "webhook", webhook_signature(
+            caller, signed = WEBHOOK, webhook_signature(
                 session=scope_session(reader, project.id), settings=settings,
                 line_name=gate_request.model, body=body, signature=signature)
+            request.state.acting = Acting(token=ApiToken(name=WEBHOOK, scopes=["gate"],
+                                                         project_id=project.id),
+                                          project=project, auth=WEBHOOK)
         plan = decisions.history_plan_of(session=scope_session(reader, project.id),
                                          settings=settings, request=gate_request)
     scope_session(session, project.id)
@@ -149,6 +158,7 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
                               delivery_id=delivery, signature_digest=signed,
                               request_sha256=hashlib.sha256(body).hexdigest(),
                               known_history=read_history(store, plan))
+    request.state.audit_details = {"decision_id": decision.id, "verdict": decision.verdict}
     answer = decision_view(session=session, decision=decision).model_dump(mode="json")
     return JSONResponse(answer, status_code=202 if decision.verdict == Verdict.PENDING else 200,
                         headers={"Server-Timing": f"gate;dur="

@@ -1,0 +1,133 @@
+"""The audit trail of HTTP requests, written in one place for every route.
+
+- A change: when an audited route's endpoint (every non-safe method's, but those marked
+  `changes_nothing`) returns without raising, service.deps adds one `ok` event to the
+  request's session before it commits, so the event and the change commit together or not
+  at all. Its action is the route's name, its resource the request's path.
+- A refusal: a 403 or 404 answered to a known caller (a checked bearer token, or a caller
+  a route has identified: `request.state.acting`), and a stored token refused because it was
+  revoked or expired, write one `denied` event in a transaction of their own. A bearer that
+  names no token is only counted (flipgate_auth_refusals_total) and logged.
+
+An endpoint may add what the path does not say (the decision a gate took, the token a POST
+minted) to its change's `details` in `request.state.audit_details` (a dict of JSON values).
+
+The caller is `request.state.acting` (set by service.deps.require / act_in, or by a route
+that resolves its project itself, such as the signed POST /gate), else the token the
+Admission middleware checked (its own project)."""
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import inspect
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.requests import HTTPConnection, Request
+from starlette.types import Scope
+
+from service.audit.service import DENIED, Caller, logger, record
+from service.auth.models import ApiToken
+from service.auth.service import TokenRefused
+from service.db import session_scope
+from service.errors import ServiceError
+from service.observability.context import current_request_id
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DENIED_STATUSES = frozenset({403, 404})
+AUDITED = "flipgate_audited"  # session.info: the request's change event was added
+AUTHENTICATE = "authenticate"  # the action of a token refused before any route was chosen
+CLIENT_LENGTH = 64
+DETAILS = "audit_details"  # request.state: what an endpoint adds to its change's details
+
+
+def changes_nothing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark an endpoint of a non-safe method that stores nothing (a dry run): its successful
+    requests write no audit event."""
+    endpoint.changes_nothing = True  # type: ignore[attr-defined]
+    return endpoint
+
+
+def is_audited(methods: set[str] | None, endpoint: Callable[..., Any]) -> bool:
+    """Whether a route's successful requests are changes that write an event."""
+    return bool(set(methods or ()) - SAFE_METHODS) and not getattr(endpoint, "changes_nothing",
+                                                                   False)
+
+
+def token_auth(token: ApiToken) -> str:
+    """How a token's bearer authenticated: the bootstrap token (FLIPGATE_ADMIN_TOKEN, never
+    stored) or a stored one."""
+    return "admin_token" if token.id is None else "token"
+
+
+def caller_of(connection: HTTPConnection) -> Caller | None:
+    """Who makes a request, if the server knows them (see the module)."""
+    acting = getattr(connection.state, "acting", None)
+    if acting is not None:
+        return Caller(actor=acting.token.name, auth=acting.auth or token_auth(acting.token),
+                      project_id=key_of(acting.project), email=acting.email)
+    token = getattr(connection.state, "token", None)
+    if token is None:
+        return None
+    return Caller(actor=token.name, auth=token_auth(token), project_id=token.project_id)
+
+
+def key_of(row: Any) -> int:
+    """The primary key of a row, without loading it (a rolled-back request's rows are
+    expired)."""
+    identity = inspect(row).identity
+    return row.id if identity is None else identity[0]
+
+
+def client_of(connection: HTTPConnection) -> str | None:
+    return connection.client.host[:CLIENT_LENGTH] if connection.client else None
+
+
+def record_change(request: Request, session: Session) -> None:
+    """Add the `ok` event of a request whose endpoint returned to its session (once), if its
+    route is audited and its caller known."""
+    route = request.scope.get("route")
+    if session.info.get(AUDITED) or not getattr(route, "audited", False):
+        return
+    caller = caller_of(request)
+    if caller is None:
+        return
+    session.info[AUDITED] = True
+    record(session, caller=caller, action=route.name, resource=request.url.path,
+           request_id=current_request_id(), client=client_of(request),
+           details={"method": request.method, **getattr(request.state, DETAILS, {})})
+
+
+def record_refusal(request: Request, error: ServiceError) -> None:
+    """Write the `denied` event of a 403 or 404 answered to a known caller, in a transaction
+    of its own."""
+    caller = caller_of(request)
+    if error.status_code not in DENIED_STATUSES or caller is None:
+        return
+    route = request.scope.get("route")
+    try:
+        deny(request.app.state.sessions, request, caller,
+             action=getattr(route, "name", None) or AUTHENTICATE, reason=error.code,
+             status=error.status_code)
+    except (OperationalError, PoolTimeout):  # the refusal is answered all the same
+        logger.exception("the audit event of a refusal (%s to %s) could not be written",
+                         error.code, caller.actor)
+
+
+def record_token_refusal(sessions: sessionmaker[Session], scope: Scope,
+                         error: TokenRefused) -> None:
+    """Write the `denied` event of a stored token refused before any route was chosen,
+    for being revoked or expired."""
+    token = error.token
+    caller = Caller(actor=token.name, auth=token_auth(token), project_id=token.project_id)
+    deny(sessions, HTTPConnection(scope), caller, action=AUTHENTICATE, reason=error.reason,
+         status=error.status_code)
+
+
+def deny(sessions: sessionmaker[Session], connection: HTTPConnection, caller: Caller, *,
+         action: str, reason: str, status: int) -> None:
+    with session_scope(sessions) as session:
+        record(session, caller=caller, action=action, resource=connection.url.path,
+               outcome=DENIED, reason=reason, request_id=current_request_id(),
+               client=client_of(connection),
+               details={"method": connection.scope["method"], "status": status})
