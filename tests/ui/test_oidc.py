@@ -22,13 +22,7 @@ from service.ui.oidc import FLOW_COOKIE
 from service.ui.session import COOKIE
 from tests.service.api.conftest import bearer, post_model, store_settings
 from tests.service.conftest import write_onnx
-from tests.ui.conftest import browser_client, mint  # noqa: F401 (fixtures)
-from tests.ui.oidc_provider import (  # noqa: F401 (fixtures)
-    CLIENT_ID,
-    CLIENT_SECRET,
-    expired_oidc_provider,
-    oidc_provider,
-)
+from tests.ui.oidc_provider import CLIENT_ID, CLIENT_SECRET
 
 ADMIN_GROUP = "flipgate-admins"
 
@@ -40,7 +34,7 @@ def sso_settings(settings, provider):
 
 
 @pytest.fixture
-def settings(engine, tmp_path, oidc_provider):  # noqa: F811
+def settings(engine, tmp_path, oidc_provider):
     """The test app's settings, signing in with the suite's provider."""
     return sso_settings(store_settings(engine, tmp_path), oidc_provider)
 
@@ -148,7 +142,7 @@ def test_an_id_token_issued_to_another_client_is_refused(browser_client, oidc_pr
     assert "aud" in answer.text
 
 
-def test_an_expired_id_token_is_refused(browser_client, expired_oidc_provider, db):  # noqa: F811
+def test_an_expired_id_token_is_refused(browser_client, expired_oidc_provider, db):
     app_settings = browser_client.app.state.settings
     for key, value in sso_settings(app_settings, expired_oidc_provider):
         setattr(app_settings, key, value)
@@ -279,7 +273,7 @@ def test_the_token_form_refuses_other_sites_and_other_sessions(browser_client, o
             ApiToken.name.startswith("person-"))).all() == []
 
 
-def test_a_token_signed_viewer_mints_no_personal_token(browser_client, mint):  # noqa: F811
+def test_a_token_signed_viewer_mints_no_personal_token(browser_client, mint):
     signed = browser_client.post("/ui/signin", data={"token": mint("read")},
                                  follow_redirects=False)
     assert signed.status_code == 303
