@@ -29,6 +29,7 @@ from service.db import session_scope
 from service.deps import CommittingRoute
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.integrations.mlflow.service import list_events
+from service.projects.models import DEFAULT_PROJECT
 from service.storage import ArtifactStore
 from service.ui import docs, oidc, people, queries, samples
 from service.ui.curve import repair_curve_svg
@@ -136,7 +137,9 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
                 for key in shown]
     return render(request, "line.html", who, view=view, heatmaps=heatmaps, metrics=shown,
                   history=Markup(history_svg(view.history, view.limits)),
-                  reverts=list_events(session=session, model=name, action="reverted"))
+                  reverts=list_events(session=session, model=name, action="reverted")
+                  if who.project == DEFAULT_PROJECT else [])  # the connector's log names
+    # lines, not projects: it is shown in the project the connector serves only
 
 
 @router.get("/lines/{name}/pairs/{old}/{new}", response_class=HTMLResponse)

@@ -15,6 +15,7 @@ from pydantic import SecretStr
 from sqlalchemy import select
 
 from service.auth.models import ApiToken
+from service.auth.service import create_token
 from service.db import utcnow
 from service.projects.models import Person
 from service.projects.service import create_project, get_project, grant, revoke
@@ -278,3 +279,16 @@ def test_a_token_signed_viewer_mints_no_personal_token(browser_client, mint):
                                  follow_redirects=False)
     assert signed.status_code == 303
     assert browser_client.get("/ui/tokens").status_code == 403
+
+
+def test_a_token_signed_viewer_sees_its_tokens_project_only(browser_client, db):
+    with db() as session:
+        create_project(session=session, name="vision")
+        secret = create_token(session=session, name="cv-ci", scopes=["read"],
+                              project="vision")[1]
+    assert browser_client.post("/ui/signin", data={"token": secret},
+                               follow_redirects=False).status_code == 303
+    page = browser_client.get("/ui")
+    assert '<option value="vision" selected>' in page.text
+    assert '<option value="default"' not in page.text
+    assert browser_client.get("/ui", params={"project": "default"}).status_code == 404
