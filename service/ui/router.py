@@ -1,7 +1,9 @@
 """The read-only dashboard: server-rendered pages under /ui, signed in with a session cookie.
 
-Every page needs a session (else 303 to the sign-in page); nothing here writes to the store
-but the record of a sign-out. Sign-in and sign-out refuse cross-site posts (Origin).
+Every page needs a session (else 303 to the sign-in page) and acts in one project of the
+viewer's (service.ui.pages); nothing here writes to the store but the record of a sign-out.
+Sign-in and sign-out refuse cross-site posts (Origin). Single sign-on and personal tokens
+are service.ui.people's pages.
 """
 
 import functools
