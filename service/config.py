@@ -84,6 +84,14 @@ class Settings(BaseSettings):
     # when the server restarts, and API processes behind one address must share a key)
     session_key: SecretStr = Field(default_factory=lambda: SecretStr(secrets.token_hex(32)))
     session_hours: float = Field(default=12.0, gt=0)  # a dashboard sign-in lasts this long
+    # the dashboard's single sign-on (service.ui.oidc): OpenID Connect's code flow with the
+    # provider at this issuer (discovered at {issuer}/.well-known/openid-configuration); off
+    # while the issuer is unset. Members of the admin group are server admins in the dashboard
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: SecretStr | None = None
+    oidc_groups_claim: str = "groups"  # the ID token's claim that lists a person's groups
+    oidc_admin_group: str | None = None
     # a request body must arrive within body_grace_seconds plus one second per
     # body_min_rate bytes received (slower: 408), and within body_deadline_seconds in all
     body_grace_seconds: float = Field(default=10.0, gt=0)
@@ -121,6 +129,12 @@ class Settings(BaseSettings):
                for key in self.secret_keys):
             raise ValueError(f"FLIPGATE_SECRET_KEY: each comma-separated key must be a real "
                              f"secret of at least {MIN_SECRET_LENGTH} characters")
+        return self
+
+    @model_validator(mode="after")
+    def _require_an_oidc_client(self) -> Self:
+        if self.oidc_issuer and not self.oidc_client_id:
+            raise ValueError("FLIPGATE_OIDC_CLIENT_ID must be set with FLIPGATE_OIDC_ISSUER")
         return self
 
     @model_validator(mode="after")

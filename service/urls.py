@@ -141,3 +141,18 @@ def ui_pair(line: str, old: str, new: str, evalset: str | None) -> str:
     """The dashboard's page of the pair old → new of a line."""
     return (f"{ui_line(line)}/pairs/{quote(old, safe='')}/"
             f"{quote(new, safe='')}?{urlencode({'evalset': evalset or ''})}")
+
+
+def ui_oidc_start(next: str | None = None) -> str:
+    """Where single sign-on starts (to the OpenID provider, then back to `next`)."""
+    return f"{UI}/oidc/start" + (f"?{urlencode({'next': next})}" if next else "")
+
+
+def ui_oidc_callback() -> str:
+    """Where the OpenID provider sends the browser back (the redirect URI to register)."""
+    return f"{UI}/oidc/callback"
+
+
+def ui_tokens(project: str | None = None) -> str:
+    """The dashboard's page where a signed-in person mints a personal API token."""
+    return f"{UI}/tokens" + (f"?{urlencode({'project': project})}" if project else "")

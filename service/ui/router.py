@@ -1,22 +1,22 @@
 """The read-only dashboard: server-rendered pages under /ui, signed in with a session cookie.
 
-Every page needs a session (else 303 to the sign-in page); nothing here writes to the store
-but the record of a sign-out. Sign-in and sign-out refuse cross-site posts (Origin).
+Every page needs a session (else 303 to the sign-in page) and acts in one project of the
+viewer's (service.ui.pages); nothing here writes to the store but the record of a sign-out.
+Sign-in and sign-out refuse cross-site posts (Origin). Single sign-on and personal tokens
+are service.ui.people's pages.
 """
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
+from fastapi import APIRouter, FastAPI, Form, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException
@@ -27,68 +27,53 @@ from flipgate.reporting.html import stored_body
 from service import urls
 from service.compare.service import EXPORT_TYPES, resolve_pair, stored_export
 from service.config import Settings
-from service.db import read_only, session_scope
+from service.db import session_scope
 from service.deps import CommittingRoute
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.integrations.mlflow.service import list_events
+from service.projects.models import DEFAULT_PROJECT
 from service.storage import ArtifactStore
-from service.ui import docs, queries, samples
-from service.ui.ci import ci_links
+from service.ui import docs, oidc, people, queries, samples
 from service.ui.curve import repair_curve_svg
 from service.ui.heatmap import heatmap_svg
 from service.ui.history import history_svg
+from service.ui.pages import (
+    PageRefused,
+    ReadSession,
+    SignedIn,
+    cross_site,
+    local,
+    not_found,
+    refused,
+    render,
+    same_origin,
+    set_session,
+)
 from service.ui.session import (
     COOKIE,
     ENDED,
     SignInRequired,
     Viewer,
-    max_age,
     record_failed_signin,
     sign_in,
     sign_out,
     signin_retry_after,
-    viewer,
 )
 
 HERE = Path(__file__).parent
 FLIPS_PER_PAGE = 48
-templates = Jinja2Templates(directory=HERE / "templates")
-templates.env.globals.update(ci_links=ci_links, urls=urls)
 router = APIRouter(prefix=urls.UI, include_in_schema=False, route_class=CommittingRoute)
-
-
-def read_session(request: Request) -> Iterator[Session]:
-    """A session that only reads: on SQLite its transaction takes no write lock."""
-    with request.app.state.sessions() as session:
-        read_only(session)
-        yield session
-
-
-ReadSession = Annotated[Session, Depends(read_session)]
-
-
-def signed_in(request: Request, session: ReadSession) -> Viewer:
-    """The viewer of the request's session cookie, or SignInRequired (303 to sign in)."""
-    return viewer(session, request.app.state.settings, request.cookies.get(COOKIE))
-
-
-SignedIn = Annotated[Viewer, Depends(signed_in)]
-
-
-def render(request: Request, template: str, who: Viewer | None, status: int = 200,
-           **context: Any) -> HTMLResponse:
-    """A page from `template` with the viewer in its header."""
-    return templates.TemplateResponse(request, template, {"viewer": who, **context},
-                                      status_code=status)
-
-
-def not_found(request: Request, who: Viewer, error: NotFound) -> HTMLResponse:
-    return render(request, "error.html", who, status=404, message=error.message)
 
 
 @router.get("/signin", response_class=HTMLResponse)
 def signin_page(request: Request, next: str = urls.UI, ended: str = "") -> HTMLResponse:
-    return render(request, "signin.html", None, next=_local(next), notice=ENDED.get(ended))
+    return signin_form(request, next, notice=ENDED.get(ended))
+
+
+def signin_form(request: Request, next: str, status: int = 200, **context: Any) -> HTMLResponse:
+    """The sign-in page: single sign-on where it is set up, and the token form."""
+    return render(request, "signin.html", None, status=status, next=local(next),
+                  sso=oidc.enabled(request.app.state.settings), **context)
 
 
 @router.post("/signin", response_model=None)
@@ -103,20 +88,16 @@ def signin(request: Request, token: Annotated[str, Form()] = "",
     client = request.client.host if request.client else ""
     with session_scope(request.app.state.sessions) as session:
         if wait := signin_retry_after(session=session, client=client):
-            response = render(request, "signin.html", None, status=429, next=_local(next),
-                              error=f"Too many failed sign-ins; try again in {wait} s.")
+            response = signin_form(request, next, status=429,
+                                   error=f"Too many failed sign-ins; try again in {wait} s.")
             response.headers["Retry-After"] = str(wait)
             return response
         try:
             _viewer, cookie = sign_in(session, settings, token.strip())
         except (Unauthorized, Forbidden) as error:
             record_failed_signin(session=session, client=client)
-            return render(request, "signin.html", None, status=error.status_code,
-                          next=_local(next), error=error.message)
-    response = RedirectResponse(_local(next), status_code=303)
-    response.set_cookie(COOKIE, cookie, max_age=max_age(settings), httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https", path=urls.UI)
-    return response
+            return signin_form(request, next, status=error.status_code, error=error.message)
+    return set_session(request, RedirectResponse(local(next), status_code=303), cookie)
 
 
 @router.post("/signout", response_model=None)
@@ -130,25 +111,6 @@ def signout(request: Request) -> Response:
     response = RedirectResponse(urls.ui_signin(ended="signed_out"), status_code=303)
     response.delete_cookie(COOKIE, path=urls.UI, httponly=True, samesite="strict")
     return response
-
-
-def same_origin(request: Request, settings: Settings) -> bool:
-    """Whether a post comes from the dashboard's own pages: its Origin (or Referer) names
-    this server's host, or FLIPGATE_PUBLIC_URL's; a client that sends neither is no browser
-    on another site (browsers send Origin with every cross-site post)."""
-    source = request.headers.get("origin") or request.headers.get("referer")
-    if source is None:
-        return True
-    own = {request.headers.get("host", ""), urlsplit(settings.public_url or "").netloc} - {""}
-    try:
-        return urlsplit(source).netloc in own
-    except ValueError:  # not a URL (e.g. "http://["): no page of ours sent it
-        return False
-
-
-def cross_site(request: Request) -> HTMLResponse:
-    return render(request, "error.html", None, status=403, heading="Cross-site request refused",
-                  message="The dashboard accepts sign-ins and sign-outs from its own pages only.")
 
 
 @router.get("", response_class=HTMLResponse)
@@ -177,7 +139,9 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
                 for key in shown]
     return render(request, "line.html", who, view=view, heatmaps=heatmaps, metrics=shown,
                   history=Markup(history_svg(view.history, view.limits)),
-                  reverts=list_events(session=session, model=name, action="reverted"))
+                  reverts=list_events(session=session, model=name, action="reverted")
+                  if who.project == DEFAULT_PROJECT else [])  # the connector's log names
+    # lines, not projects: it is shown in the project the connector serves only
 
 
 @router.get("/lines/{name}/pairs/{old}/{new}", response_class=HTMLResponse)
@@ -293,11 +257,6 @@ def jobs(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse:
     return render(request, "jobs.html", who, view=queries.jobs_page(session))
 
 
-def _local(target: str) -> str:
-    """`target` if it is a dashboard path, else the dashboard's home (no open redirects)."""
-    return target if target.startswith(urls.UI) and "//" not in target else urls.UI
-
-
 def to_signin(request: Request, error: SignInRequired) -> RedirectResponse:
     """Pages asked for without a session answer 303 to the sign-in page (which says why a
     session ended)."""
@@ -349,9 +308,11 @@ def mount_dashboard(app: FastAPI) -> None:
     """Add the dashboard's pages, its static files and the offline /docs and /redoc; its
     responses compressed and its errors as HTML pages."""
     app.include_router(router)
+    app.include_router(people.router)
     app.add_middleware(DashboardGZip)
     html_errors_under_ui(app)
     app.add_api_route("/", home, include_in_schema=False)
     app.mount(urls.UI_STATIC, StaticFiles(directory=HERE / "static"), name="ui-static")
     app.add_exception_handler(SignInRequired, to_signin)
+    app.add_exception_handler(PageRefused, refused)
     docs.mount_docs(app)

@@ -4,6 +4,10 @@ checked on every page against the token (revoked or expired: the session ends) a
 the sessions signed out (a copied cookie does not outlive its sign-out). Failed sign-ins are
 throttled per client address, counted in the database across API processes.
 
+A person signed in with OpenID Connect (service.ui.oidc) has a cookie naming their subject
+(`oidc:<subject>`): their projects and scopes are re-read from the grants on every page, so
+a grant taken back takes the project away at once.
+
 Only the dashboard's pages read this cookie: the JSON API takes bearer tokens alone, so a
 cookie never authorizes a write.
 """
@@ -15,7 +19,8 @@ import json
 import math
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select
@@ -27,10 +32,13 @@ from service.config import Settings
 from service.db import utcnow
 from service.errors import Forbidden
 from service.guard import INT32_MAX
+from service.projects.models import Person, Project
+from service.projects.service import PROJECT_SCOPES, is_server_admin, person_roles
 
 COOKIE = "flipgate_session"
 MAX_EXPIRY = 2**33  # unix seconds (the year 2242): any later expiry is no cookie of ours
 ADMIN = "admin"
+PERSON = "oidc:"  # a person's subject in a session cookie starts with it
 SIGNIN_ATTEMPTS, SIGNIN_WINDOW = 5, timedelta(seconds=60)  # failed sign-ins per client
 CLIENT_LENGTH = 64  # a client address as failed_signins keeps it
 
@@ -49,11 +57,19 @@ ENDED = {"expired": "Your session expired.",
          "revoked": "Your session ended: its token was revoked or lost the read scope."}
 
 
+Roles = Mapping[str, frozenset[str]]  # the scopes held in each project, by project name
+
+
 @dataclass(frozen=True)
 class Viewer:
-    """Who is signed in: the token's name."""
+    """Who is signed in (a token's name, or a person's name), the projects they may see with
+    their scopes in each, and the project the page acts in (service.ui.projects)."""
 
     name: str
+    roles: Roles = field(default_factory=dict)
+    subject: str | None = None  # a person's OpenID subject (None: signed in with a token)
+    session_id: str = ""
+    project: str | None = None
 
 
 def sign_in(session: Session, settings: Settings, token: str) -> tuple[Viewer, str]:
@@ -67,6 +83,11 @@ def sign_in(session: Session, settings: Settings, token: str) -> tuple[Viewer, s
     return Viewer(row.name), _cookie(settings, str(row.id), row.expires_at)
 
 
+def person_cookie(settings: Settings, person: Person) -> str:
+    """The session cookie of a person who signed in with OpenID Connect."""
+    return _cookie(settings, PERSON + person.subject, None)
+
+
 def viewer(session: Session, settings: Settings, cookie: str | None) -> Viewer:
     """The viewer of a session cookie; SignInRequired when it is missing or forged, or (with
     the reason) expired, signed out, or its token since revoked, expired or without the read
@@ -76,9 +97,11 @@ def viewer(session: Session, settings: Settings, cookie: str | None) -> Viewer:
         raise SignInRequired("expired")
     if session.get(EndedSession, payload["sid"]) is not None:
         raise SignInRequired("signed_out")
-    subject = payload["sub"]
+    subject, sid = payload["sub"], payload["sid"]
     if subject == _admin_subject(settings):
-        return Viewer(ADMIN)
+        return Viewer(ADMIN, _every_project(session, PROJECT_SCOPES), session_id=sid)
+    if subject.startswith(PERSON):
+        return _person_viewer(session, settings, subject.removeprefix(PERSON), sid)
     row = session.get(ApiToken, int(subject)) if _is_token_id(subject) else None
     if row is not None and row.expires_at is not None and row.expires_at <= utcnow():
         raise SignInRequired("expired")
@@ -88,7 +111,33 @@ def viewer(session: Session, settings: Settings, cookie: str | None) -> Viewer:
         require_scope(row, "read")
     except Forbidden as error:
         raise SignInRequired("revoked") from error
-    return Viewer(row.name)
+    return Viewer(row.name, _token_roles(session, row), session_id=sid)
+
+
+def _token_roles(session: Session, row: ApiToken) -> Roles:
+    """A token's project with its scopes (a server-level token's: every project)."""
+    scopes = PROJECT_SCOPES if is_server_admin(row) else frozenset(row.scopes) & PROJECT_SCOPES
+    if row.project_id is None:
+        return _every_project(session, scopes)
+    return {session.get_one(Project, row.project_id).name: scopes}
+
+
+def _person_viewer(session: Session, settings: Settings, subject: str, sid: str) -> Viewer:
+    """A signed-in person with the projects their grants give them now (every project, as
+    its admin, for a member of FLIPGATE_OIDC_ADMIN_GROUP)."""
+    person = session.get(Person, subject)
+    if person is None:
+        raise SignInRequired("revoked")
+    admin_group = settings.oidc_admin_group
+    roles = (_every_project(session, PROJECT_SCOPES)
+             if admin_group and admin_group in person.groups
+             else person_roles(session=session, person=person))
+    return Viewer(person.display_name or person.email or subject, roles, subject=subject,
+                  session_id=sid)
+
+
+def _every_project(session: Session, scopes: frozenset[str]) -> Roles:
+    return {name: scopes for name in session.scalars(select(Project.name).order_by(Project.name))}
 
 
 def sign_out(session: Session, settings: Settings, cookie: str | None) -> None:
@@ -145,20 +194,41 @@ def _cookie(settings: Settings, subject: str, token_expires: datetime | None) ->
     if token_expires is not None:
         expires = min(expires, token_expires.replace(tzinfo=token_expires.tzinfo or UTC)
                       .timestamp())
-    payload = json.dumps({"sub": subject, "exp": int(expires), "sid": secrets.token_hex(16)})
-    encoded = base64.urlsafe_b64encode(payload.encode()).decode()
+    return signed(settings, {"sub": subject, "exp": int(expires), "sid": secrets.token_hex(16)})
+
+
+def signed(settings: Settings, payload: dict) -> str:
+    """`payload` as JSON, signed with the session key (HMAC-SHA256): a cookie's value."""
+    encoded = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode()
     return f"{encoded}.{_signature(settings, encoded)}"
 
 
-def _verified_payload(settings: Settings, cookie: str | None) -> dict:
-    """The {sub, exp, sid} of a well-signed cookie (expired or not); SignInRequired (no
-    reason) for a missing, forged or malformed one."""
-    encoded, _, signature = (cookie or "").partition(".")
+def unsigned(settings: Settings, value: str | None) -> dict:
+    """The payload of a value `signed` made; SignInRequired (no reason) for a missing,
+    forged or malformed one."""
+    encoded, _, signature = (value or "").partition(".")
     if not encoded or not hmac.compare_digest(signature.encode(),
                                               _signature(settings, encoded).encode()):
         raise SignInRequired
     try:
         payload = json.loads(base64.urlsafe_b64decode(encoded))
+    except ValueError as error:
+        raise SignInRequired from error
+    if not isinstance(payload, dict):
+        raise SignInRequired
+    return payload
+
+
+def csrf_token(settings: Settings, who: Viewer) -> str:
+    """The token a form of the dashboard that writes must carry: bound to the session."""
+    return _signature(settings, f"csrf:{who.session_id}")
+
+
+def _verified_payload(settings: Settings, cookie: str | None) -> dict:
+    """The {sub, exp, sid} of a well-signed cookie (expired or not); SignInRequired (no
+    reason) for a missing, forged or malformed one."""
+    payload = unsigned(settings, cookie)
+    try:
         verified = {"sub": str(payload["sub"]), "exp": int(payload["exp"]),
                     "sid": str(payload["sid"])[:32]}
     except (ValueError, KeyError, TypeError, OverflowError) as error:

@@ -51,6 +51,14 @@ def test_an_s3_artifact_store_needs_the_shared_secret_and_session_keys(keys):
     Settings(**keys)  # the local store needs neither
 
 
+def test_single_sign_on_needs_a_client_id(monkeypatch):
+    monkeypatch.setenv("FLIPGATE_OIDC_ISSUER", "https://id.example")
+    with pytest.raises(ValidationError, match="FLIPGATE_OIDC_CLIENT_ID"):
+        Settings()
+    monkeypatch.setenv("FLIPGATE_OIDC_CLIENT_ID", "flipgate")
+    assert (Settings().oidc_groups_claim, Settings().oidc_admin_group) == ("groups", None)
+
+
 def test_flipgate_serve_refuses_to_start_on_s3_without_the_keys(tmp_path):
     env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path), FLIPGATE_ARTIFACT_STORE="s3://bucket",
                        FLIPGATE_SECRET_KEY="secret-key-" + "k" * 21)

@@ -38,6 +38,7 @@ from tests.service.conftest import (  # noqa: F401 (fixtures)
     write_npz,
     write_onnx,
 )
+from tests.ui.oidc_provider import expired_oidc_provider, oidc_provider  # noqa: F401 (fixtures)
 
 LINE, EVALSET, SAMPLES, CLASSES = "digits", "eval", 60, 3
 

@@ -1,0 +1,168 @@
+"""The dashboard's pages for people: single sign-on with OpenID Connect (service.ui.oidc),
+and the one form that writes, where a signed-in person mints a personal API token for
+their own roles in the project the page acts in (same origin, a token bound to the
+session, a bounded expiry, shown once).
+"""
+
+import re
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from service import urls
+from service.auth.models import ApiToken
+from service.auth.service import SCOPES, create_token
+from service.config import Settings
+from service.db import session_scope
+from service.deps import CommittingRoute
+from service.errors import ServiceError
+from service.projects.service import get_project
+from service.ui import oidc
+from service.ui.pages import (
+    PageRefused,
+    SignedIn,
+    acting_viewer,
+    cross_site,
+    local,
+    render,
+    same_origin,
+    set_session,
+)
+from service.ui.session import Viewer, csrf_token, person_cookie
+
+router = APIRouter(prefix=urls.UI, include_in_schema=False, route_class=CommittingRoute)
+TOKEN_DAYS, MAX_TOKEN_DAYS = 30, 90  # a personal token's default and longest life
+NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+
+
+@router.get("/oidc/start")
+def oidc_start(request: Request, next: str = urls.UI) -> Response:
+    """Send the browser to the OpenID provider, keeping the flow's state in its own cookie
+    (SameSite=Lax, so that the provider's cross-site redirect back carries it)."""
+    settings = _sso_settings(request)
+    started = oidc.start(settings, _redirect_uri(request, settings), local(next))
+    response = RedirectResponse(started.url, status_code=303, headers=NO_STORE)
+    response.set_cookie(oidc.FLOW_COOKIE, started.cookie, max_age=oidc.FLOW_SECONDS,
+                        httponly=True, samesite="lax", secure=request.url.scheme == "https",
+                        path=urls.ui_oidc_callback())
+    return response
+
+
+@router.get("/oidc/callback", response_class=HTMLResponse)
+def oidc_callback(request: Request) -> Response:
+    """Finish the sign-in the provider sent back: a refused one makes no session (400 with
+    its code). The session cookie (SameSite=Strict) is set by a page of ours that then
+    moves on: a browser does not send a Strict cookie on the redirects of a navigation
+    that another site started."""
+    settings = _sso_settings(request)
+    cookie = request.cookies.get(oidc.FLOW_COOKIE)
+    try:
+        claims = oidc.finish(settings, _redirect_uri(request, settings), cookie,
+                             dict(request.query_params))
+        with session_scope(request.app.state.sessions) as session:
+            person = oidc.upsert_person(session, settings, claims)
+    except ServiceError as error:
+        return _end_flow(render(request, "error.html", None, status=error.status_code,
+                                heading="Sign-in refused", code=error.code,
+                                message=error.message))
+    page = render(request, "signed_in.html", None, next=local(oidc.flow_next(settings, cookie)
+                                                              or urls.UI))
+    return _end_flow(set_session(request, page, person_cookie(settings, person)))
+
+
+@router.get("/tokens", response_class=HTMLResponse)
+def tokens_page(request: Request, who: SignedIn) -> HTMLResponse:
+    """The personal-token form, for a person signed in with single sign-on."""
+    return _token_form(request, _person(who))
+
+
+@router.post("/tokens", response_class=HTMLResponse)
+def mint_token(request: Request, csrf: Annotated[str, Form()] = "",
+               read: Annotated[bool, Form()] = False, write: Annotated[bool, Form()] = False,
+               gate: Annotated[bool, Form()] = False, admin: Annotated[bool, Form()] = False,
+               expires_in_days: Annotated[int, Form(ge=1, le=MAX_TOKEN_DAYS)] = TOKEN_DAYS
+               ) -> HTMLResponse:
+    """Mint a personal API token bound to the page's project, with the scopes checked (each
+    one the person holds there), expiring in 1 to MAX_TOKEN_DAYS days; its secret is shown
+    this once."""
+    scopes = [name for name, checked in (("read", read), ("write", write), ("gate", gate),
+                                         ("admin", admin)) if checked]
+    settings: Settings = request.app.state.settings
+    if not same_origin(request, settings):
+        return cross_site(request)
+    with session_scope(request.app.state.sessions) as session:
+        who = _person(acting_viewer(request, session))
+        if csrf != csrf_token(settings, who):
+            return cross_site(request)
+        try:
+            row, secret = _mint(session, who, scopes, expires_in_days)
+        except ServiceError as error:
+            return _token_form(request, who, status=error.status_code, code=error.code,
+                               error=error.message)
+        response = _token_form(request, who, minted=row, secret=secret)
+    response.headers.update(NO_STORE)
+    return response
+
+
+def _mint(session: Session, who: Viewer, scopes: list[str],
+          days: int) -> tuple[ApiToken, str]:
+    """A token for `who` in their page's project: 403 for scopes they do not hold there."""
+    held = who.roles[who.project]
+    if not set(scopes) <= held:
+        raise PageRefused(who, 403, f"you hold {sorted(held)} in project {who.project!r}, "
+                          f"not {sorted(set(scopes) - held)}", heading="Scopes not held")
+    prefix = f"person-{_slug(who.subject)}-"
+    project = get_project(session=session, name=who.project)
+    count = session.scalar(select(func.count()).select_from(ApiToken).where(
+        ApiToken.project_id == project.id, ApiToken.name.startswith(prefix, autoescape=True)))
+    return create_token(session=session, name=f"{prefix}{count + 1}", scopes=scopes,
+                        project=who.project, expires_in=timedelta(days=days))
+
+
+def _token_form(request: Request, who: Viewer, status: int = 200, **context) -> HTMLResponse:
+    settings: Settings = request.app.state.settings
+    held = who.roles[who.project]
+    return render(request, "tokens.html", who, status=status, nav="tokens",
+                  scopes=[scope for scope in SCOPES if scope in held],
+                  csrf=csrf_token(settings, who), days=TOKEN_DAYS, max_days=MAX_TOKEN_DAYS,
+                  **context)
+
+
+def _person(who: Viewer) -> Viewer:
+    if who.subject is None:
+        raise PageRefused(who, 403, "Personal tokens are for people signed in with single "
+                          "sign-on; a token's holder has a token already.",
+                          heading="Not a person")
+    return who
+
+
+def _slug(subject: str | None) -> str:
+    """A subject as a token name's middle (letters, digits and . _ -, at most 60)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", subject or "")[:60].strip("-") or "x"
+
+
+def _sso_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    if not oidc.enabled(settings):
+        raise PageRefused(None, 404, "Single sign-on is not set up on this server "
+                          "(FLIPGATE_OIDC_ISSUER).")
+    return settings
+
+
+def _redirect_uri(request: Request, settings: Settings) -> str:
+    """Where the provider sends the browser back: under FLIPGATE_PUBLIC_URL, else this
+    server's own address."""
+    base = settings.public_url or str(request.base_url)
+    return urls.on(base.rstrip("/") + "/", urls.ui_oidc_callback())
+
+
+def _end_flow(response: Response) -> Response:
+    """`response`, forgetting the flow's cookie (a flow is finished once)."""
+    response.delete_cookie(oidc.FLOW_COOKIE, path=urls.ui_oidc_callback(), httponly=True,
+                           samesite="lax")
+    response.headers.update(NO_STORE)
+    return response
