@@ -50,6 +50,7 @@ from tests.service.api.conftest import (
 )
 from tests.service.api.test_gate_api import CLASSES, N, logits_wrong_on
 from tests.service.conftest import FEATURES, write_npz, write_onnx
+from worker.sweeper import reconcile_mlflow
 
 A, B = "default", "beta"
 SCOPES = [("read",), ("write",), ("gate",), ("admin",), ("read", "write"), ("read", "gate"),
@@ -565,3 +566,13 @@ def test_dashboard_pages_answer_b_as_for_a_missing_name(client, projects):
         if not probes and "only-a" in browser.request(method, path).text:
             mismatches.append(f"{method} {path} lists A's line")
     assert not mismatches, mismatches
+
+
+def test_the_sweepers_reconcile_job_is_in_the_connectors_project(client, projects, db):
+    state = client.app.state
+    state.settings.mlflow_project = B
+    reconcile_mlflow(state.sessions, state.celery, state.settings)
+    with db() as session:
+        job = session.scalars(select(Job).where(Job.kind == "mlflow")).one()
+        assert (job.params, job.project_id) == ({"reconcile": True},
+                                                get_project(session=session, name=B).id)
