@@ -74,6 +74,7 @@ class Settings(BaseSettings):
     mlflow_candidate_alias: str = "challenger"  # set on a version: gate it
     mlflow_promote_alias: str = "champion"  # set by flipgate on approval; else reverted
     mlflow_reconcile_seconds: float = Field(default=300, gt=0)  # the sweeper's reconcile
+    mlflow_project: str = "default"  # the one project whose lines the connector serves
 
     @field_validator("callback_allowlist", "custom_architectures", mode="before")
     @classmethod

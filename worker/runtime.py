@@ -187,6 +187,15 @@ def heartbeat(ctx: WorkerContext, job_id: int, every_seconds: float,
 
 
 @contextmanager
+def job_session(ctx: WorkerContext, job_id: int) -> Iterator[Session]:
+    """A transaction bound to the job's project: what a job reads before it runs its work
+    (its names are looked up in its own project only)."""
+    with session_scope(ctx.sessions) as session:
+        scope_session(session, session.get_one(Job, job_id).project_id)
+        yield session
+
+
+@contextmanager
 def running_job(ctx: WorkerContext, job_id: int) -> Iterator[tuple[Session, Job]]:
     """A transaction in which the job is locked while it is running (the tasks it asks for
     are sent after its commit), bound to the job's project; JobStopped, and nothing kept,

@@ -27,7 +27,7 @@ from service import flows
 from service.callbacks.queue import due_now, send_due
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
-from service.integrations.mlflow.service import queue_reconcile
+from service.integrations.mlflow.service import queue_reconcile, serve_project
 from service.jobs.enqueue import send_unsent
 from service.jobs.leases import beat, lost_jobs, unsent_jobs
 from service.observability.startup import start_process
@@ -68,10 +68,12 @@ def sweep(sessions: sessionmaker[Session], celery: Celery, settings: Settings) -
         send_due(session=session, resend_seconds=settings.job_resend_seconds)
 
 
-def reconcile_mlflow(sessions: sessionmaker[Session], celery: Celery) -> None:
-    """Queue the MLflow connector's reconcile job (one at a time)."""
+def reconcile_mlflow(sessions: sessionmaker[Session], celery: Celery,
+                     settings: Settings) -> None:
+    """Queue the MLflow connector's reconcile job (one at a time) in its project."""
     with session_scope(sessions) as session:
         enqueue_after_commit(session=session, celery=celery)
+        serve_project(session=session, settings=settings)
         queue_reconcile(session=session)
 
 
@@ -93,7 +95,7 @@ def sweep_while_parent_lives(celery: Celery, settings: Settings, parent: int,
                     beat(session=session, worker=worker, queues=queues)
                 beat_at = time.monotonic() + BEAT_SECONDS
             if settings.mlflow_tracking_uri and time.monotonic() >= reconcile_at:
-                reconcile_mlflow(sessions, celery)
+                reconcile_mlflow(sessions, celery, settings)
                 reconcile_at = time.monotonic() + settings.mlflow_reconcile_seconds
             with session_scope(readers) as session:
                 if not has_work(session, settings):

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
 from service import urls
 from service.audit.requests import changes_nothing
@@ -28,7 +29,7 @@ from service.deps import (
     reading,
     require,
 )
-from service.errors import InvalidInput, describe_problems
+from service.errors import InvalidInput, NotFound, describe_problems
 from service.gate import decisions, dry_run, history, policies, repair, webhook_secrets
 from service.gate.evidence import read_history
 from service.gate.models import Verdict
@@ -53,7 +54,7 @@ from service.gate.webhook_auth import (
 )
 from service.jobs.schemas import JobRead
 from service.names import NAME_LENGTH
-from service.projects.models import DEFAULT_PROJECT
+from service.projects.models import DEFAULT_PROJECT, Project
 from service.projects.scoping import scope_session
 from service.projects.service import acting_project, get_project
 from service.registry.service import get_line
@@ -143,10 +144,11 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
             project = acting_project(session=reader, token=token, named=gate_request.project)
             request.state.acting = Acting(token=token, project=project)
         else:
-            project = get_project(session=reader, name=gate_request.project or DEFAULT_PROJECT)
+            project = signed_project(reader, gate_request)
             caller, signed = WEBHOOK, webhook_signature(
-                session=scope_session(reader, project.id), settings=settings,
-                line_name=gate_request.model, body=body, signature=signature)
+                session=None if project is None else scope_session(reader, project.id),
+                settings=settings, line_name=gate_request.model, body=body,
+                signature=signature)
             request.state.acting = Acting(token=ApiToken(name=WEBHOOK, scopes=["gate"],
                                                          project_id=project.id),
                                           project=project, auth=WEBHOOK)
@@ -163,6 +165,15 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
     return JSONResponse(answer, status_code=202 if decision.verdict == Verdict.PENDING else 200,
                         headers={"Server-Timing": f"gate;dur="
                                  f"{1000 * (time.perf_counter() - started):.2f}"})
+
+
+def signed_project(session: Session, request: GateRequest) -> Project | None:
+    """The project a signed request names (default: `default`); None if there is none, whose
+    lines then have no secret: the signature is refused as for a line of none."""
+    try:
+        return get_project(session=session, name=request.project or DEFAULT_PROJECT)
+    except NotFound:
+        return None
 
 
 def parse_gate_request(body: bytes) -> GateRequest:

@@ -27,6 +27,7 @@ from service.jobs.service import (
 )
 from service.observability.origin import job_reused
 from service.outbox import send_now, send_task_after_commit
+from service.projects.scoping import session_project
 
 
 def queue_job(*, session: Session, kind: JobKind, params: dict[str, Any],
@@ -43,8 +44,9 @@ def queue_job(*, session: Session, kind: JobKind, params: dict[str, Any],
 def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
                parent: Job | None = None, waits_for: Sequence[Job] = ()) -> Job:
     """A new queued job (a shard when `parent` is given), sent after the commit once the jobs
-    it waits for have succeeded; cancelled at once if one of them has already failed."""
-    job = Job(kind=kind, params=params, parent=parent)
+    it waits for have succeeded; cancelled at once if one of them has already failed. It
+    belongs to its parent's project, else to the one `session` is bound to."""
+    job = Job(kind=kind, params=params, parent=parent, project_id=_project_of(session, parent))
     session.add(job)
     session.flush()
     session.add_all(JobDependency(job_id=job.id, waits_for_id=other.id) for other in waits_for)
@@ -54,6 +56,15 @@ def create_job(*, session: Session, kind: JobKind, params: dict[str, Any],
     else:
         send_after_commit(session=session, job=job)
     return job
+
+
+def _project_of(session: Session, parent: Job | None) -> int:
+    """The project of a new job: its parent's, else its session's (ValueError if unbound:
+    the sweeper and the CLI bind theirs before they create a job)."""
+    project_id = parent.project_id if parent is not None else session_project(session)
+    if project_id is None:
+        raise ValueError("a job is created in a session bound to a project (scope_session)")
+    return project_id
 
 
 def split_job(*, session: Session, job: Job, samples: int, shard_size: int) -> list[Job]:

@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 
-from service.deps import READ, CommittingRoute, SessionDep, SettingsDep
+from service.deps import CommittingRoute, ReadAccess, SessionDep, SettingsDep
 from service.gate.webhook_auth import RawBody
 from service.integrations.mlflow import service
 from service.integrations.mlflow.models import DELIVERY_ID_LENGTH
@@ -31,16 +31,20 @@ def mlflow_webhook(body: RawBody, session: SessionDep, settings: SettingsDep,
     move = service.alias_move(body, settings)
     if move is None:
         return JSONResponse({"status": "ignored"})
+    service.serve_project(session=session, settings=settings)
     job = service.receive(session=session, delivery_id=delivery_id, move=move)
     if job is None:
         return JSONResponse({"status": "duplicate"})
     return JSONResponse({"status": "queued", "job_id": job.id}, status_code=202)
 
 
-@router.get("/models/{name}/mlflow-events", response_model=list[MlflowEventRead],
-            dependencies=[READ])
-def list_mlflow_events(name: str, session: SessionDep,
+@router.get("/models/{name}/mlflow-events", response_model=list[MlflowEventRead])
+def list_mlflow_events(name: str, session: SessionDep, settings: SettingsDep,
+                       acting: ReadAccess,
                        limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list:
     """The MLflow connector's log on the registered model `name`, newest first: deliveries
-    received, verdicts, promotions and reverted hand moves."""
+    received, verdicts, promotions and reverted hand moves (empty in every project but the
+    one the connector serves, FLIPGATE_MLFLOW_PROJECT)."""
+    if not service.serves(project=acting.project, settings=settings):
+        return []
     return service.list_events(session=session, model=name, limit=limit)

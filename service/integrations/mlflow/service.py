@@ -22,6 +22,9 @@ from service.gate.schemas import GateRequest
 from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
+from service.projects.models import Project
+from service.projects.scoping import scope_session
+from service.projects.service import get_project
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import production_version
 
@@ -85,6 +88,18 @@ def alias_move(body: bytes, settings: Settings) -> dict[str, str] | None:
     return move
 
 
+def serve_project(*, session: Session, settings: Settings) -> Project:
+    """Bind `session` to the project the connector serves (FLIPGATE_MLFLOW_PROJECT)."""
+    project = get_project(session=session, name=settings.mlflow_project)
+    scope_session(session, project.id)
+    return project
+
+
+def serves(*, project: Project, settings: Settings) -> bool:
+    """Whether `project` is the one the connector serves: its log is that project's."""
+    return project.name == settings.mlflow_project
+
+
 def receive(*, session: Session, delivery_id: str, move: dict[str, str]) -> Job | None:
     """Log the delivery and queue its job; None when the delivery was received before."""
     try:
@@ -119,7 +134,8 @@ def log_action(*, session: Session, move: dict[str, str], action: str, message: 
 
 def list_events(*, session: Session, model: str, limit: int = 100,
                 action: str | None = None) -> list[MlflowEvent]:
-    """The connector's log on a registered model (its lines of one `action`), newest first."""
+    """The connector's log on a registered model (its lines of one `action`), newest first;
+    read by the project the connector serves."""
     statement = select(MlflowEvent).where(MlflowEvent.model == model)
     if action is not None:
         statement = statement.where(MlflowEvent.action == action)
