@@ -1,6 +1,7 @@
-"""The dashboard's page of the audit trail (GET /ui/audit): the events GET /audit-events
-answers, newest first, filtered and paged the same way. Shown to the server admin (signed in
-with the bootstrap token); anyone else gets a 403 page."""
+"""The dashboard's page of the audit trail (GET /ui/audit): the events of the page's project
+that GET /audit-events answers, newest first, filtered and paged the same way. Shown to
+whoever holds `admin` in that project (the server admin holds it in every one); anyone else
+gets a 403 page."""
 
 from typing import Literal
 
@@ -12,35 +13,35 @@ from service.audit.service import EventFilter, list_events
 from service.deps import CommittingRoute
 from service.errors import InvalidInput, NotFound
 from service.projects.service import get_project
-from service.ui.router import ReadSession, SignedIn, render, templates
-from service.ui.session import ADMIN, Viewer
+from service.ui.pages import ReadSession, SignedIn, render, templates
+from service.ui.session import Viewer
 
 router = APIRouter(prefix=urls.UI, include_in_schema=False, route_class=CommittingRoute)
 PER_PAGE = 50
 
 
 def can_audit(who: Viewer | None) -> bool:
-    """Whether the viewer may read the audit trail (the header links to it then)."""
-    return who is not None and who.name == ADMIN
+    """Whether the viewer may read the audit trail of the page's project (the header links to
+    it then)."""
+    return who is not None and "admin" in who.roles.get(who.project or "", ())
 
 
 templates.env.globals["can_audit"] = can_audit
 
 
 @router.get("/audit", response_class=HTMLResponse)
-def audit(request: Request, who: SignedIn, session: ReadSession, project: str | None = None,
-          actor: str | None = None, action: str | None = None,
-          outcome: Literal["ok", "denied", ""] = "",
+def audit(request: Request, who: SignedIn, session: ReadSession, actor: str | None = None,
+          action: str | None = None, outcome: Literal["ok", "denied", ""] = "",
           cursor: str | None = None) -> HTMLResponse:
     """A page of events; its filters (an empty field: none) are kept in the next page's
     link."""
     if not can_audit(who):
         return render(request, "error.html", who, status=403, heading="Admins only",
-                      message="The audit trail is shown to the server's admins.")
-    filters = {key: value for key, value in (("project", project), ("actor", actor),
-                                             ("action", action), ("outcome", outcome)) if value}
+                      message="The audit trail is shown to the project's admins.")
+    filters = {key: value for key, value in (("actor", actor), ("action", action),
+                                             ("outcome", outcome)) if value}
     try:
-        ids = [get_project(session=session, name=project).id] if project else None
+        ids = [get_project(session=session, name=who.project or "").id]
         rows, next_cursor = list_events(session=session, cursor=cursor, limit=PER_PAGE,
                                         where=EventFilter(project_ids=ids, actor=actor or None,
                                                           action=action or None,
