@@ -47,6 +47,7 @@ from service.observability.router import metrics_registry
 from service.observability.router import router as metrics_router
 from service.observability.startup import configure_logging, start_process, trace_app
 from service.predictions.router import router as predictions_router
+from service.projects.router import router as projects_router
 from service.queue import create_celery_app
 from service.registry.router import router as registry_router
 from service.schemas import ErrorBody
@@ -55,7 +56,8 @@ from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
-           promotion_router, jobs_router, auth_router, mlflow_router, health.router)
+           promotion_router, jobs_router, auth_router, projects_router, mlflow_router,
+           health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
     {"name": "evalsets", "description": "labeled eval sets and training sets (.npz)"},
@@ -63,7 +65,8 @@ TAGS = [
     {"name": "compare", "description": "pair reports and a line's pairwise matrices"},
     {"name": "gate", "description": "policies, the CI webhook, decisions, promotion, repair"},
     {"name": "jobs", "description": "background work and its progress"},
-    {"name": "auth", "description": "API tokens (minted with `flipgate token create`)"},
+    {"name": "auth", "description": "API tokens, each bound to one project (docs/access.md)"},
+    {"name": "projects", "description": "projects and the roles granted in them"},
     {"name": "integrations", "description": "the MLflow connector: its webhook and its log"},
     {"name": "health", "description": "liveness and readiness probes"},
 ]
