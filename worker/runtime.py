@@ -201,6 +201,15 @@ def running_job(ctx: WorkerContext, job_id: int) -> Iterator[tuple[Session, Job]
 
 
 @contextmanager
+def job_session(ctx: WorkerContext, job_id: int) -> Iterator[Session]:
+    """A committing session bound to the project of the job `job_id`: for what its work reads
+    outside running_job's lock (names resolve in the job's project only)."""
+    with session_scope(ctx.sessions) as session:
+        scope_session(session, session.get_one(Job, job_id).project_id)
+        yield session
+
+
+@contextmanager
 def finishing(ctx: WorkerContext, job_id: int) -> Iterator[tuple[Session, dict[str, Any]]]:
     """A running_job transaction in which the work stores its output and fills the result;
     the job succeeds in the same commit."""

@@ -16,7 +16,6 @@ from service.compare.matrix import matrix_inputs, store_pair_counts
 from service.compare.service import pair_from_params, pair_inputs, store_pair_metrics
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
-from service.db import session_scope
 from service.jobs.enqueue import split_job
 from service.jobs.models import Job
 from service.jobs.service import last_shard_parts
@@ -38,6 +37,7 @@ from worker.runtime import (
     JobProgress,
     WorkerContext,
     finishing,
+    job_session,
     job_task,
     running_job,
     succeed,
@@ -48,7 +48,7 @@ def infer(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     """Score the version on the eval set and store the logits; an eval set of more than
     shard_size samples is split into shards instead, and a shard scores its range only.
     The samples are read memory-mapped and the logits written to disk batch by batch."""
-    with session_scope(ctx.sessions) as session:
+    with job_session(ctx, job_id) as session:
         version = get_version(session=session, version_id=params["version_id"])
         dataset = get_dataset(session=session, name=params["evalset"])
     if "parent_id" in params:
@@ -130,7 +130,7 @@ def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> Non
     outside any transaction over the memory-mapped logits, FLIPGATE_METRICS_CHUNK_ROWS
     samples at a time (a report stored meanwhile is kept). Predictions stored without their
     predicted classes get them here."""
-    with session_scope(ctx.sessions) as session:
+    with job_session(ctx, job_id) as session:
         inputs = pair_inputs(session=session, pair=pair_from_params(session=session,
                                                                     params=params))
     report, html_sha256 = inputs.measure(ctx.store, chunk_rows=ctx.settings.metrics_chunk_rows,
@@ -152,7 +152,7 @@ def compute_matrix(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> N
     has none yet, computed outside any transaction from their predicted classes (stored
     here for predictions kept without them), then inserted in one short transaction (a pair
     stored meanwhile is kept as it is)."""
-    with session_scope(ctx.sessions) as session:
+    with job_session(ctx, job_id) as session:
         inputs = matrix_inputs(session=session, params=params)
     classes = inputs.classes(ctx.store)
     rows = inputs.count(ctx.store, classes)

@@ -14,7 +14,6 @@ from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from service import flows, urls
 from service.datasets.service import get_dataset
-from service.db import session_scope
 from service.gate.decisions import get_decision
 from service.gate.repair import (
     ONNX_REPAIRS,
@@ -26,7 +25,7 @@ from service.predictions.service import score_version
 from service.queue import TRAIN_TASK
 from service.registry.models import ModelLine
 from service.registry.service import get_version
-from worker.runtime import JobProgress, WorkerContext, finishing, job_task
+from worker.runtime import JobProgress, WorkerContext, finishing, job_session, job_task
 
 
 def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
@@ -42,7 +41,7 @@ def retrain(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     allowed_architecture(params["arch"], ctx.settings)
     from flipgate.train import recipes  # torch: loaded by the first retraining, not at start
 
-    with session_scope(ctx.sessions) as session:
+    with job_session(ctx, job_id) as session:
         line = session.get_one(ModelLine, get_decision(
             session=session, decision_id=params["decision_id"]).line_id)
         dataset = get_dataset(session=session, name=params["dataset"])
@@ -64,7 +63,7 @@ def retrain(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
 def repair_on_onnx(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     """Mix the blocked candidate with its baseline (flipgate.repair: interpolation or the
     ensemble), the baseline's share chosen on the calibration set; register and gate it."""
-    with session_scope(ctx.sessions) as session:
+    with job_session(ctx, job_id) as session:
         pair = pair_artifacts(session=session, store=ctx.store, decision=get_decision(
             session=session, decision_id=params["decision_id"]))
         calibration = get_dataset(session=session, name=params["calibration"])
