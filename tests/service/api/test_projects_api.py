@@ -5,13 +5,15 @@ exactly what a project that exists nowhere gets."""
 
 from datetime import datetime, timedelta
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 
 from service.auth.service import create_token
 from service.db import utcnow
-from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code
+from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, npy_bytes
+from worker import tasks
 
 ALL_SCOPES = ["admin", "gate", "read", "write"]
 GRANT = {"group": "ml-team", "role": "viewer"}
@@ -91,6 +93,26 @@ def test_two_projects_hold_the_same_line_and_eval_set_names_side_by_side(
     assert answer(client.get("/models/fraud", params={"project": "b"}, headers=reader_of_a),
                   "b") == answer(client.get("/models/fraud", params={"project": "nowhere"},
                                             headers=reader_of_a), "nowhere")
+
+
+def test_a_pair_is_measured_on_the_eval_set_of_its_own_project(client, projects, worker,
+                                                               npz_file):
+    """The metrics job reads the eval set `holdout` of its own project: each project's has
+    another size."""
+    for project, classes in (("a", 3), ("b", 4)):
+        where = {"project": project}
+        labels = np.arange(10 * classes) % classes
+        client.post("/evalsets", params=where, data={"name": "holdout"}, files={"data": (
+            "holdout.npz", npz_file(n=10 * classes, num_classes=classes).read_bytes())})
+        for version in ("1.0", "1.1"):
+            client.post("/models", params=where, data={
+                "name": "fraud", "version": version, "num_classes": str(classes)})
+            client.post(f"/models/fraud/versions/{version}/predictions", params=where,
+                        data={"evalset": "holdout"},
+                        files={"logits": ("logits.npy", npy_bytes(np.eye(classes)[labels]))})
+        pair = ("/compare/fraud:1.0/fraud:1.1", {"evalset": "holdout", **where})
+        tasks.metrics(client.post(pair[0], params=pair[1]).json()["job_id"])
+        assert client.get(pair[0], params=pair[1]).json()["n"] == 10 * classes
 
 
 def test_a_project_admin_grants_replaces_and_revokes_roles(client, projects, minted):
