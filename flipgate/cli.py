@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING
 from flipgate.commands import (
     COMMAND_GROUP,
     Parser,
+    add_project_flag,
     add_wait_flags,
     check_wait_flags,
     comma_list,
     positive_int,
+    project_of,
 )
 from flipgate.errors import InputError
 from flipgate.progress import progress_bars
@@ -277,7 +279,7 @@ def run_gate(args: argparse.Namespace) -> int:
 
     credentials = gate_client.Credentials(
         token=args.token or os.environ.get("FLIPGATE_TOKEN"),
-        secret=args.secret or os.environ.get("FLIPGATE_WEBHOOK_SECRET"))
+        secret=args.secret or os.environ.get("FLIPGATE_WEBHOOK_SECRET"), project=project_of(args))
     if not (credentials.token or credentials.secret):
         raise InputError("missing_credentials", "give --token (or FLIPGATE_TOKEN) or --secret "
                            "(or FLIPGATE_WEBHOOK_SECRET)")
@@ -415,6 +417,7 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
     gate.add_argument("--token", help="bearer token with scope gate (default: $FLIPGATE_TOKEN)")
     gate.add_argument("--secret", help="the line's webhook secret, to sign the request "
                                        "(default: $FLIPGATE_WEBHOOK_SECRET)")
+    add_project_flag(gate)
     gate.add_argument("--delivery", metavar="ID",
                       help="idempotency key: a retry with the same id gets the same decision "
                            "(default: a random UUID)")

@@ -8,10 +8,12 @@ flipgate.errors.InputError prints its message and exits 2, like the library's ow
 """
 
 import argparse
+import os
 
 from flipgate.errors import InputError
 
 COMMAND_GROUP = "flipgate.commands"
+PROJECT_ENV = "FLIPGATE_PROJECT"
 
 
 class Parser(argparse.ArgumentParser):
@@ -31,6 +33,18 @@ def add_wait_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll", type=float, default=2, metavar="SECONDS",
                         help="time between polls of a pending decision (default 2)")
     parser.add_argument("--json", action="store_true", help="print the final decision's JSON")
+
+
+def add_project_flag(parser: argparse.ArgumentParser) -> None:
+    """--project of the commands that call a server (docs/access.md)."""
+    parser.add_argument("--project", help=f"the project to act in (default: ${PROJECT_ENV}); "
+                        "a project-bound token needs none, the server admin's default is "
+                        "`default`")
+
+
+def project_of(args: argparse.Namespace) -> str | None:
+    """The project --project (or $FLIPGATE_PROJECT) names, if any."""
+    return args.project or os.environ.get(PROJECT_ENV) or None
 
 
 def check_wait_flags(args: argparse.Namespace) -> None:

@@ -37,10 +37,12 @@ class GateTimeout(Exception):
 
 @dataclass(frozen=True)
 class Credentials:
-    """A bearer token (scope gate), a line's webhook secret, or both."""
+    """A bearer token (scope gate), a line's webhook secret, or both; and the project the
+    caller acts in, for one that may act in several (sent as ?project=)."""
 
     token: str | None = None
     secret: str | None = None
+    project: str | None = None
 
     def headers(self, body: bytes | None = None) -> dict[str, str]:
         """The auth headers of a request; the signature covers `body` when there is one."""
@@ -48,6 +50,10 @@ class Credentials:
         if self.secret and body is not None:
             headers["X-Flipgate-Signature-256"] = signature(self.secret, body)
         return headers
+
+    def params(self) -> dict[str, str]:
+        """The query parameters every request of the caller carries."""
+        return {"project": self.project} if self.project else {}
 
 
 def ci_from_environment(env: Mapping[str, str]) -> dict[str, str | None]:
@@ -122,7 +128,8 @@ class GateClient:
             if attempt:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             try:
-                response = self.http.request(method, url, **options)
+                response = self.http.request(method, url, params=self.credentials.params(),
+                                             **options)
             except httpx.TransportError as error:
                 failure = InputError("unreachable", f"cannot reach {self.http.base_url}: "
                                        f"{error or type(error).__name__}")
@@ -179,9 +186,11 @@ def decide(client: GateClient, request: dict, delivery: str, *, timeout: float, 
     decision pending on labels (`labels_needed`: no job can settle it) is returned at once.
 
     With a token the decision is polled by id; with only a webhook secret the same signed
-    body is posted again under the same delivery id, which answers the same decision.
+    body is posted again under the same delivery id, which answers the same decision. The
+    request names the credentials' project, if they name one.
     """
-    body = encode(request)
+    project = client.credentials.project
+    body = encode({**request, "project": project} if project else request)
     start = time.monotonic()
     decision = client.post_gate(body, delivery)
     while decision["verdict"] == "pending" and not decision.get("labels_needed"):

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
+from flipgate.commands import add_project_flag, project_of
 from flipgate.errors import InputError
 from flipgate.gate_client import (
     REQUEST_TIMEOUT_SECONDS,
@@ -27,10 +28,10 @@ def read_policy(path: Path) -> dict:
     return policy
 
 
-def dry_run(server: str, model: str, policy: dict, token: str | None) -> dict:
+def dry_run(server: str, model: str, policy: dict, credentials: Credentials) -> dict:
     """The server's replay of `policy` on the line's past decisions."""
     with http_client(server, REQUEST_TIMEOUT_SECONDS) as http:
-        client = GateClient(http, Credentials(token=token))
+        client = GateClient(http, credentials)
         return client.post_json(f"/models/{quote(model, safe='')}/policy/dry-run", policy)
 
 
@@ -50,7 +51,8 @@ def describe(result: dict) -> list[str]:
 def run_dry_run(args: argparse.Namespace) -> int:
     """Print what the draft policy would change; exit 0 whatever it finds."""
     result = dry_run(args.server, args.model, read_policy(args.policy),
-                     args.token or os.environ.get("FLIPGATE_TOKEN"))
+                     Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"),
+                                 project=project_of(args)))
     print(json.dumps(result) if args.json else "\n".join(describe(result)))
     return 0
 
@@ -68,5 +70,6 @@ def add_policy_command(commands: argparse._SubParsersAction) -> None:
     draft.add_argument("--policy", required=True, type=Path, metavar="FILE.json",
                        help="the draft policy, as PUT /models/{model}/policy takes it")
     draft.add_argument("--token", help="bearer token with scope read (default: $FLIPGATE_TOKEN)")
+    add_project_flag(draft)
     draft.add_argument("--json", action="store_true", help="print the server's JSON answer")
     draft.set_defaults(run=run_dry_run)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote, urlencode, urlsplit
 
+from flipgate.commands import add_project_flag, project_of
 from flipgate.errors import InputError
 from flipgate.gate_client import Credentials, answer, http_client, json_answer
 from flipgate.progress import Progress, progress_bars
@@ -39,6 +40,7 @@ def put_file(server: str, url: str, path: Path, *, params: dict[str, str],
     (Content-Length, never chunked) and goes out on a connection of the standard library,
     CHUNK_BYTES at a time (no HTTP client to import, no copy per chunk); through an HTTP proxy
     (HTTP_PROXY / HTTPS_PROXY) it goes by httpx."""
+    params = {**params, **credentials.params()}
     address = f"{server.rstrip('/')}{url}" + (f"?{urlencode(params)}" if params else "")
     headers = {"Content-Type": "application/octet-stream",
                "Content-Length": str(path.stat().st_size), **credentials.headers()}
@@ -174,7 +176,8 @@ def run_upload(args: argparse.Namespace) -> int:
     if not args.file.is_file():
         raise InputError("file_not_found", f"{args.file} is not a file")
     url, params, summary = args.request(args)
-    credentials = Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"))
+    credentials = Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"),
+                              project=project_of(args))
     with progress_bars(enabled=sys.stderr.isatty()) as bars:  # no bars, no rich to import
         record = put_file(args.server, url, args.file, params=params, credentials=credentials,
                           progress=bars(f"uploading {args.file.name}"))
@@ -219,6 +222,7 @@ def _kind(kinds: argparse._SubParsersAction, name: str, summary: str, url: str,
     parser.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
     parser.add_argument("--token", help="bearer token with scope write (default: "
                                         "$FLIPGATE_TOKEN)")
+    add_project_flag(parser)
     parser.add_argument("--json", action="store_true", help="print the server's JSON answer")
     parser.set_defaults(run=run_upload, request=request)
     return parser

@@ -1,4 +1,4 @@
-"""The server's subcommands of `flipgate`: migrate, serve, token and store.
+"""The server's subcommands of `flipgate`: migrate, serve, token, project and store.
 
 They reach the `flipgate` command through the entry-point group "flipgate.commands"
 (pyproject.toml, see flipgate/commands.py); the worker package contributes `flipgate worker`
@@ -214,6 +214,17 @@ def run_token_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_project_create(args: argparse.Namespace) -> int:
+    """Create an empty project in the server's database."""
+    from service.projects.service import create_project
+
+    with token_session() as session:
+        create_project(session=session, name=args.name)
+    print(f"project {args.name!r} is created; mint its tokens with `flipgate token create "
+          f"--project {args.name}`", file=sys.stderr)
+    return 0
+
+
 def _token_project(args: argparse.Namespace) -> str | None:
     """The project --project names; None with --server."""
     return None if args.server else args.project
@@ -345,6 +356,18 @@ def add_token_command(commands: argparse._SubParsersAction) -> None:
     add_token_project(revoke)
     revoke.set_defaults(run=run_token_revoke)
 
+
+def add_project_command(commands: argparse._SubParsersAction) -> None:
+    """The `flipgate project` subcommand: create."""
+    project = commands.add_parser("project", help="manage the server's projects")
+    project_commands = project.add_subparsers(dest="project_command", required=True,
+                                              parser_class=Parser)
+    create = project_commands.add_parser(
+        "create", help="create an empty project (lines, data sets and tokens are per project)",
+        description="The project is kept in the server's database ($FLIPGATE_DATABASE_URL or "
+                    "flipgate.db in $FLIPGATE_DATA_DIR).")
+    create.add_argument("name", metavar="NAME", help="letters, digits and . _ -")
+    create.set_defaults(run=run_project_create)
 
 
 def non_negative_float(text: str) -> float:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
@@ -240,6 +240,30 @@ def require(scope: str, *alternatives: str) -> Any:
     return Depends(check)
 
 
+ProjectInPath = Annotated[str, Path(description="the project: a project-bound token's own, "
+                                               "or any for the server admin")]
+
+
+def require_in_path(scope: str) -> Any:
+    """`require(scope)` for routes that name the project in their path (`{project}`): the
+    scope is checked first, so a token of another project gets the same 403, then the same
+    404 project_not_found, as for a project that exists nowhere."""
+
+    def check(request: Request, token: TokenDep, session: SessionDep,
+              project: ProjectInPath) -> Acting:
+        require_scope(token, scope)
+        return act_in(request, session, token, project)
+
+    return Depends(check)
+
+
+def server_admin(token: TokenDep) -> ApiToken:
+    """A route dependency for what only the server admin may do (403 missing_scope)."""
+    if not is_server_admin(token):
+        raise Forbidden("missing_scope", f"token {token.name!r} is not the server admin")
+    return token
+
+
 def require_server(scope: str) -> Any:
     """A route dependency for what belongs to no project: tokens with `scope` (wherever they
     are bound), or the server admin."""
@@ -258,3 +282,4 @@ ADMIN = require("admin")
 ReadAccess = Annotated[Acting, READ]
 WriteAccess = Annotated[Acting, WRITE]
 AdminAccess = Annotated[Acting, ADMIN]
+ServerAdmin = Annotated[ApiToken, Depends(server_admin)]

@@ -49,6 +49,7 @@ from service.observability.router import metrics_registry
 from service.observability.router import router as metrics_router
 from service.observability.startup import configure_logging, start_process, trace_app
 from service.predictions.router import router as predictions_router
+from service.projects.router import router as projects_router
 from service.queue import create_celery_app
 from service.registry.router import router as registry_router
 from service.schemas import ErrorBody
@@ -58,7 +59,8 @@ from service.ui.router import mount_dashboard
 
 FORM_OVERHEAD_BYTES = 1 << 20  # form fields and multipart boundaries beside the file
 ROUTERS = (registry_router, datasets_router, predictions_router, compare_router, gate_router,
-           promotion_router, jobs_router, auth_router, audit_router, mlflow_router,
+           promotion_router, jobs_router, auth_router, projects_router, audit_router,
+           mlflow_router,
            health.router)
 TAGS = [
     {"name": "models", "description": "model lines, versions (ONNX) and aliases"},
@@ -67,8 +69,8 @@ TAGS = [
     {"name": "compare", "description": "pair reports and a line's pairwise matrices"},
     {"name": "gate", "description": "policies, the CI webhook, decisions, promotion, repair"},
     {"name": "jobs", "description": "background work and its progress"},
-    {"name": "auth", "description": "API tokens (minted with `flipgate token create`)"},
-    {"name": "audit", "description": "the audit trail: every change and every refusal"},
+           promotion_router, jobs_router, auth_router, projects_router, audit_router,
+           mlflow_router,
     {"name": "integrations", "description": "the MLflow connector: its webhook and its log"},
     {"name": "health", "description": "liveness and readiness probes"},
 ]

@@ -90,6 +90,12 @@ def require_scope(token: ApiToken, scope: str, *alternatives: str) -> None:
         raise Forbidden("missing_scope", f"token {token.name!r} lacks the {wanted} scope")
 
 
+def project_tokens(*, session: Session, project_id: int) -> list[ApiToken]:
+    """The tokens bound to the project `project_id`, by name."""
+    return list(session.scalars(select(ApiToken).where(ApiToken.project_id == project_id)
+                                .order_by(ApiToken.name)))
+
+
 def revoke_token(*, session: Session, name: str,
                  project: str | None = DEFAULT_PROJECT) -> ApiToken:
     """Stop the token `name` of the project named `project` (None: a server-level one) from

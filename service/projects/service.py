@@ -36,6 +36,12 @@ def is_server_admin(token: ApiToken) -> bool:
     return token.project_id is None and "admin" in token.scopes
 
 
+def held_scopes(token: ApiToken) -> frozenset[str]:
+    """The project scopes `token` holds where it acts: all of them with `admin` (the server
+    admin's in every project), else its own (`metrics` is no project's)."""
+    return PROJECT_SCOPES if "admin" in token.scopes else PROJECT_SCOPES & set(token.scopes)
+
+
 def create_project(*, session: Session, name: str) -> Project:
     """A new, empty project (409 project_exists if the name is taken)."""
     check_name(name, "project_name")
