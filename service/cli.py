@@ -215,11 +215,14 @@ def run_token_revoke(args: argparse.Namespace) -> int:
 
 
 def run_project_create(args: argparse.Namespace) -> int:
-    """Create an empty project in the server's database."""
+    """Create an empty project in the server's database (written to the audit trail)."""
+    from service.audit.service import record_cli
     from service.projects.service import create_project
 
     with token_session() as session:
-        create_project(session=session, name=args.name)
+        project = create_project(session=session, name=args.name)
+        record_cli(session, action="project_create", resource=f"/projects/{project.name}",
+                   project_id=project.id)
     print(f"project {args.name!r} is created; mint its tokens with `flipgate token create "
           f"--project {args.name}`", file=sys.stderr)
     return 0

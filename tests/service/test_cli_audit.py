@@ -1,4 +1,4 @@
-"""`flipgate token create|revoke` on the server's database write their audit events: the
+"""`flipgate token create|revoke` and `flipgate project create` on the server's database write their audit events: the
 operating system's user, auth `cli`, in the same transaction as the token."""
 
 import getpass
@@ -38,3 +38,11 @@ def test_token_create_and_revoke_write_events(data_dir, capsys):
     assert trail(data_dir) == [(me, "cli", 1, "token_create", "/tokens/ci", "ok"),
                                (me, "cli", None, "token_create", "/tokens/ops", "ok"),
                                (me, "cli", 1, "token_revoke", "/tokens/ci", "ok")]
+
+
+def test_project_create_writes_its_event_and_a_refused_one_none(data_dir, capsys):
+    upgrade(data_dir)
+    assert main(["project", "create", "team-b"]) == 0
+    assert main(["project", "create", "team-b"]) == 2  # 409: nothing
+    assert trail(data_dir) == [(getpass.getuser(), "cli", 2, "project_create",
+                                "/projects/team-b", "ok")]
