@@ -207,6 +207,9 @@ ProjectParam = Annotated[str | None, Query(
                 "default), or for a server admin any project (default: `default`)")]
 
 
+WEBHOOK_AUTH = "webhook"  # how a signed delivery authenticates, for the audit trail
+
+
 @dataclass(frozen=True)
 class Acting:
     """Who makes a request, and the project it acts in (its session sees only that one).
@@ -224,6 +227,16 @@ def act_in(request: Request, session: Session, token: ApiToken, named: str | Non
     project = acting_project(session=session, token=token, named=named)
     scope_session(session, project.id)
     request.state.acting = Acting(token=token, project=project)
+    return request.state.acting
+
+
+def act_signed(request: Request, sender: str, project: Project,
+               scopes: tuple[str, ...] = ()) -> Acting:
+    """Make `sender` of a signed delivery (no bearer token: the signature authenticates it)
+    the request's caller in `project`, for the audit trail (auth `webhook`)."""
+    request.state.acting = Acting(token=ApiToken(name=sender, scopes=list(scopes),
+                                                 project_id=project.id),
+                                  project=project, auth=WEBHOOK_AUTH)
     return request.state.acting
 
 

@@ -13,8 +13,15 @@ An endpoint may add what the path does not say (the decision a gate took, the to
 minted) to its change's `details` in `request.state.audit_details` (a dict of JSON values).
 
 The caller is `request.state.acting` (set by service.deps.require / act_in, or by a route
-that resolves its project itself, such as the signed POST /gate), else the token the
-Admission middleware checked (its own project)."""
+that resolves its project itself, such as the signed POST /gate and MLflow's webhook), else
+the token the Admission middleware checked (its own project).
+
+The dashboard's pages take no bearer token and open their own transactions, so they add
+their events themselves, in the transaction of what they do: a person's sign-in with OpenID
+Connect (`sign_in`, auth `oidc`, no project), the personal token a person mints and the
+refusals of that form (the caller a `request.state.acting` with auth `oidc`:
+record_change, record_page_refusal), and a sign-in with a revoked or expired token
+(record_sign_in_refusal)."""
 
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.requests import HTTPConnection, Request
 from starlette.types import Scope
 
-from service.audit.service import DENIED, Caller, logger, record
+from service.audit.service import DENIED, OK, Caller, logger, record
 from service.auth.models import ApiToken
 from service.auth.service import TokenRefused
 from service.db import session_scope
@@ -37,6 +44,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 DENIED_STATUSES = frozenset({403, 404})
 AUDITED = "flipgate_audited"  # session.info: the request's change event was added
 AUTHENTICATE = "authenticate"  # the action of a token refused before any route was chosen
+SIGN_IN = "sign_in"  # the action of a dashboard sign-in (a person's, or a token's refused)
 CLIENT_LENGTH = 64
 DETAILS = "audit_details"  # request.state: what an endpoint adds to its change's details
 
@@ -67,8 +75,11 @@ def caller_of(connection: HTTPConnection) -> Caller | None:
         return Caller(actor=acting.token.name, auth=acting.auth or token_auth(acting.token),
                       project_id=key_of(acting.project), email=acting.email)
     token = getattr(connection.state, "token", None)
-    if token is None:
-        return None
+    return None if token is None else token_caller(token)
+
+
+def token_caller(token: ApiToken) -> Caller:
+    """A token's bearer, in the token's own project."""
     return Caller(actor=token.name, auth=token_auth(token), project_id=token.project_id)
 
 
@@ -93,9 +104,29 @@ def record_change(request: Request, session: Session) -> None:
     if caller is None:
         return
     session.info[AUDITED] = True
-    record(session, caller=caller, action=route.name, resource=request.url.path,
-           request_id=current_request_id(), client=client_of(request),
-           details={"method": request.method, **getattr(request.state, DETAILS, {})})
+    add_event(session, request, caller, action=route.name,
+              details=getattr(request.state, DETAILS, {}))
+
+
+def add_event(session: Session, connection: HTTPConnection, caller: Caller, *, action: str,
+              outcome: str = OK, reason: str | None = None,
+              details: dict[str, Any] | None = None) -> None:
+    """Add an event of the request `connection` to `session`'s transaction: its resource the
+    request's path, its details the method and `details`."""
+    record(session, caller=caller, action=action, resource=connection.url.path,
+           outcome=outcome, reason=reason, request_id=current_request_id(),
+           client=client_of(connection),
+           details={"method": connection.scope["method"], **(details or {})})
+
+
+def record_page_refusal(request: Request, session: Session, reason: str,
+                        status: int = 403) -> None:
+    """Add to `session` the `denied` event of a refusal a dashboard page answers itself (a
+    page, not an error) to the request's known caller (`request.state.acting`)."""
+    caller = caller_of(request)
+    if caller is not None:
+        add_event(session, request, caller, action=request.scope["route"].name,
+                  outcome=DENIED, reason=reason, details={"status": status})
 
 
 def record_refusal(request: Request, error: ServiceError) -> None:
@@ -118,16 +149,19 @@ def record_token_refusal(sessions: sessionmaker[Session], scope: Scope,
                          error: TokenRefused) -> None:
     """Write the `denied` event of a stored token refused before any route was chosen,
     for being revoked or expired."""
-    token = error.token
-    caller = Caller(actor=token.name, auth=token_auth(token), project_id=token.project_id)
-    deny(sessions, HTTPConnection(scope), caller, action=AUTHENTICATE, reason=error.reason,
-         status=error.status_code)
+    deny(sessions, HTTPConnection(scope), token_caller(error.token), action=AUTHENTICATE,
+         reason=error.reason, status=error.status_code)
+
+
+def record_sign_in_refusal(request: Request, session: Session, error: TokenRefused) -> None:
+    """Add to `session` the `denied` event of a dashboard sign-in with a stored token that
+    was revoked or expired."""
+    add_event(session, request, token_caller(error.token), action=SIGN_IN, outcome=DENIED,
+              reason=error.reason, details={"status": error.status_code})
 
 
 def deny(sessions: sessionmaker[Session], connection: HTTPConnection, caller: Caller, *,
          action: str, reason: str, status: int) -> None:
     with session_scope(sessions) as session:
-        record(session, caller=caller, action=action, resource=connection.url.path,
-               outcome=DENIED, reason=reason, request_id=current_request_id(),
-               client=client_of(connection),
-               details={"method": connection.scope["method"], "status": status})
+        add_event(session, connection, caller, action=action, outcome=DENIED, reason=reason,
+                  details={"status": status})

@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 
 from service import urls
 from service.audit.requests import changes_nothing
-from service.auth.models import ApiToken
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.deps import (
@@ -26,6 +25,7 @@ from service.deps import (
     SettingsDep,
     StoreDep,
     TokenDep,
+    act_signed,
     reading,
     require,
 )
@@ -149,9 +149,7 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
                 session=None if project is None else scope_session(reader, project.id),
                 settings=settings, line_name=gate_request.model, body=body,
                 signature=signature)
-            request.state.acting = Acting(token=ApiToken(name=WEBHOOK, scopes=["gate"],
-                                                         project_id=project.id),
-                                          project=project, auth=WEBHOOK)
+            act_signed(request, WEBHOOK, project, ("gate",))
         plan = decisions.history_plan_of(session=scope_session(reader, project.id),
                                          settings=settings, request=gate_request)
     scope_session(session, project.id)

@@ -26,6 +26,7 @@ from joserfc.jwk import KeySet
 from joserfc.jws import JWSRegistry
 from sqlalchemy.orm import Session
 
+from service.audit.service import Caller
 from service.config import Settings
 from service.db import utcnow
 from service.errors import ServiceError
@@ -37,6 +38,7 @@ FLOW_SECONDS = 600  # a sign-in must come back from the provider within this
 LEEWAY_SECONDS = 60  # clock skew allowed on the ID token's times
 TIMEOUT_SECONDS = 10.0
 SCOPES = "openid email profile"
+AUTH = "oidc"  # how a signed-in person authenticated, for the audit trail
 
 
 class SignInRefused(ServiceError, status_code=400):
@@ -115,6 +117,12 @@ def upsert_person(session: Session, settings: Settings, claims: dict[str, Any]) 
     session.add(person)
     session.flush()
     return person
+
+
+def caller(person: Person) -> Caller:
+    """A person signing in, as the audit trail's caller: their subject and e-mail, acting in
+    no project."""
+    return Caller(actor=person.subject, auth=AUTH, project_id=None, email=person.email)
 
 
 def _flow(settings: Settings, cookie: str | None) -> dict[str, str]:

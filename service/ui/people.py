@@ -4,6 +4,7 @@ their own roles in the project the page acts in (same origin, a token bound to t
 session, a bounded expiry, shown once).
 """
 
+import logging
 import re
 from datetime import timedelta
 from typing import Annotated
@@ -14,11 +15,18 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service import urls
+from service.audit.requests import (
+    SIGN_IN,
+    add_event,
+    client_of,
+    record_change,
+    record_page_refusal,
+)
 from service.auth.models import ApiToken
 from service.auth.service import SCOPES, create_token
 from service.config import Settings
 from service.db import session_scope
-from service.deps import CommittingRoute
+from service.deps import Acting, CommittingRoute
 from service.errors import ServiceError
 from service.projects.service import get_project
 from service.ui import oidc
@@ -28,6 +36,7 @@ from service.ui.pages import (
     acting_viewer,
     cross_site,
     local,
+    refused,
     render,
     same_origin,
     set_session,
@@ -37,6 +46,8 @@ from service.ui.session import Viewer, csrf_token, person_cookie
 router = APIRouter(prefix=urls.UI, include_in_schema=False, route_class=CommittingRoute)
 TOKEN_DAYS, MAX_TOKEN_DAYS = 30, 90  # a personal token's default and longest life
 NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+CROSS_SITE, NOT_HELD = "cross_site_request", "missing_scope"  # the form's refusals' reasons
+logger = logging.getLogger(__name__)
 
 
 @router.get("/oidc/start")
@@ -57,7 +68,12 @@ def oidc_callback(request: Request) -> Response:
     """Finish the sign-in the provider sent back: a refused one makes no session (400 with
     its code). The session cookie (SameSite=Strict) is set by a page of ours that then
     moves on: a browser does not send a Strict cookie on the redirects of a navigation
-    that another site started."""
+    that another site started.
+
+    A sign-in is an `ok` audit event `sign_in` of the person, in the transaction that
+    stores them. A refused one is only logged: its caller is not known (a forged state, a
+    replayed code, an ID token for another client or expired: whatever subject it names is
+    unproven), and an event would put a stranger's claim in the trail as a person's act."""
     settings = _sso_settings(request)
     cookie = request.cookies.get(oidc.FLOW_COOKIE)
     try:
@@ -65,7 +81,9 @@ def oidc_callback(request: Request) -> Response:
                              dict(request.query_params))
         with session_scope(request.app.state.sessions) as session:
             person = oidc.upsert_person(session, settings, claims)
+            add_event(session, request, oidc.caller(person), action=SIGN_IN)
     except ServiceError as error:
+        logger.warning("single sign-on refused (%s) from %s", error.code, client_of(request))
         return _end_flow(render(request, "error.html", None, status=error.status_code,
                                 heading="Sign-in refused", code=error.code,
                                 message=error.message))
@@ -81,31 +99,48 @@ def tokens_page(request: Request, who: SignedIn) -> HTMLResponse:
 
 
 @router.post("/tokens", response_class=HTMLResponse)
-def mint_token(request: Request, csrf: Annotated[str, Form()] = "",
-               read: Annotated[bool, Form()] = False, write: Annotated[bool, Form()] = False,
-               gate: Annotated[bool, Form()] = False, admin: Annotated[bool, Form()] = False,
-               expires_in_days: Annotated[int, Form(ge=1, le=MAX_TOKEN_DAYS)] = TOKEN_DAYS
-               ) -> HTMLResponse:
+def mint_personal_token(
+        request: Request, csrf: Annotated[str, Form()] = "",
+        read: Annotated[bool, Form()] = False, write: Annotated[bool, Form()] = False,
+        gate: Annotated[bool, Form()] = False, admin: Annotated[bool, Form()] = False,
+        expires_in_days: Annotated[int, Form(ge=1, le=MAX_TOKEN_DAYS)] = TOKEN_DAYS
+        ) -> HTMLResponse:
     """Mint a personal API token bound to the page's project, with the scopes checked (each
     one the person holds there), expiring in 1 to MAX_TOKEN_DAYS days; its secret is shown
-    this once."""
+    this once. The token (its name and scopes) is an audit event of the person's in the
+    project, in the transaction that stores it; a post from another site or session, or for
+    scopes not held, a `denied` one."""
     scopes = [name for name, checked in (("read", read), ("write", write), ("gate", gate),
                                          ("admin", admin)) if checked]
     settings: Settings = request.app.state.settings
-    if not same_origin(request, settings):
-        return cross_site(request)
     with session_scope(request.app.state.sessions) as session:
         who = _person(acting_viewer(request, session))
-        if csrf != csrf_token(settings, who):
+        request.state.acting = _acting(session, who)
+        if not same_origin(request, settings) or csrf != csrf_token(settings, who):
+            record_page_refusal(request, session, CROSS_SITE)
             return cross_site(request)
         try:
             row, secret = _mint(session, who, scopes, expires_in_days)
+        except PageRefused as error:
+            record_page_refusal(request, session, NOT_HELD)
+            return refused(request, error)
         except ServiceError as error:
             return _token_form(request, who, status=error.status_code, code=error.code,
                                error=error.message)
+        request.state.audit_details = {"name": row.name, "scopes": row.scopes}
+        record_change(request, session)
         response = _token_form(request, who, minted=row, secret=secret)
     response.headers.update(NO_STORE)
     return response
+
+
+def _acting(session: Session, who: Viewer) -> Acting:
+    """A signed-in person as the caller of the page's project, for the audit trail (their
+    subject, holding no token)."""
+    project = get_project(session=session, name=who.project)
+    return Acting(token=ApiToken(name=who.subject, scopes=sorted(who.roles[who.project]),
+                                 project_id=project.id),
+                  project=project, auth=oidc.AUTH, email=who.email)
 
 
 def _mint(session: Session, who: Viewer, scopes: list[str],

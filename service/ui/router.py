@@ -25,6 +25,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
 from flipgate.reporting.html import stored_body
 from service import urls
+from service.audit.requests import record_sign_in_refusal
+from service.auth.service import TokenRefused
 from service.compare.service import EXPORT_TYPES, resolve_pair, stored_export
 from service.config import Settings
 from service.db import session_scope
@@ -81,7 +83,8 @@ def signin(request: Request, token: Annotated[str, Form()] = "",
            next: Annotated[str, Form()] = urls.UI) -> Response:
     """Exchange an API token (read scope) for a session cookie; failures are throttled per
     client address across every API process (429 with Retry-After), counted in the same
-    transaction that checked the token."""
+    transaction that checked the token (with a revoked or expired stored token's `denied`
+    audit event, as the API writes for it)."""
     settings: Settings = request.app.state.settings
     if not same_origin(request, settings):
         return cross_site(request)
@@ -96,6 +99,8 @@ def signin(request: Request, token: Annotated[str, Form()] = "",
             _viewer, cookie = sign_in(session, settings, token.strip())
         except (Unauthorized, Forbidden) as error:
             record_failed_signin(session=session, client=client)
+            if isinstance(error, TokenRefused):
+                record_sign_in_refusal(request, session, error)
             return signin_form(request, next, status=error.status_code, error=error.message)
     return set_session(request, RedirectResponse(local(next), status_code=303), cookie)
 

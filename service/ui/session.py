@@ -68,6 +68,7 @@ class Viewer:
     name: str
     roles: Roles = field(default_factory=dict)
     subject: str | None = None  # a person's OpenID subject (None: signed in with a token)
+    email: str | None = None  # a person's e-mail, for the audit trail
     session_id: str = ""
     project: str | None = None
 
@@ -133,7 +134,7 @@ def _person_viewer(session: Session, settings: Settings, subject: str, sid: str)
              if admin_group and admin_group in person.groups
              else person_roles(session=session, person=person))
     return Viewer(person.display_name or person.email or subject, roles, subject=subject,
-                  session_id=sid)
+                  email=person.email, session_id=sid)
 
 
 def _every_project(session: Session, scopes: frozenset[str]) -> Roles:

@@ -1,9 +1,12 @@
-"""The dashboard's page of the audit trail: the server admin reads it (filtered, paged),
-anyone else gets a refusal page and no link to it."""
+"""The dashboard's page of the audit trail: whoever holds admin in the page's project reads
+that project's events (filtered, paged; the server admin holds it in every project), anyone
+else gets a refusal page and no link to it."""
 
 import pytest
 
 from service import urls
+from service.auth.service import create_token
+from service.projects.service import create_project
 from service.ui import audit
 from tests.service.api.conftest import ADMIN_TOKEN, bearer
 
@@ -46,3 +49,26 @@ def test_other_viewers_get_no_trail_and_no_link(browser_client, trail):
     assert 'href="/ui/audit"' not in browser_client.get(urls.ui_jobs()).text
     refused = browser_client.get(urls.ui_audit())
     assert refused.status_code == 403 and "missing_scope" not in refused.text
+
+
+def test_a_projects_admin_reads_its_events_only(browser_client, trail, db):
+    """An admin token of `vision` reads the token it minted there, not `default`'s trail; a
+    reader of `vision` gets the refusal page."""
+    with db() as session:
+        create_project(session=session, name="vision")
+        admin = create_token(session=session, name="vision-admin", scopes=["admin"],
+                             project="vision")[1]
+        reader = create_token(session=session, name="vision-reader", scopes=["read"],
+                              project="vision")[1]
+    assert browser_client.post("/tokens", json={"name": "vision-ci", "scopes": ["read"]},
+                               headers=bearer(admin)).status_code == 201
+    sign_in(browser_client, admin)
+    page = browser_client.get(urls.ui_audit())
+    assert page.status_code == 200 and "Audit trail of vision" in page.text
+    assert "vision-admin" in page.text and "<code>mint_token</code>" in page.text
+    assert "missing_scope" not in page.text and "line_not_found" not in page.text
+    assert browser_client.get(urls.ui_audit(project="default")).status_code == 404
+    browser_client.cookies.clear()
+    sign_in(browser_client, reader)
+    refused = browser_client.get(urls.ui_audit())
+    assert refused.status_code == 403 and "vision-admin" not in refused.text

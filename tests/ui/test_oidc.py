@@ -17,7 +17,7 @@ from sqlalchemy import select
 from service.auth.models import ApiToken
 from service.auth.service import create_token
 from service.db import utcnow
-from service.projects.models import Person
+from service.projects.models import AuditEvent, Person
 from service.projects.service import create_project, get_project, grant, revoke
 from service.ui.oidc import FLOW_COOKIE
 from service.ui.session import COOKIE
@@ -61,13 +61,16 @@ def person(db, sub):
         return session.get(Person, sub)
 
 
-def assert_refused(answer, code, client, db, sub):
-    """A refused callback: 400 with `code`, no session cookie, no person stored."""
+def assert_refused(answer, code, client, db, sub, sign_ins=0):
+    """A refused callback: 400 with `code`, no session cookie, no person stored, no audit
+    event but those of the `sign_ins` before it (an unproven caller is only logged)."""
     assert answer.status_code == 400, answer.text
     assert f'<code id="code">{code}</code>' in answer.text
     assert COOKIE not in answer.cookies
     assert client.get("/ui", follow_redirects=False).status_code == 303
     assert person(db, sub) is None
+    with db() as session:
+        assert session.scalars(select(AuditEvent.action)).all() == ["sign_in"] * sign_ins
 
 
 def test_sign_in_runs_the_code_flow_with_pkce_state_and_nonce(browser_client, oidc_provider,
@@ -126,7 +129,7 @@ def test_a_replayed_code_is_refused(browser_client, oidc_provider, db):
     browser_client.cookies.clear()
     browser_client.cookies.set(FLOW_COOKIE, flow_cookie, path="/ui/oidc/callback")
     answer = browser_client.get(back, follow_redirects=False)
-    assert_refused(answer, "oidc_code_refused", browser_client, db, "bob")
+    assert_refused(answer, "oidc_code_refused", browser_client, db, "bob", sign_ins=1)
 
 
 def test_an_id_token_issued_to_another_client_is_refused(browser_client, oidc_provider, db):

@@ -9,6 +9,7 @@ from unittest.mock import ANY
 
 import numpy as np
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import func, select, update
 from starlette.routing import Match
 
@@ -21,6 +22,7 @@ from service.deps import AdminAccess, SessionDep, TokenDep
 from service.main import ROUTERS
 from service.projects.models import AuditEvent
 from service.projects.service import create_project
+from tests.integrations.mlflow_world import alias_event, signed
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, npy_bytes
 from tests.service.conftest import write_npz, write_onnx
 
@@ -123,6 +125,30 @@ def test_a_signed_gate_is_the_webhooks_in_its_project(client, tmp_path):
         ("webhook", "webhook", "default", "gate", "ok", None, answer.headers["X-Request-ID"]),
         ("admin", "admin_token", "default", "rotate_webhook_secret", "ok", None,
          events(client, limit=2)[1]["request_id"])]
+
+
+def test_an_mlflow_alias_move_is_mlflows_event_in_the_connectors_project(client, other):
+    """MLflow's signed delivery that queues a job is `mlflow`'s change (auth webhook) in
+    FLIPGATE_MLFLOW_PROJECT; a duplicate, an ignored event and a bad signature write none."""
+    settings = client.app.state.settings
+    settings.mlflow_webhook_secret, settings.mlflow_project = SecretStr("mlflow-secret"), "beta"
+    move = alias_event("fraud", "challenger", "2")
+    queued = client.post("/integrations/mlflow/webhook", content=move,
+                         headers=signed(move, secret="mlflow-secret") | {"Authorization": ""})
+    assert queued.status_code == 202, queued.text
+    for body, secret, delivery, status in (
+            (move, "mlflow-secret", "d-1", 200),  # the same delivery again
+            (alias_event("fraud", "other", "2"), "mlflow-secret", "d-2", 200),  # ignored
+            (move, "not-the-secret", "d-3", 401)):
+        assert client.post("/integrations/mlflow/webhook", content=body, headers=signed(
+            body, secret=secret, delivery=delivery) | {"Authorization": ""}
+        ).status_code == status
+    found = events(client)
+    assert summary(found) == [("mlflow", "webhook", "beta", "mlflow_webhook", "ok", None,
+                               queued.headers["X-Request-ID"])]
+    assert found[0]["details"] == {"method": "POST", "delivery_id": "d-1",
+                                   "job_id": queued.json()["job_id"], "model": "fraud",
+                                   "alias": "challenger", "version": "2"}
 
 
 def test_a_change_that_fails_writes_no_event(client, tmp_path):

@@ -1,0 +1,108 @@
+"""The audit trail of the dashboard's people, read back through GET /audit-events: a person's
+sign-in with OpenID Connect, the personal token they mint and the form's refusals are their
+events (auth oidc); a refused callback is only logged; a sign-in with a revoked or expired
+token is that token's `denied` event, as on the API."""
+
+import logging
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, update
+
+from service.auth.models import ApiToken
+from service.auth.service import create_token, revoke_token
+from service.db import utcnow
+from service.projects.service import create_project, get_project, grant
+from tests.service.api.conftest import ADMIN_TOKEN, bearer
+from tests.ui.test_oidc import mint_form, settings, sign_in, start  # noqa: F401 (a fixture)
+
+FIELDS = ("actor", "actor_email", "auth", "project", "action", "resource", "outcome",
+          "reason")
+
+
+def trail(client) -> list[tuple]:
+    """Every event, newest first, as FIELDS."""
+    answer = client.get("/audit-events", headers=bearer(ADMIN_TOKEN))
+    assert answer.status_code == 200, answer.text
+    return [tuple(event[field] for field in FIELDS) for event in answer.json()["events"]]
+
+
+def member(db, subject: str, role: str, project: str = "default") -> None:
+    with db() as session:
+        if project != "default":
+            create_project(session=session, name=project)
+        grant(session=session, project=get_project(session=session, name=project),
+              kind="subject", principal=subject, role=role)
+
+
+SIGNED_IN = ("heidi", "heidi@example.com", "oidc", None, "sign_in", "/ui/oidc/callback",
+             "ok", None)
+
+
+def test_a_person_signs_in_and_mints_a_token_as_their_own_events(browser_client,
+                                                                oidc_provider, db):
+    member(db, "heidi", "maintainer", "vision")
+    assert sign_in(browser_client, oidc_provider, "heidi",
+                   email="heidi@example.com").status_code == 200
+    assert trail(browser_client) == [SIGNED_IN]
+    browser_client.get("/ui/tokens", params={"project": "vision"})
+    minted = browser_client.post("/ui/tokens", data={
+        "csrf": mint_form(browser_client), "read": "true", "write": "true"})
+    assert minted.status_code == 200, minted.text
+    assert trail(browser_client) == [
+        ("heidi", "heidi@example.com", "oidc", "vision", "mint_personal_token", "/ui/tokens",
+         "ok", None), SIGNED_IN]
+    event = browser_client.get("/audit-events", params={"limit": 1},
+                               headers=bearer(ADMIN_TOKEN)).json()["events"][0]
+    assert event["details"] == {"method": "POST", "name": "person-heidi-1",
+                                "scopes": ["read", "write"]}
+    with db() as session:  # the caller the event names is no token of its own
+        assert session.scalars(select(ApiToken.name)).all() == ["person-heidi-1"]
+
+
+@pytest.mark.parametrize(("refusal", "reason"), [("scopes", "missing_scope"),
+                                                 ("origin", "cross_site_request"),
+                                                 ("csrf", "cross_site_request")])
+def test_the_token_forms_refusals_are_the_persons_denied_events(browser_client,
+                                                                oidc_provider, db, refusal,
+                                                                reason):
+    member(db, "judy", "viewer")
+    sign_in(browser_client, oidc_provider, "judy", email="judy@example.com")
+    csrf = mint_form(browser_client)
+    answer = browser_client.post(
+        "/ui/tokens", headers={"Origin": "http://evil.example"} if refusal == "origin" else {},
+        data={"csrf": "0" * 64 if refusal == "csrf" else csrf, "read": "true"}
+        | ({"write": "true"} if refusal == "scopes" else {}))
+    assert answer.status_code == 403
+    assert trail(browser_client)[0] == ("judy", "judy@example.com", "oidc", "default",
+                                        "mint_personal_token", "/ui/tokens", "denied", reason)
+    with db() as session:
+        assert session.scalars(select(ApiToken).where(
+            ApiToken.name.startswith("person-"))).all() == []
+
+
+def test_a_refused_callback_is_logged_not_audited(browser_client, oidc_provider, caplog):
+    oidc_provider.set_user("mallory", email="m@example.com")
+    url, _flow = start(browser_client)
+    forged = oidc_provider.authorize(url, "mallory").replace("state=", "state=forged")
+    with caplog.at_level(logging.WARNING, logger="service.ui.people"):
+        assert browser_client.get(forged, follow_redirects=False).status_code == 400
+    assert "single sign-on refused (oidc_state_mismatch) from testclient" in caplog.text
+    assert trail(browser_client) == []
+
+
+@pytest.mark.parametrize("ending", ["revoked", "expired"])
+def test_a_dashboard_sign_in_with_an_ended_token_is_its_denied_event(browser_client, db,
+                                                                    ending):
+    with db() as session:
+        secret = create_token(session=session, name="ci", scopes=["read"])[1]
+        if ending == "revoked":
+            revoke_token(session=session, name="ci")
+        else:
+            session.execute(update(ApiToken).where(ApiToken.name == "ci")
+                            .values(expires_at=utcnow() - timedelta(seconds=1)))
+    for presented in (secret, "fg_unknown"):
+        answer = browser_client.post("/ui/signin", data={"token": presented})
+        assert answer.status_code == 401
+    assert trail(browser_client) == [("ci", None, "token", "default", "sign_in", "/ui/signin",
+                                      "denied", f"token_{ending}")]
