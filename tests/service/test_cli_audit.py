@@ -1,6 +1,6 @@
 """`flipgate token create|revoke` and `flipgate project create` on the server's database
-write their audit events: the
-operating system's user, auth `cli`, in the same transaction as the token."""
+write their audit events: the operating system's user, auth `cli`, in the same transaction
+as the change."""
 
 import getpass
 
