@@ -20,7 +20,7 @@ from service.registry.service import (
     resolve_reference,
     set_alias,
 )
-from tests.service.conftest import postgres_schema
+from tests.service.conftest import in_default_project, postgres_schema
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_concurrent_first_registrations_of_a_line_both_succeed(own_engine, store
     the line the first committed instead of answering a spurious 409 `line_exists`."""
     sessions, line = create_session_factory(own_engine), "digits"
     models = onnx_file(3, 0), onnx_file(3, 1)
-    first = sessions()
+    first = in_default_project(sessions())
     created = register_version(session=first, store=store, line_name=line, version="1",
                                onnx_path=models[0])
     seen: dict[str, object] = {}
@@ -136,7 +136,7 @@ def test_concurrent_first_registrations_of_a_line_both_succeed(own_engine, store
     def second() -> None:
         try:
             with session_scope(sessions) as session:
-                seen["line_id"] = register_version(session=session, store=store,
+                seen["line_id"] = register_version(session=in_default_project(session), store=store,
                                                    line_name=line, version="2",
                                                    onnx_path=models[1]).line_id
         except Exception as error:  # reported below, on the test's thread
