@@ -69,8 +69,9 @@ TAGS = [
     {"name": "compare", "description": "pair reports and a line's pairwise matrices"},
     {"name": "gate", "description": "policies, the CI webhook, decisions, promotion, repair"},
     {"name": "jobs", "description": "background work and its progress"},
-           promotion_router, jobs_router, auth_router, projects_router, audit_router,
-           mlflow_router,
+    {"name": "auth", "description": "API tokens, each bound to one project (docs/access.md)"},
+    {"name": "projects", "description": "projects and the roles granted in them"},
+    {"name": "audit", "description": "the audit trail: every change and every refusal"},
     {"name": "integrations", "description": "the MLflow connector: its webhook and its log"},
     {"name": "health", "description": "liveness and readiness probes"},
 ]
