@@ -17,7 +17,8 @@ on `holdout`, 1 in production, a policy, a webhook secret, a blocked decision an
 job), eval sets `holdout`, `cal`, the traffic set `traffic` and the training set `train`.
 Only A holds version 3 of `fraud`, a second policy version, the line `only-a`, the eval set
 `only-a-set`, the traffic set `only-a-traffic`, the training set `only-a-train`, the token
-`ci-a` and an MLflow connector event on `only-a`.
+`ci-a`, the group `a-ops` (a viewer; B's viewers are `b-ops`) and an MLflow connector event
+on `only-a`.
 """
 
 import itertools
@@ -42,7 +43,7 @@ from service.db import Base, session_scope
 from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.models import Job
 from service.projects.models import AuditEvent
-from service.projects.service import create_project, get_project
+from service.projects.service import create_project, get_project, grant
 from tests.integrations.mlflow_world import alias_event, signed
 from tests.service.api.conftest import (
     bearer,
@@ -76,13 +77,14 @@ class Objects:
     decision: int
     job: int
     token: str
+    group: str  # granted a role in the project
     project: str
     policy: int  # a policy version of `fraud` (A's has one B's lacks)
 
 
 NOWHERE = Objects(line="zz-line", version="99", evalset="zz-set", traffic="zz-traffic",
                   trainset="zz-train", decision=999_999, job=999_998, token="zz-token",
-                  project="zz-project", policy=99)
+                  group="zz-group", project="zz-project", policy=99)
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,11 @@ def seed_projects(client: TestClient, folder: Path) -> Seeded:
     """Projects A (`default`, through the server admin) and B (`beta`, through its admin
     token), and B's tokens of every scope set."""
     with session_scope(client.app.state.sessions) as session:
-        create_project(session=session, name=B)
+        beta = create_project(session=session, name=B)
+        for project, group in ((get_project(session=session, name=A), "a-ops"),
+                               (beta, "b-ops")):
+            grant(session=session, project=project, kind="group", principal=group,
+                  role="viewer")
         tokens = {scopes: create_token(session=session, name="b-" + "-".join(scopes),
                                        scopes=list(scopes), project=B)[1]
                   for scopes in SCOPES}
@@ -173,10 +179,10 @@ def seed_projects(client: TestClient, folder: Path) -> Seeded:
     assert post_model(as_b, "spare", "1", write_onnx(folder).read_bytes()).status_code == 201
     a = Objects(line="only-a", version="3", evalset="only-a-set", traffic="only-a-traffic",
                 trainset="only-a-train", decision=a_decision, job=a_job, token="ci-a",
-                project=A, policy=2)
+                group="a-ops", project=A, policy=2)
     b_own = Objects(line="fraud", version="2", evalset="holdout", traffic="traffic",
                     trainset="train", decision=b_decision, job=b_job, token="b-read",
-                    project=B, policy=1)
+                    group="b-ops", project=B, policy=1)
     return Seeded(a=a, b_tokens=tokens, b_secret=b_secret, b_own=b_own)
 
 
@@ -307,9 +313,12 @@ PROBES: dict[tuple[str, str], list[Probe]] = {
         lambda o, b: {"url": f"/projects/{o.project}/members"}],
     ("PUT", "/projects/{project}/members"): [
         lambda o, b: {"url": f"/projects/{o.project}/members",
-                      "json": {"group": "ops", "role": "viewer"}}],
+                      "json": {"group": b.group, "role": "admin"}},
+        lambda o, b: {"url": f"/projects/{b.project}/members",
+                      "json": {"group": o.group, "role": "admin"}}],
     ("DELETE", "/projects/{project}/members"): [
-        lambda o, b: {"url": f"/projects/{o.project}/members", "json": {"group": "ops"}}],
+        lambda o, b: {"url": f"/projects/{o.project}/members", "json": {"group": b.group}},
+        lambda o, b: {"url": f"/projects/{b.project}/members", "json": {"group": o.group}}],
     ("POST", "/tokens"): [
         lambda o, b: {"json": {"name": "minted", "scopes": ["read"], "project": o.project}},
         lambda o, b: {"json": {"name": "minted", "scopes": ["read"]},
