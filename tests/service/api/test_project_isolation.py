@@ -3,20 +3,25 @@ from the app's own routes, so that a new one fails `test_every_route_is_in_the_t
 it is listed here) × project B's tokens of every scope, each request naming an object of
 project A answering exactly what the same token gets for a name that exists in no project,
 and changing the database (every table but the audit trail) exactly as that request does:
-the same rows changed or removed, as many added to each table. PROBES says how each route
-names A's objects (several ways for most: A's line, A's version of the shared line `fraud`,
-A's eval set beside B's line ...), and each route that acts in a project is asked once more
-on B's own objects with `?project=default`. The dashboard's pages (UI_PROBES) are tested
-for a person signed in with B's read token.
+the same rows changed or removed, as many added to each table; the audit events the two
+requests write have the same actions, outcomes and reasons (B's admin reads B's trail: it
+must not tell which names exist in A either). PROBES says how each route names A's objects
+(several ways for most: A's line, A's version of the shared line `fraud`, A's eval set
+beside B's line, A's project, A's token ...), and each route that acts in a project is
+asked once more on B's own objects with `?project=default`. The dashboard's pages
+(UI_PROBES) are asked the same way by people signed in with B's read token and with B's
+token of every scope.
 
 Projects `default` (A) and `beta` (B) each hold a line `fraud` (versions 1 and 2 with logits
 on `holdout`, 1 in production, a policy, a webhook secret, a blocked decision and its repair
 job), eval sets `holdout`, `cal`, the traffic set `traffic` and the training set `train`.
 Only A holds version 3 of `fraud`, a second policy version, the line `only-a`, the eval set
 `only-a-set`, the traffic set `only-a-traffic`, the training set `only-a-train`, the token
-`ci-a` and an MLflow connector event on `only-a`.
+`ci-a`, the group `a-ops` (a viewer; B's viewers are `b-ops`) and an MLflow connector event
+on `only-a`.
 """
 
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -30,14 +35,15 @@ from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 from httpx import Response
 from pydantic import SecretStr
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from flipgate.signing import HEADER, signature
 from service.auth.service import create_token
 from service.db import Base, session_scope
 from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.models import Job
-from service.projects.service import create_project, get_project
+from service.projects.models import AuditEvent
+from service.projects.service import create_project, get_project, grant
 from tests.integrations.mlflow_world import alias_event, signed
 from tests.service.api.conftest import (
     bearer,
@@ -71,13 +77,14 @@ class Objects:
     decision: int
     job: int
     token: str
+    group: str  # granted a role in the project
     project: str
     policy: int  # a policy version of `fraud` (A's has one B's lacks)
 
 
 NOWHERE = Objects(line="zz-line", version="99", evalset="zz-set", traffic="zz-traffic",
                   trainset="zz-train", decision=999_999, job=999_998, token="zz-token",
-                  project="zz-project", policy=99)
+                  group="zz-group", project="zz-project", policy=99)
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,11 @@ def seed_projects(client: TestClient, folder: Path) -> Seeded:
     """Projects A (`default`, through the server admin) and B (`beta`, through its admin
     token), and B's tokens of every scope set."""
     with session_scope(client.app.state.sessions) as session:
-        create_project(session=session, name=B)
+        beta = create_project(session=session, name=B)
+        for project, group in ((get_project(session=session, name=A), "a-ops"),
+                               (beta, "b-ops")):
+            grant(session=session, project=project, kind="group", principal=group,
+                  role="viewer")
         tokens = {scopes: create_token(session=session, name="b-" + "-".join(scopes),
                                        scopes=list(scopes), project=B)[1]
                   for scopes in SCOPES}
@@ -168,10 +179,10 @@ def seed_projects(client: TestClient, folder: Path) -> Seeded:
     assert post_model(as_b, "spare", "1", write_onnx(folder).read_bytes()).status_code == 201
     a = Objects(line="only-a", version="3", evalset="only-a-set", traffic="only-a-traffic",
                 trainset="only-a-train", decision=a_decision, job=a_job, token="ci-a",
-                project=A, policy=2)
+                group="a-ops", project=A, policy=2)
     b_own = Objects(line="fraud", version="2", evalset="holdout", traffic="traffic",
                     trainset="train", decision=b_decision, job=b_job, token="b-read",
-                    project=B, policy=1)
+                    group="b-ops", project=B, policy=1)
     return Seeded(a=a, b_tokens=tokens, b_secret=b_secret, b_own=b_own)
 
 
@@ -295,8 +306,28 @@ PROBES: dict[tuple[str, str], list[Probe]] = {
     ("GET", "/models/{name}/promotions"): named_line("/models/{line}/promotions"),
     ("GET", "/jobs/{job_id}"): [lambda o, b: {"url": f"/jobs/{o.job}"}],
     ("POST", "/jobs/{job_id}/cancel"): [lambda o, b: {"url": f"/jobs/{o.job}/cancel"}],
-    ("DELETE", "/tokens/{name}"): [lambda o, b: {"url": f"/tokens/{o.token}"}],
     ("GET", "/models/{name}/mlflow-events"): named_line("/models/{line}/mlflow-events"),
+    ("POST", "/projects"): [lambda o, b: {"json": {"name": o.project}}],
+    ("GET", "/projects"): [],
+    ("GET", "/projects/{project}/members"): [
+        lambda o, b: {"url": f"/projects/{o.project}/members"}],
+    ("PUT", "/projects/{project}/members"): [
+        lambda o, b: {"url": f"/projects/{o.project}/members",
+                      "json": {"group": b.group, "role": "admin"}},
+        lambda o, b: {"url": f"/projects/{b.project}/members",
+                      "json": {"group": o.group, "role": "admin"}}],
+    ("DELETE", "/projects/{project}/members"): [
+        lambda o, b: {"url": f"/projects/{o.project}/members", "json": {"group": b.group}},
+        lambda o, b: {"url": f"/projects/{b.project}/members", "json": {"group": o.group}}],
+    ("POST", "/tokens"): [
+        lambda o, b: {"json": {"name": "minted", "scopes": ["read"], "project": o.project}},
+        lambda o, b: {"json": {"name": "minted", "scopes": ["read"]},
+                      "params": {"project": o.project}},
+        lambda o, b: {"json": {"name": o.token, "scopes": ["read"]}}],
+    ("GET", "/tokens"): [],
+    ("DELETE", "/tokens/{name}"): [lambda o, b: {"url": f"/tokens/{o.token}"}],
+    ("GET", "/audit-events"): [lambda o, b: {"params": {"project": o.project}},
+                               lambda o, b: {"params": {"actor": o.token}}],
 }
 EXEMPT = {
     ("GET", "/openapi.json"): "the API's description names no project's objects",
@@ -313,6 +344,10 @@ EXEMPT = {
     ("GET", "/ui/signin"): "the sign-in page, before any project",
     ("POST", "/ui/signin"): "signing in names a token, no project's objects",
     ("POST", "/ui/signout"): "signing out names no project's objects",
+    ("GET", "/ui/oidc/start"): "single sign-on's start, before any project (its `next`, a "
+    "page of ours, is checked as that page is): tests/ui/test_oidc.py",
+    ("GET", "/ui/oidc/callback"): "single sign-on's end, before any project: "
+    "tests/ui/test_oidc.py",
 }
 UI_PROBES: dict[tuple[str, str], list[Probe]] = {
     ("GET", "/ui"): [],
@@ -325,7 +360,11 @@ UI_PROBES: dict[tuple[str, str], list[Probe]] = {
                       "params": {"evalset": "holdout"}}],
     ("GET", "/ui/decisions/{decision_id}"): [lambda o, b: {"url": f"/ui/decisions/{o.decision}"}],
     ("GET", "/ui/jobs"): [],
+    ("GET", "/ui/tokens"): [],
+    ("POST", "/ui/tokens"): [lambda o, b: {"data": {"read": "true", "expires_in_days": "1"}}],
+    ("GET", "/ui/audit"): [lambda o, b: {"params": {"actor": o.token}}],
 }
+LIST_PAGES = ["/ui", "/ui/jobs", "/ui/audit"]
 
 
 def app_routes(app) -> set[tuple[str, str]]:
@@ -346,38 +385,52 @@ def test_every_route_is_in_the_table(client):
 
 
 class Attacker:
-    """Sends a probe for A's objects and for NOWHERE's with one of B's tokens, each in a
-    savepoint rolled back afterwards, and records how the answers or the database's changes
-    differ."""
+    """Sends a probe for A's objects and for NOWHERE's as one of B's callers (a client with
+    B's token in `headers`, or a browser signed in with it), each in a savepoint rolled back
+    afterwards, and records how the answers, the database's changes or the audit events
+    they wrote differ."""
 
     def __init__(self, client: TestClient, seeded: Seeded, folder: Path) -> None:
-        self.client, self.seeded = client, seeded
+        self.seeded = seeded
         self.connection = client.app.state.connection
         self.files = upload_files(folder)
         self.baseline = dump(self.connection)
+        # A's names and NOWHERE's are `<named>` in either answer (A's policy version 2 is
+        # also the version 2 of a pair that both probes name)
+        self.names = slot_values(seeded.a, NOWHERE)
+        self.last_event = self.connection.scalar(select(func.max(AuditEvent.id))) or 0
         self.mismatches: list[str] = []
 
-    def probe(self, method: str, path: str, token: str, probe: Probe, label: str) -> None:
+    def probe(self, caller: TestClient, method: str, path: str, probe: Probe, label: str,
+              headers: dict[str, str] | None = None) -> None:
         """Record a mismatch between the answers to A's and NOWHERE's objects."""
-        answers = [self.answer(method, path, token, probe, objects)
+        answers = [self.answer(caller, method, path, probe, objects, headers or {})
                    for objects in (self.seeded.a, NOWHERE)]
         if answers[0] != answers[1]:
             self.mismatches.append(f"{method} {path} [{label}]: A {answers[0]} != "
                                    f"nowhere {answers[1]}")
 
-    def answer(self, method: str, path: str, token: str, probe: Probe,
-               objects: Objects) -> tuple[Any, ...]:
-        """The normalized answer and the database's changes (rolled back)."""
+    def answer(self, caller: TestClient, method: str, path: str, probe: Probe,
+               objects: Objects, headers: dict[str, str]) -> tuple[Any, ...]:
+        """The normalized answer, the database's changes and the audit events written (all
+        rolled back)."""
         arguments = self.with_files(probe(objects, self.seeded.b_own))
-        headers = {**arguments.pop("headers", {}), **bearer(token)}
+        headers = {**arguments.pop("headers", {}), **headers}
         savepoint = self.connection.begin_nested()
         try:
-            response = self.client.request(method, arguments.pop("url", path),
-                                           headers=headers, **arguments)
+            response = caller.request(method, arguments.pop("url", path), headers=headers,
+                                      **arguments)
             changes = changed(self.baseline, dump(self.connection))
+            events = self.events_written()
         finally:
             savepoint.rollback()
-        return response.status_code, normalized(response, objects), changes
+        return response.status_code, normalized(response, self.names), changes, events
+
+    def events_written(self) -> list[tuple[str, str, str | None]]:
+        """(action, outcome, reason) of each audit event written since the baseline."""
+        return sorted(tuple(row) for row in self.connection.execute(
+            select(AuditEvent.action, AuditEvent.outcome, AuditEvent.reason)
+            .where(AuditEvent.id > self.last_event)))
 
     def with_files(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The probe's arguments with the named upload contents filled in."""
@@ -411,41 +464,45 @@ def changed(before: dict[str, frozenset], after: dict[str, frozenset]) -> dict[s
             for name, rows in before.items() if rows != after[name]}
 
 
-VOLATILE_KEY = re.compile(r"(^|_)(id|ids|at)$|^(sha256|digest|etag)$")
+VOLATILE_KEY = re.compile(r"(^|_)(id|ids|at)$|^(sha256|digest|etag|token)$")
 
 
-def normalized(response: Response, objects: Objects) -> str:
-    """The body with the objects' names and ids, where text names them, as their slots'
-    names, and (in JSON) the values of ids and times, which differ between two requests
-    that add rows, left out."""
+def slot_values(*objects: Objects) -> tuple[str, ...]:
+    """The names and ids of `objects`, the longest first (`only-a-set` before `only-a`)."""
+    values = {str(getattr(each, slot.name)) for each in objects for slot in fields(each)}
+    return tuple(sorted(values, key=lambda value: (-len(value), value)))
+
+
+
+
+def normalized(response: Response, names: tuple[str, ...]) -> str:
+    """The body with `names`, where text names them, as `<named>`, and (in JSON) the values
+    of ids and times, which differ between two requests that add rows, left out."""
     try:
         body = response.json()
     except ValueError:
-        text = named_slots(response.text, objects)
+        text = named_slots(response.text, names)
     else:
-        text = json.dumps(scrubbed(body, objects), sort_keys=True)
+        text = json.dumps(scrubbed(body, names), sort_keys=True)
     return f"{response.headers.get('content-type')} {text}"
 
 
-def named_slots(text: str, objects: Objects) -> str:
-    """`text` with each name or id of `objects` as `<named>` (the longest first:
-    `only-a-set` before `only-a`)."""
-    slots = sorted(fields(objects), key=lambda slot: -len(str(getattr(objects, slot.name))))
-    for slot in slots:
-        value = re.escape(str(getattr(objects, slot.name)))
-        text = re.sub(rf"(?<![\w.-]){value}(?![\w-])", "<named>", text)
+def named_slots(text: str, names: tuple[str, ...]) -> str:
+    """`text` with each of `names` (a word of its own) as `<named>`."""
+    for name in names:
+        text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", "<named>", text)
     return text
 
 
-def scrubbed(body: Any, objects: Objects) -> Any:
-    """A JSON body with its texts' names as slots (named_slots) and volatile values left
-    out."""
+def scrubbed(body: Any, names: tuple[str, ...]) -> Any:
+    """A JSON body with `names` in its texts as `<named>` (named_slots) and volatile values
+    left out."""
     if isinstance(body, dict):
-        return {key: "<volatile>" if VOLATILE_KEY.search(key) else scrubbed(value, objects)
+        return {key: "<volatile>" if VOLATILE_KEY.search(key) else scrubbed(value, names)
                 for key, value in body.items()}
     if isinstance(body, list):
-        return [scrubbed(item, objects) for item in body]
-    return named_slots(body, objects) if isinstance(body, str) else body
+        return [scrubbed(item, names) for item in body]
+    return named_slots(body, names) if isinstance(body, str) else body
 
 
 def project_probe(path: str, probes: list[Probe]) -> Probe | None:
@@ -463,16 +520,21 @@ def project_probe(path: str, probes: list[Probe]) -> Probe | None:
     return naming
 
 
+def labelled_probes(path: str, probes: list[Probe]) -> list[tuple[int | str, Probe]]:
+    """The route's probes by index, and its probe naming project A (project_probe)."""
+    extra = project_probe(path, probes)
+    return [*enumerate(probes), *([("project", extra)] if extra else [])]
+
+
 def test_project_b_gets_for_project_a_what_a_missing_name_gets(client, projects, tmp_path):
     """Every route × every scope set of B's tokens: A's objects answer as missing ones."""
     attacker = Attacker(client, projects, tmp_path)
     for (method, path), probes in PROBES.items():
-        extra = project_probe(path, probes)
-        labelled = [*enumerate(probes), *([("project", extra)] if extra else [])]
         for scopes in SCOPES:
             token = projects.b_tokens[scopes]
-            for index, probe in labelled:
-                attacker.probe(method, path, token, probe, f"{','.join(scopes)} #{index}")
+            for index, probe in labelled_probes(path, probes):
+                attacker.probe(client, method, path, probe, f"{','.join(scopes)} #{index}",
+                               bearer(token))
     assert not attacker.mismatches, "\n".join(attacker.mismatches)
 
 
@@ -525,7 +587,7 @@ def test_a_signed_webhook_gates_only_its_own_line(client, projects):
             answers[1].text.replace(nowhere["model"], "<line>")] * 2
 
 
-def test_the_mlflow_connector_serves_its_project(client, projects, db):
+def test_the_mlflow_connector_serves_its_project(client, projects):
     """With FLIPGATE_MLFLOW_PROJECT=beta, MLflow's alias move queues a job of B's, and only
     B's callers read the connector's log."""
     settings = client.app.state.settings
@@ -534,7 +596,7 @@ def test_the_mlflow_connector_serves_its_project(client, projects, db):
     queued = client.post("/integrations/mlflow/webhook", content=body,
                          headers=signed(body, secret="mlflow-secret"))
     assert queued.status_code == 202, queued.text
-    with db() as session:
+    with session_scope(client.app.state.sessions) as session:  # of every project
         job = session.get_one(Job, queued.json()["job_id"])
         assert job.project_id == get_project(session=session, name=B).id
     reader = projects.b_tokens[("read",)]
@@ -551,28 +613,30 @@ def signed_in(client: TestClient, token: str) -> TestClient:
     return browser
 
 
-@pytest.mark.xfail(strict=False, reason="covered in tests/ui by the dashboard helper")
-def test_dashboard_pages_answer_b_as_for_a_missing_name(client, projects):
-    """The dashboard's pages, for a person signed in with B's read token."""
-    browser = signed_in(client, projects.b_tokens[("read",)])
-    mismatches = []
+def test_dashboard_pages_answer_b_as_for_a_missing_name(client, projects, tmp_path):
+    """The dashboard's pages, for people signed in with B's read token and B's token of
+    every scope: A's objects and project answer as missing ones, and the lists show none of
+    A's."""
+    browsers = {scopes: signed_in(client, projects.b_tokens[scopes])
+                for scopes in (("read",), SCOPES[-1])}
+    attacker = Attacker(client, projects, tmp_path)
     for (method, path), probes in UI_PROBES.items():
-        for index, probe in enumerate(probes):
-            answers = [(response.status_code, named_slots(response.text, objects))
-                       for objects in (projects.a, NOWHERE)
-                       for response in [browser.request(method, **probe(objects, projects.b_own))]]
-            if answers[0] != answers[1]:
-                mismatches.append(f"{method} {path} #{index}")
-        if not probes and "only-a" in browser.request(method, path).text:
-            mismatches.append(f"{method} {path} lists A's line")
-    assert not mismatches, mismatches
+        for scopes, browser in browsers.items():
+            for index, probe in labelled_probes(path, probes):
+                attacker.probe(browser, method, path, probe, f"{','.join(scopes)} #{index}")
+    assert not attacker.mismatches, "\n".join(attacker.mismatches)
+    for browser, path in itertools.product(browsers.values(), LIST_PAGES):
+        page = browser.get(path)
+        assert page.status_code in (200, 403), page.text
+        assert "only-a" not in page.text
+        assert f"/ui/decisions/{projects.a.decision}" not in page.text
 
 
-def test_the_sweepers_reconcile_job_is_in_the_connectors_project(client, projects, db):
+def test_the_sweepers_reconcile_job_is_in_the_connectors_project(client, projects):
     state = client.app.state
     state.settings.mlflow_project = B
     reconcile_mlflow(state.sessions, state.celery, state.settings)
-    with db() as session:
+    with session_scope(state.sessions) as session:  # of every project
         job = session.scalars(select(Job).where(Job.kind == "mlflow")).one()
         assert (job.params, job.project_id) == ({"reconcile": True},
                                                 get_project(session=session, name=B).id)
