@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
-from service.db import create_db_engine
+from service.db import create_db_engine, session_scope
 from service.migrate import upgrade
 from service.projects.models import DEFAULT_PROJECT
 from service.projects.scoping import scope_session
@@ -118,6 +118,13 @@ def session(engine) -> Iterator[Session]:
 def in_default_project(session: Session) -> Session:
     """`session`, bound to the project `default` (as a request of a default-bound token)."""
     return scope_session(session, get_project(session=session, name=DEFAULT_PROJECT).id)
+
+
+@contextmanager
+def default_session(sessions: sessionmaker[Session]) -> Iterator[Session]:
+    """session_scope(sessions), bound to the project `default`."""
+    with session_scope(sessions) as session:
+        yield in_default_project(session)
 
 
 @pytest.fixture

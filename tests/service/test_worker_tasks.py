@@ -20,7 +20,7 @@ from flipgate.metrics import compare_logits
 from service.config import get_settings
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset, register_dataset
-from service.db import create_session_factory, session_scope
+from service.db import create_session_factory
 from service.errors import NotFound
 from service.jobs.enqueue import create_job
 from service.jobs.models import JobKind, JobState
@@ -29,7 +29,13 @@ from service.predictions.service import get_predictions, read_logits
 from service.registry.service import get_version, register_version
 from service.storage import open_store
 from tests.conftest import save_graph
-from tests.service.conftest import BACKENDS, FEATURES, empty_database, migrated_engine
+from tests.service.conftest import (
+    BACKENDS,
+    FEATURES,
+    default_session,
+    empty_database,
+    migrated_engine,
+)
 from worker import runtime, tasks
 from worker.app import app as worker_app
 
@@ -63,7 +69,7 @@ def arrange(ctx, onnx_file, npz_file) -> Callable[..., dict]:
 
     def create(versions: int = 1, n: int = 500) -> dict:
         line, evalset = f"line-{uuid.uuid4().hex[:8]}", f"set-{uuid.uuid4().hex[:8]}"
-        with session_scope(ctx.sessions) as session:
+        with default_session(ctx.sessions) as session:
             ids = [register_version(session=session, store=ctx.store, line_name=line,
                                     version=f"1.{seed}", onnx_path=onnx_file(3, seed)).id
                    for seed in range(versions)]
@@ -76,7 +82,7 @@ def arrange(ctx, onnx_file, npz_file) -> Callable[..., dict]:
 
 
 def queue(ctx: runtime.WorkerContext, kind: JobKind, **params) -> int:
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         return create_job(session=session, kind=kind, params=params).id
 
 
@@ -87,12 +93,12 @@ def queue_inference(ctx: runtime.WorkerContext, data: dict) -> int:
 
 
 def job_row(ctx: runtime.WorkerContext, job_id: int):
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         return get_job(session=session, job_id=job_id)
 
 
 def stored_logits(ctx: runtime.WorkerContext, version_id: int, evalset: str) -> np.ndarray:
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         prediction = get_predictions(session=session, dataset=get_dataset(
             session=session, name=evalset), version=get_version(session=session,
                                                                 version_id=version_id))
@@ -125,7 +131,7 @@ def test_a_finished_job_is_not_run_again(ctx, arrange):
 def test_a_cancelled_job_is_not_run(ctx, arrange):
     data = arrange()
     job_id = queue_inference(ctx, data)
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         mark_cancelled(session=session, job_id=job_id)
     tasks.inference(job_id)
     job = job_row(ctx, job_id)
@@ -138,7 +144,7 @@ def test_a_job_cancelled_while_it_runs_keeps_nothing(ctx, arrange, monkeypatch):
     write = runtime.JobProgress.__call__
 
     def cancel_midway(progress: runtime.JobProgress, done: int, total: int) -> None:
-        with session_scope(ctx.sessions) as session:
+        with default_session(ctx.sessions) as session:
             mark_cancelled(session=session, job_id=job_id)
         write(progress, done, total)
 
@@ -177,7 +183,7 @@ def wedged(ctx, npz_file, tmp_path, monkeypatch) -> Callable[[], int]:
     monkeypatch.setenv("FLIPGATE_JOB_TIME_LIMIT_SECONDS", "1.5")
     get_settings.cache_clear()
     line, evalset = f"wedge-{uuid.uuid4().hex[:8]}", f"set-{uuid.uuid4().hex[:8]}"
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         version = register_version(session=session, store=ctx.store, line_name=line,
                                    version="1", onnx_path=wedging_onnx(tmp_path / "w.onnx"))
         register_dataset(session=session, store=ctx.store, name=evalset,
@@ -199,7 +205,7 @@ def test_a_cancel_stops_a_running_model_within_seconds(ctx, wedged):
     job_id = wedged()
 
     def cancel() -> None:
-        with session_scope(ctx.sessions) as session:
+        with default_session(ctx.sessions) as session:
             mark_cancelled(session=session, job_id=job_id)
 
     threading.Timer(0.5, cancel).start()
@@ -244,7 +250,7 @@ def test_a_failing_job_records_its_error(ctx, arrange):
 
 def test_a_failed_jobs_error_names_no_file_of_the_server(ctx, arrange):
     data = arrange()
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         sha256 = get_version(session=session, version_id=data["version_ids"][0]).artifact_sha256
     ctx.store.remove([sha256])  # the model's file is gone from the store
     job_id = queue_inference(ctx, data)
@@ -285,7 +291,7 @@ def split_inference(ctx: runtime.WorkerContext, data: dict) -> tuple[int, list[i
     """A sharded inference job, run once to split it; its id and its shards' ids."""
     job_id = queue_inference(ctx, data)
     tasks.inference(job_id)
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         shards = list_shards(session=session, job=get_job(session=session, job_id=job_id))
         return job_id, [shard.id for shard in shards]
 
@@ -316,7 +322,7 @@ def test_the_parent_progress_is_the_mean_of_its_shards(ctx, arrange, shard_size)
 def test_cancelling_the_parent_cancels_its_shards(ctx, arrange, shard_size):
     job_id, shard_ids = split_inference(ctx, arrange(n=30))
     tasks.inference(shard_ids[0])
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         mark_cancelled(session=session, job_id=job_id)
     for shard in shard_ids[1:]:
         tasks.inference(shard)
@@ -326,7 +332,7 @@ def test_cancelling_the_parent_cancels_its_shards(ctx, arrange, shard_size):
 
 def test_a_shard_that_ends_without_logits_fails_the_parent(ctx, arrange, shard_size):
     job_id, shard_ids = split_inference(ctx, arrange(n=30))
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         mark_cancelled(session=session, job_id=shard_ids[2])
     job = job_row(ctx, job_id)
     assert job.state == JobState.FAILED and job.error.startswith(f"shard {shard_ids[2]} ")
@@ -351,7 +357,7 @@ def s3_hosts(request, ctx, s3_settings, tmp_path, onnx_file, npz_file, monkeypat
     api = open_store(s3_settings)
     line, evalset = f"line-{uuid.uuid4().hex[:8]}", f"set-{uuid.uuid4().hex[:8]}"
     model = onnx_file(3, 0)
-    with session_scope(ctx.sessions) as session:
+    with default_session(ctx.sessions) as session:
         version = register_version(session=session, store=api, line_name=line, version="1",
                                    onnx_path=model if request.param == "onnx"
                                    else with_external_data(model))
@@ -369,7 +375,7 @@ def test_a_worker_sharing_no_disk_writes_its_logits_to_the_bucket(s3_hosts, onnx
     job_id = queue(worker, JobKind.INFERENCE, **params)
     tasks.inference(job_id)
     assert job_row(worker, job_id).state == JobState.SUCCEEDED, job_row(worker, job_id).error
-    with session_scope(worker.sessions) as session:
+    with default_session(worker.sessions) as session:
         prediction = get_predictions(session=session, dataset=get_dataset(
             session=session, name=params["evalset"]), version=get_version(
             session=session, version_id=params["version_id"]))
@@ -392,7 +398,7 @@ def test_a_worker_that_loses_the_store_fails_the_job_and_keeps_nothing(
     tasks.inference(job_id)
     job = job_row(cut_off, job_id)
     assert job.state == JobState.FAILED and job.error.startswith("storage_unavailable:")
-    with session_scope(cut_off.sessions) as session, pytest.raises(NotFound):
+    with default_session(cut_off.sessions) as session, pytest.raises(NotFound):
         get_predictions(session=session, dataset=get_dataset(
             session=session, name=params["evalset"]), version=get_version(
             session=session, version_id=params["version_id"]))

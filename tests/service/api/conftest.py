@@ -27,9 +27,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth.service import create_token
 from service.config import Settings
-from service.db import session_scope
 from service.main import create_app
-from tests.service.conftest import drop_flipgate_environment, in_default_project
+from tests.service.conftest import default_session, drop_flipgate_environment
 from worker import runtime, tasks
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
@@ -218,13 +217,7 @@ def run_task(client: TestClient, job_id: int) -> None:
 def db(client) -> Callable[[], AbstractContextManager[Session]]:
     """Opens a committing session inside the client's transaction, for arranging data, bound
     to the project `default`."""
-
-    @contextmanager
-    def open_session() -> Iterator[Session]:
-        with session_scope(client.app.state.sessions) as session:
-            yield in_default_project(session)
-
-    return open_session
+    return lambda: default_session(client.app.state.sessions)
 
 
 @pytest.fixture
