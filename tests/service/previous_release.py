@@ -9,13 +9,17 @@ through the new schema) and writes the answers into FOLDER/read.json.
 
 Only the previous release's packages may be imported here: this file is not part of it."""
 
+import argparse
 import contextlib
 import hashlib
+import importlib
 import io
 import json
 import sys
 import threading
 import time
+import tomllib
+import unittest.mock
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +28,7 @@ import httpx
 import uvicorn
 from sqlalchemy import update
 
+from flipgate import cli as flipgate_cli
 from flipgate.cli import main as flipgate
 from flipgate.processes import free_port
 from flipgate.signing import HEADER, signature
@@ -43,10 +48,24 @@ OUTPUT = {"fill": "filled.json", "read": "read.json"}
 TASKS = {"inference": tasks.inference, "metrics": tasks.metrics, "matrix": tasks.matrix}
 
 
+def previous_commands(commands: argparse._SubParsersAction) -> int:
+    """Add the subcommands the previous release's pyproject.toml contributes: the installed
+    metadata is this tree's, whose entry points name functions the previous code lacks."""
+    with open("pyproject.toml", "rb") as declared:  # the previous release's (the cwd)
+        targets = tomllib.load(declared)["project"]["entry-points"]["flipgate.commands"]
+    for target in targets.values():
+        module, _, function = target.partition(":")
+        getattr(importlib.import_module(module), function)(commands)
+    return len(targets)
+
+
 def cli(*args: str) -> str:
-    """Run the previous release's `flipgate` in this process; its standard output."""
+    """Run the previous release's `flipgate` (with its own subcommands) in this process; its
+    standard output."""
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    with (contextlib.redirect_stdout(out),
+          unittest.mock.patch.object(flipgate_cli, "add_contributed_commands",
+                                     previous_commands)):
         code = flipgate(list(args))
     assert code == 0, f"flipgate {' '.join(args)} exited {code}"
     return out.getvalue()

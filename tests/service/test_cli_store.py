@@ -17,6 +17,7 @@ from service.db import settings_session
 from service.migrate import upgrade
 from service.storage import ArtifactStore, bundle_sha256, open_store
 from tests.s3server import SHARED_KEYS
+from tests.service.conftest import in_default_project
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +49,7 @@ def registered_in(settings: Settings, tmp_path: Path) -> tuple[Path, ArtifactSto
     evalset = tmp_path / "eval.npz"
     np.savez(evalset, x=np.zeros((3, 2), np.float32), y=np.array([0, 1, 0]))
     with settings_session(settings) as session:
-        dataset = register_dataset(session=session, store=store, name="eval",
+        dataset = register_dataset(session=in_default_project(session), store=store, name="eval",
                                    npz_path=evalset, role=DatasetRole.EVAL)
         return data_dir, store, dataset.sha256
 

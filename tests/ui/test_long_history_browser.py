@@ -36,6 +36,7 @@ from service.main import create_app
 from service.migrate import upgrade
 from service.queue import create_celery_app
 from service.registry.models import ModelVersion
+from tests.service.conftest import in_default_project
 from tests.test_cli_gate import checked, serve
 from tests.ui.conftest import ensemble_curve
 from tests.ui.test_browser import chromium, layout_faults, sign_in
@@ -186,6 +187,7 @@ def repair(seeder: Seeder, blocked: dict) -> dict:
     weight, curve = ensemble_curve(seeder.logits[baseline], seeder.logits[REPAIRED],
                                    seeder.labels, 0.01)
     with settings_session(seeder.settings) as session:
+        in_default_project(session)
         session.add(Job(kind=JobKind.TRAIN, state=JobState.SUCCEEDED, progress=1.0,
                         params={"method": "ensemble", "decision_id": blocked["decision_id"],
                                 "version": REPAIR}))
