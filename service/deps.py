@@ -293,6 +293,5 @@ READ = require("read")
 WRITE = require("write")
 ADMIN = require("admin")
 ReadAccess = Annotated[Acting, READ]
-WriteAccess = Annotated[Acting, WRITE]
 AdminAccess = Annotated[Acting, ADMIN]
 ServerAdmin = Annotated[ApiToken, Depends(server_admin)]

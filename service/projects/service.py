@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from service.auth.models import ApiToken
 from service.db import insert_or_conflict
-from service.errors import Forbidden, InvalidInput, NotFound
+from service.errors import InvalidInput, NotFound
 from service.names import check_name
 from service.projects.models import DEFAULT_PROJECT, Person, Project, ProjectMember
 
@@ -28,7 +28,6 @@ ROLES: dict[str, frozenset[str]] = {
     "admin": frozenset({"read", "write", "gate", "admin"}),
 }
 PROJECT_SCOPES = ROLES["admin"]
-MEMBER_KINDS = ("group", "subject")
 
 
 def is_server_admin(token: ApiToken) -> bool:
@@ -139,11 +138,3 @@ def person_roles(*, session: Session, person: Person) -> dict[str, frozenset[str
 
 def _principal_is(kind: str, principals: Iterable[str]):
     return (ProjectMember.kind == kind) & ProjectMember.principal.in_(list(principals))
-
-
-def refuse_unless_admin_of(token: ApiToken, project: Project) -> None:
-    """403 missing_scope unless `token` is the server admin or an admin of `project`."""
-    if is_server_admin(token) or (token.project_id == project.id and "admin" in token.scopes):
-        return
-    raise Forbidden("missing_scope", f"token {token.name!r} lacks the 'admin' scope")
-

@@ -30,7 +30,6 @@ from service.auth.models import ApiToken
 from service.auth.service import create_token
 from service.config import Settings
 from service.db import create_db_engine, session_scope
-from service.errors import Forbidden
 from service.migrate import (
     alembic_config,
     current_revision,
@@ -39,7 +38,7 @@ from service.migrate import (
     upgrade,
 )
 from service.projects.models import DEFAULT_PROJECT, Project
-from service.projects.service import create_project, refuse_unless_admin_of, visible_projects
+from service.projects.service import create_project
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, rolled_back_client
 from tests.service.conftest import BACKENDS, FEATURES, empty_database, write_npz, write_onnx
 
@@ -172,19 +171,20 @@ def test_every_old_token_is_bound_to_default_with_the_scopes_it_had(upgraded):
         name: (default.id, scopes) for name, scopes in before["scopes"].items()}
 
 
-def test_the_old_admin_token_is_defaults_admin_and_the_bootstrap_one_the_servers(upgraded):
-    engine, _, _ = upgraded
-    with engine.connect() as connection, Session(bind=connection) as session:
-        default = session.scalars(select(Project)).one()
-        other = create_project(session=session, name="team-b")
-        owner = session.scalars(select(ApiToken).where(ApiToken.name == "owner")).one()
-        bootstrap = ApiToken(name="admin", scopes=["admin"], project_id=None)
-        assert visible_projects(session=session, token=owner) == [default]
-        assert visible_projects(session=session, token=bootstrap) == [default, other]
-        refuse_unless_admin_of(owner, default)
-        with pytest.raises(Forbidden):
-            refuse_unless_admin_of(owner, other)
-        session.rollback()
+def test_the_old_admin_token_is_defaults_admin_and_the_bootstrap_one_the_servers(client,
+                                                                                 before):
+    owner = bearer(before["tokens"]["owner"])
+    assert client.post("/projects", json={"name": "team-b"}).status_code == 201  # bootstrap
+    assert [project["name"] for project in client.get("/projects").json()] == [
+        DEFAULT_PROJECT, "team-b"]
+    assert [(project["name"], project["scopes"]) for project in
+            client.get("/projects", headers=owner).json()] == [
+        (DEFAULT_PROJECT, ["admin", "gate", "read", "write"])]
+    assert client.get(f"/projects/{DEFAULT_PROJECT}/members", headers=owner).status_code == 200
+    assert error_code(client.get("/projects/team-b/members", headers=owner),
+                      404) == "project_not_found"
+    assert error_code(client.post("/projects", json={"name": "team-c"}, headers=owner),
+                      403) == "missing_scope"
 
 
 def test_every_old_token_acts_with_its_scopes_in_default(client, before):
