@@ -15,7 +15,7 @@ from service.db import settings_session
 from service.projects.service import create_project, get_project, grant
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
 from tests.ui.oidc_provider import CLIENT_ID, CLIENT_SECRET
-from tests.ui.test_browser import chromium, playwright, ready
+from tests.ui.test_browser import page, ready  # noqa: F401 (the fixture: on this server)
 
 pytestmark = pytest.mark.slow
 
@@ -39,18 +39,9 @@ def server(tmp_path, oidc_provider):
         yield base
 
 
-@pytest.fixture
-def page(server):
-    with playwright.sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=chromium(), headless=True,
-                                         args=["--no-sandbox"])
-        try:
-            yield browser.new_page()
-        finally:
-            browser.close()
 
 
-def test_single_sign_on_in_a_browser(server, page, oidc_provider):
+def test_single_sign_on_in_a_browser(server, page, oidc_provider):  # noqa: F811
     oidc_provider.set_user("alice", email="alice@example.com", name="Alice Liddell",
                            groups=["ml-team"])
     page.goto(server + "/ui/jobs")
