@@ -18,11 +18,14 @@ from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
 from service.projects.models import ProjectOwned
 
 PROJECT_KEY = "project_id"
+CRITERIA_KEY = "project_criteria"  # the bound project's option, built once per binding
 
 
 def scope_session(session: Session, project_id: int) -> Session:
     """Bind `session` to the project `project_id` (see the module)."""
     session.info[PROJECT_KEY] = project_id
+    session.info[CRITERIA_KEY] = with_loader_criteria(
+        ProjectOwned, lambda cls: cls.project_id == project_id, include_aliases=True)
     return session
 
 
@@ -33,13 +36,12 @@ def session_project(session: Session) -> int | None:
 
 @event.listens_for(Session, "do_orm_execute")
 def _only_the_project(state: ORMExecuteState) -> None:
-    project_id = state.session.info.get(PROJECT_KEY)
-    if project_id is None or not (state.is_select or state.is_update or state.is_delete):
+    criteria = state.session.info.get(CRITERIA_KEY)
+    if criteria is None or not (state.is_select or state.is_update or state.is_delete):
         return
     if state.is_column_load or state.is_relationship_load:
         return  # the parent row was loaded through the filter already
-    state.statement = state.statement.options(with_loader_criteria(
-        ProjectOwned, lambda cls: cls.project_id == project_id, include_aliases=True))
+    state.statement = state.statement.options(criteria)
 
 
 @event.listens_for(Session, "before_flush")
