@@ -109,9 +109,7 @@ def seed_project(client: TestClient, folder: Path) -> tuple[int, int, str]:
                        ("cal", write_npz(folder, n=60, num_classes=CLASSES, seed=7)),
                        ("traffic", evalset_without_labels(folder, "traffic"))):
         assert post_evalset(client, name, path).status_code == 201
-    assert client.post("/trainsets", data={"name": "train"}, files={
-        "data": ("t.npz", write_npz(folder, n=40, num_classes=CLASSES).read_bytes())}
-    ).status_code == 201
+    post_trainset(client, folder, "train")
     add_versions(client, folder, "fraud", "holdout", "1", "2")
     assert gate(client, "fraud", "1").json()["verdict"] == "approve"
     assert client.post("/models/fraud/aliases/production", json={"version": "1"}).is_success
@@ -125,6 +123,12 @@ def seed_project(client: TestClient, folder: Path) -> tuple[int, int, str]:
                          json={"method": "interpolate", "calibration": "cal"})
     assert repair.status_code == 202, repair.text
     return blocked["decision_id"], repair.json()["job"]["id"], secret
+
+
+def post_trainset(client: TestClient, folder: Path, name: str) -> None:
+    assert client.post("/trainsets", data={"name": name}, files={
+        "data": ("t.npz", write_npz(folder, n=40, num_classes=CLASSES).read_bytes())}
+    ).status_code == 201
 
 
 def add_versions(client: TestClient, folder: Path, line: str, evalset: str,
@@ -147,9 +151,7 @@ def seed_only_a(client: TestClient, folder: Path) -> None:
     for name, path in (("only-a-set", write_npz(folder, n=N, num_classes=CLASSES, seed=5)),
                        ("only-a-traffic", evalset_without_labels(folder, "only-a-traffic"))):
         assert post_evalset(client, name, path).status_code == 201
-    assert client.post("/trainsets", data={"name": "only-a-train"}, files={
-        "data": ("t.npz", write_npz(folder, n=40, num_classes=CLASSES).read_bytes())}
-    ).status_code == 201
+    post_trainset(client, folder, "only-a-train")
     add_versions(client, folder, "only-a", "only-a-set", "1", "2")
     add_versions(client, folder, "fraud", "holdout", "3")
     assert gate(client, "only-a", "1").json()["verdict"] == "approve"
