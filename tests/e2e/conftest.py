@@ -154,15 +154,16 @@ def register(client: httpx.Client, models: list[Path], evalset: Path) -> None:
 
 @contextmanager
 def served(tmp_path: Path, token: str, preexec_fn: Callable[[], None] | None = None,
+           serve_args: tuple[str, ...] = (),
            **variables: str) -> Iterator[tuple[str, httpx.Client]]:
-    """`flipgate serve` (embedded) on a free port with `token` as its admin token (and the
-    environment `variables`, flipgate_process's `preexec_fn`), once ready: its address and a
-    client sending the token."""
+    """`flipgate serve` (embedded, with `serve_args`) on a free port with `token` as its admin
+    token (and the environment `variables`, flipgate_process's `preexec_fn`), once ready: its
+    address and a client sending the token."""
     port = free_port()
     env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=token,
                        **variables)
     address = f"http://127.0.0.1:{port}"
-    with (flipgate_process(["serve", "--port", str(port)], env, tmp_path, preexec_fn),
+    with (flipgate_process(["serve", "--port", str(port), *serve_args], env, tmp_path, preexec_fn),
           httpx.Client(base_url=address, timeout=60,
                        headers={"Authorization": f"Bearer {token}"}) as client):
         wait_for(lambda: _ready(client), "/readyz")

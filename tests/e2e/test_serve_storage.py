@@ -1,6 +1,10 @@
 """`flipgate serve` whose storage refuses a write during an upload: the multipart form's
 spool in TMPDIR running out of space (ENOSPC), and flipgate's own staging write over a
-file-size limit (EFBIG, RLIMIT_FSIZE). Both are 507 `storage_full`, nothing stored or left."""
+file-size limit (EFBIG, RLIMIT_FSIZE). Both are 507 `storage_full`, nothing stored or left.
+
+The server runs `--api-only`: the API process is the one that spools and stages uploads, and
+an embedded worker would write its own files (multiprocessing's `pymp-*` folder) into the
+same TMPDIR whenever it gets to it, racing the snapshot of what the server keeps there."""
 
 import io
 import resource
@@ -29,7 +33,8 @@ def limit_file_size() -> None:
 
 @pytest.mark.slow
 def test_storage_that_refuses_a_write_is_507_and_leaves_nothing(tmp_path, small_disk):  # noqa: F811
-    with served(tmp_path, TOKEN, limit_file_size, TMPDIR=str(small_disk)) as (_, client):
+    with served(tmp_path, TOKEN, limit_file_size, ("--api-only",),
+                TMPDIR=str(small_disk)) as (_, client):
         spool_before = sorted(small_disk.rglob("*"))  # what the server keeps there itself
         spooled = client.post("/evalsets", data={"name": "spooled"},
                               files={"data": ("e.npz", evalset_bytes(FILESYSTEM_BYTES + 4096))})
