@@ -9,6 +9,7 @@ import argparse
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -137,13 +138,31 @@ def serve_several(config: "uvicorn.Config", worker: subprocess.Popen | None) -> 
             stop_asking(worker)
             super().handle_int()
 
-    try:
-        socket = config.bind_socket()
-    except SystemExit:  # uvicorn logged why (a port in use)
+    shared = listening_socket(config.host, config.port)
+    if shared is None:
         return False
-    processes = ApiProcesses(config, sockets=[socket])
+    processes = ApiProcesses(config, sockets=[shared])
     processes.run()
     return all(process.exitcode != STARTUP_FAILURE for process in processes.processes)
+
+
+def listening_socket(host: str, port: int) -> socket.socket | None:
+    """The socket the API processes share, bound to `host`:`port` and made with protocol
+    IPPROTO_TCP, so that asyncio turns TCP_NODELAY on for every connection it accepts (it does
+    so only for sockets that say they are TCP; uvicorn's own has protocol 0, and each
+    keep-alive response would wait about 40 ms for the client's delayed ACK: uvicorn #3149);
+    None when it cannot be bound (said on stderr)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        print(f"flipgate serve: cannot listen on {host}:{port}: {error}", file=sys.stderr)
+        return None
+    listener.set_inheritable(True)
+    return listener
 
 
 def stop_asking(worker: subprocess.Popen | None) -> None:

@@ -1,0 +1,77 @@
+"""What the request benchmarks share: a `flipgate serve --api-only` on its own SQLite store
+with a line of three versions, and GET /models timed end to end."""
+
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from flipgate.processes import free_port
+from tests.conftest import linear_onnx
+from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
+
+TOKEN = "bench-admin-token-0123456789"
+
+
+@contextmanager
+def api_server(folder: Path, serve_args: tuple[str, ...] = (),
+               **variables: str) -> Iterator[httpx.Client]:
+    """`flipgate serve --api-only` (with `serve_args` and the environment `variables`) on its
+    own SQLite store in `folder`, with the line `digits` of three versions, so that GET
+    /models answers from a real query: a keep-alive client."""
+    folder.mkdir()
+    port = free_port()
+    env = flipgate_env(FLIPGATE_DATA_DIR=str(folder / "data"), FLIPGATE_ADMIN_TOKEN=TOKEN,
+                       FLIPGATE_LOG_FORMAT="json", **variables)
+    with (flipgate_process(["serve", "--api-only", "--port", str(port), *serve_args], env,
+                           folder),
+          httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                       headers={"Authorization": f"Bearer {TOKEN}"}) as client):
+        wait_for(lambda: ready(client), "the server")
+        rng = np.random.default_rng(0)
+        for version in ("1", "2", "3"):
+            model = linear_onnx(folder / f"{version}.onnx", rng.normal(size=(4, 3)),
+                                rng.normal(size=3), ("N", 4))
+            client.post("/models", data={"name": "digits", "version": version},
+                        files={"artifact": ("m.onnx", model.read_bytes())}).raise_for_status()
+        yield client
+
+
+def ready(client: httpx.Client) -> bool:
+    try:
+        return client.get("/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def timed_get(client: httpx.Client, path: str = "/models") -> float:
+    """Seconds one GET took, end to end."""
+    started = time.perf_counter()
+    client.get(path).raise_for_status()
+    return time.perf_counter() - started
+
+
+def percentile(times: list[float], q: int) -> float:
+    return statistics.quantiles(times, n=100, method="inclusive")[q - 1]
+
+
+def interleaved(clients: dict[str, httpx.Client], requests: int,
+                warm_up: int = 200) -> dict[str, list[float]]:
+    """Each client's GET /models times over `requests` rounds, the order alternating every
+    round, after `warm_up` untimed rounds (connections, caches, the first requests' imports)."""
+    for _ in range(warm_up):
+        for client in clients.values():
+            timed_get(client)
+    names = list(clients)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(requests):
+        for name in names if round_ % 2 == 0 else reversed(names):
+            times[name].append(timed_get(clients[name]))
+    return times
