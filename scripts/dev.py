@@ -13,6 +13,7 @@ the CPU build already on the machine instead of downloading CUDA packages.
 
 import hashlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -155,6 +156,7 @@ def run_in_two_parts(marker: str, args: list[str], env: dict[str, str]) -> int:
     workers, then the `serial` ones in one process. The parallel run lists the serial tests
     it left out, so the serial run collects only their files."""
     selected = f" and ({marker})" if marker else ""
+    args = with_one_seed(args)
     with tempfile.TemporaryDirectory() as folder:
         listed = Path(folder) / "serial-tests.txt"
         parallel = subprocess.call(
@@ -164,6 +166,16 @@ def run_in_two_parts(marker: str, args: list[str], env: dict[str, str]) -> int:
         serial = subprocess.call([*PYTEST, "-m", f"serial{selected}", *args, *serial_ids],
                                  env=env)
     return parallel or (0 if serial == NO_TESTS_COLLECTED else serial)
+
+
+def with_one_seed(args: list[str]) -> list[str]:
+    """`args` with one pytest-randomly seed for both parts (a new one unless given), printed
+    so that a failure of one order can be run again in that order."""
+    if "no:randomly" in args or any(arg.startswith("--randomly-seed") for arg in args):
+        return args
+    seed = random.randrange(2**32)
+    print(f"tests in a random order: rerun this one with --randomly-seed={seed}", flush=True)
+    return [*args, f"--randomly-seed={seed}"]
 
 
 def caching_bytecode(environment: Mapping[str, str]) -> dict[str, str]:
