@@ -138,10 +138,12 @@ def _configure_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def create_session_factory(engine: Engine) -> sessionmaker[Session]:
+def create_session_factory(engine: Engine, *, writes: bool = True) -> sessionmaker[Session]:
     """Sessions whose objects stay readable after commit (responses are built afterwards);
-    on SQLite their transactions take the write lock when they begin."""
-    return sessionmaker(engine.execution_options(**{WRITE_LOCK_AT_BEGIN: True}),
+    on SQLite the transactions of sessions that `writes` take the write lock when they
+    begin, and those of sessions that only read begin without it (WAL readers wait for no
+    writer), wherever their first query runs."""
+    return sessionmaker(engine.execution_options(**{WRITE_LOCK_AT_BEGIN: writes}),
                         expire_on_commit=False)
 
 

@@ -9,7 +9,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-import anyio
 from fastapi import Depends, Path, Query, Request
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -23,7 +22,6 @@ from service.audit.requests import SAFE_METHODS, is_audited, record_change
 from service.auth.models import ApiToken
 from service.auth.service import authenticate, require_scope
 from service.config import Settings
-from service.db import read_only
 from service.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from service.outbox import enqueue_after_commit
 from service.projects.models import Project
@@ -101,17 +99,15 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     the workers after the commit. A change's audit event joins the commit
     (service.audit.requests.record_change).
 
-    The session connects on its first query, in the endpoint (a safe method's at once, to
-    begin without the write lock: in a thread, never on the event loop, which a database
-    that stops answering would hold for every request), and its transaction ends
-    before the response is validated in another pool thread: no request holds a connection
-    or SQLite's write lock while it waits for a thread. Safe methods only read: on SQLite
-    their transactions take no write lock.
+    The session connects on its first query, in a synchronous dependency or the endpoint (in
+    a pool thread, never on the event loop, which a database that stops answering would hold
+    for every request), and its transaction ends before the response is validated in another
+    pool thread: no request holds a connection or SQLite's write lock while it waits for a
+    thread. Safe methods only read: their sessions (`state.readers`) begin on SQLite without
+    the write lock.
     """
     state = request.app.state
-    with state.sessions() as session:
-        if request.method in SAFE_METHODS:
-            await anyio.to_thread.run_sync(read_only, session)
+    with (state.readers if request.method in SAFE_METHODS else state.sessions)() as session:
         enqueue_after_commit(session=session, celery=state.celery)
         session.info[REQUEST] = request
         current = _request_session.set(session)
@@ -135,8 +131,7 @@ def _commit(session: Session) -> None:
 def reading(request: Request) -> Iterator[Session]:
     """A read-only session of the request's own, closed when the block ends: for what an
     endpoint reads before its session's transaction (with SQLite's write lock) begins."""
-    with request.app.state.sessions() as session:
-        read_only(session)
+    with request.app.state.readers() as session:
         yield session
 
 
@@ -187,15 +182,14 @@ def current_token(request: Request, credentials: Credentials) -> ApiToken:
 def token_checker(state: State) -> Callable[[str], ApiToken]:
     """A function from a presented token to the bootstrap admin token (the server admin: bound
     to no project) or a live stored one; it reads on a session of its own (from
-    `state.sessions`), closed before it returns, and writes nothing."""
+    `state.readers`), closed before it returns, and writes nothing."""
 
     def check(presented: str) -> ApiToken:
         admin = state.settings.admin_token
         if admin is not None and secrets.compare_digest(presented.encode(),
                                                         admin.get_secret_value().encode()):
             return ApiToken(name="admin", scopes=["admin"], project_id=None)
-        with state.sessions() as session:
-            read_only(session)
+        with state.readers() as session:
             return authenticate(session=session, token=presented)
 
     return check

@@ -135,6 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        max_bytes=settings.max_upload_bytes + FORM_OVERHEAD_BYTES)
     app.state.settings, app.state.engine = settings, create_db_engine(settings)
     app.state.sessions = create_session_factory(app.state.engine)
+    app.state.readers = create_session_factory(app.state.engine, writes=False)
     app.add_middleware(Admission, slots=ADMITTED_REQUESTS, state=app.state,
                        authenticate=token_checker(app.state))
     app.state.store = open_store(settings)

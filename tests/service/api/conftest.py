@@ -78,8 +78,8 @@ def rolled_back_client(engine: Engine, settings: Settings) -> Iterator[TestClien
     with engine.connect() as connection:
         transaction = connection.begin()
         app.state.connection = connection
-        app.state.sessions = sessionmaker(bind=connection, expire_on_commit=False,
-                                          join_transaction_mode="create_savepoint")
+        app.state.sessions = app.state.readers = sessionmaker(
+            bind=connection, expire_on_commit=False, join_transaction_mode="create_savepoint")
         with TestClient(app, headers=bearer(ADMIN_TOKEN)) as client:
             yield client
         transaction.rollback()

@@ -73,7 +73,7 @@ def test_a_missing_form_field_is_422_in_the_same_shape(client):
 def one_mb_client(client, settings) -> Iterator[TestClient]:
     """A client of an app created with a 1 MiB upload limit, in the same test transaction."""
     app = create_app(settings.model_copy(update={"max_upload_mb": 1}))
-    app.state.sessions = client.app.state.sessions
+    app.state.sessions = app.state.readers = client.app.state.sessions
     with TestClient(app, headers=client.headers) as small:
         yield small
 
