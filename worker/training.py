@@ -1,6 +1,7 @@
 """The repair task: retrain a blocked candidate, or mix it with its baseline on their ONNX
 files; register the result and gate it again (it runs on worker.runtime; the request is
-checked and queued by service.gate.repair, what follows it is service.flows.repair_trained)."""
+checked and queued by service.gate.repair_requests, what follows it is
+service.flows.repair_trained)."""
 
 import itertools
 import tempfile
@@ -15,7 +16,7 @@ from flipgate.train.methods import METHODS
 from service import flows, urls
 from service.datasets.service import get_dataset
 from service.gate.decisions import get_decision
-from service.gate.repair import (
+from service.gate.repair_requests import (
     ONNX_REPAIRS,
     allowed_architecture,
     artifacts_named,
@@ -29,8 +30,8 @@ from worker.runtime import JobProgress, WorkerContext, finishing, job_session, j
 
 
 def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
-    """Repair a blocked candidate as service.gate.repair queued it: on the ONNX files or by
-    retraining."""
+    """Repair a blocked candidate as service.gate.repair_requests queued it: on the ONNX files
+    or by retraining."""
     (repair_on_onnx if params["method"] in ONNX_REPAIRS else retrain)(ctx, job_id, params)
 
 
