@@ -14,6 +14,7 @@ from flipgate.repair import Limits, RepairResult, ensemble, interpolate
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from service import flows, urls
+from service.celery_app import TRAIN_TASK
 from service.datasets.service import get_dataset
 from service.gate.decisions import get_decision
 from service.gate.repair_requests import (
@@ -23,7 +24,6 @@ from service.gate.repair_requests import (
     pair_artifacts,
 )
 from service.predictions.service import score_version
-from service.queue import TRAIN_TASK
 from service.registry.models import ModelLine
 from service.registry.service import get_version
 from worker.runtime import JobProgress, WorkerContext, finishing, job_session, job_task

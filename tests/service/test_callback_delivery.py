@@ -15,9 +15,9 @@ import pytest
 
 from flipgate.signing import HEADER, signature_matches
 from service.callbacks.delivery import post_status
+from service.celery_app import CALLBACK_TASK, ROUTES
 from service.cli import ALL_QUEUES
 from service.config import Settings
-from service.queue import CALLBACK_TASK, ROUTES
 
 BODY = b'{"state":"failure"}'
 INTERNAL_PAGE = "root:x:0:0 internal page"
