@@ -229,8 +229,8 @@ def run_project_create(args: argparse.Namespace) -> int:
 
 
 def _token_project(args: argparse.Namespace) -> str | None:
-    """The project --project names; None with --server."""
-    return None if args.server else args.project
+    """The project --project names; None with --server-level."""
+    return None if args.server_level else args.project
 
 
 def run_store_check(args: argparse.Namespace) -> int:
@@ -326,11 +326,11 @@ TOKEN_STORE = ("The token's hash is kept in the server's database ($FLIPGATE_DAT
 
 
 def add_token_project(parser: argparse.ArgumentParser) -> None:
-    """--project P (default `default`) or --server: where a token is bound."""
+    """--project P (default `default`) or --server-level: where a token is bound."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--project", default="default",
                        help="the project the token is bound to (default: default)")
-    where.add_argument("--server", action="store_true",
+    where.add_argument("--server-level", action="store_true",
                        help="bound to no project: the scopes admin (the server admin) or "
                             "metrics only")
 
