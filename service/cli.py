@@ -23,8 +23,6 @@ from flipgate.commands import Parser, comma_list, positive_int
 from flipgate.errors import InputError
 from flipgate.processes import stop_process
 
-ALL_QUEUES = "gpu,default,callbacks"  # every queue service.queue routes to (its import is slow)
-
 if TYPE_CHECKING:
     import uvicorn
     from sqlalchemy.orm import Session
@@ -101,10 +99,10 @@ def prepare_metrics_dir() -> Path | None:
 
 
 def start_worker() -> subprocess.Popen:
-    """`flipgate worker` on every queue, as a subprocess (it counts no request)."""
+    """`flipgate worker` on every queue (its default), as a subprocess (it counts no
+    request)."""
     env = {name: value for name, value in os.environ.items() if name != METRICS_DIR}
-    return subprocess.Popen([sys.executable, "-m", "flipgate.cli", "worker", "--queues",
-                             ALL_QUEUES], env=env)
+    return subprocess.Popen([sys.executable, "-m", "flipgate.cli", "worker"], env=env)
 
 
 def serve_one(config: "uvicorn.Config", worker: subprocess.Popen | None) -> bool:
