@@ -159,7 +159,7 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
     try:
         rows = queries.pair_rows(session, name, old, new, evalset)
     except NotFound as error:
-        return counted_pair(request, who, session, (name, old, new, evalset), error)
+        return counted_pair_page(request, who, session, (name, old, new, evalset), error)
     gallery, flips, page, pages, images = _gallery(rows, store, page)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
                   report=Markup(_report(rows, store)), gallery=Markup(gallery),
@@ -220,8 +220,8 @@ def _gallery(rows: queries.PairRows, store: ArtifactStore,
             view.kind == IMAGE)
 
 
-def counted_pair(request: Request, who: Viewer, session: Session,
-                 pair: tuple[str, str, str, str], error: NotFound) -> HTMLResponse:
+def counted_pair_page(request: Request, who: Viewer, session: Session,
+                      pair: tuple[str, str, str, str], error: NotFound) -> HTMLResponse:
     """A pair without a full report: its counts from the matrix, and how to measure it."""
     if error.code != "pair_not_measured":
         return not_found(request, who, error)
