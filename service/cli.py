@@ -24,8 +24,6 @@ from flipgate.commands import Parser, comma_list, positive_int
 from flipgate.errors import InputError
 from flipgate.processes import stop_process
 
-ALL_QUEUES = "gpu,default,callbacks"  # every queue service.queue routes to (its import is slow)
-
 if TYPE_CHECKING:
     import uvicorn
     from sqlalchemy.orm import Session
@@ -102,10 +100,10 @@ def prepare_metrics_dir() -> Path | None:
 
 
 def start_worker() -> subprocess.Popen:
-    """`flipgate worker` on every queue, as a subprocess (it counts no request)."""
+    """`flipgate worker` on every queue (its default), as a subprocess (it counts no
+    request)."""
     env = {name: value for name, value in os.environ.items() if name != METRICS_DIR}
-    return subprocess.Popen([sys.executable, "-m", "flipgate.cli", "worker", "--queues",
-                             ALL_QUEUES], env=env)
+    return subprocess.Popen([sys.executable, "-m", "flipgate.cli", "worker"], env=env)
 
 
 def serve_one(config: "uvicorn.Config", worker: subprocess.Popen | None) -> bool:
@@ -248,8 +246,8 @@ def run_project_create(args: argparse.Namespace) -> int:
 
 
 def _token_project(args: argparse.Namespace) -> str | None:
-    """The project --project names; None with --server."""
-    return None if args.server else args.project
+    """The project --project names; None with --server-level."""
+    return None if args.server_level else args.project
 
 
 def run_store_check(args: argparse.Namespace) -> int:
@@ -345,11 +343,11 @@ TOKEN_STORE = ("The token's hash is kept in the server's database ($FLIPGATE_DAT
 
 
 def add_token_project(parser: argparse.ArgumentParser) -> None:
-    """--project P (default `default`) or --server: where a token is bound."""
+    """--project P (default `default`) or --server-level: where a token is bound."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--project", default="default",
                        help="the project the token is bound to (default: default)")
-    where.add_argument("--server", action="store_true",
+    where.add_argument("--server-level", action="store_true",
                        help="bound to no project: the scopes admin (the server admin) or "
                             "metrics only")
 

@@ -53,7 +53,7 @@ RAW_BODY_ROUTE: dict[str, Any] = {  # the OpenAPI entry of a route that takes a 
 }
 
 
-def raw_body(filename: str, *, logits: bool = False) -> Any:
+def staged_body(filename: str, *, logits: bool = False) -> Any:
     """A dependency: the raw request body (Content-Type application/octet-stream) streamed
     to the staging file `filename` and hashed (and with `logits`, scanned: LogitsScan) in
     one pass, at most FLIPGATE_MAX_UPLOAD_MB (413 beyond); removed after the answer.
@@ -84,9 +84,9 @@ def raw_body(filename: str, *, logits: bool = False) -> Any:
     return Depends(staged)
 
 
-StagedLogits = Annotated[StagedFile, raw_body("body.npy", logits=True)]
-StagedNpz = Annotated[StagedFile, raw_body("body.npz")]
-StagedModel = Annotated[StagedFile, raw_body("upload")]
+StagedLogits = Annotated[StagedFile, staged_body("body.npy", logits=True)]
+StagedNpz = Annotated[StagedFile, staged_body("body.npz")]
+StagedModel = Annotated[StagedFile, staged_body("upload")]
 
 
 _request_session: ContextVar[Session | None] = ContextVar("request_session", default=None)

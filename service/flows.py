@@ -34,7 +34,7 @@ from service.config import Settings
 from service.datasets.labels import label_revision
 from service.datasets.models import Dataset, DatasetLabels, DatasetRole
 from service.gate.models import Decision, DecisionJob, Verdict
-from service.gate.repaired import gate_repaired, register_repaired
+from service.gate.repair_outcome import gate_repaired, register_repaired
 from service.gate.settling import settle_pending
 from service.jobs import service as jobs
 from service.jobs.enqueue import release_waiting

@@ -18,6 +18,7 @@ from service import health
 from service.audit.requests import record_refusal
 from service.audit.router import router as audit_router
 from service.auth.router import router as auth_router
+from service.celery_app import create_celery_app
 from service.compare.router import router as compare_router
 from service.config import Settings, get_settings
 from service.datasets.router import router as datasets_router
@@ -50,7 +51,6 @@ from service.observability.router import router as metrics_router
 from service.observability.startup import configure_logging, start_process, trace_app
 from service.predictions.router import router as predictions_router
 from service.projects.router import router as projects_router
-from service.queue import create_celery_app
 from service.registry.router import router as registry_router
 from service.schemas import ErrorBody
 from service.storage import ArtifactStore, open_store

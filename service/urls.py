@@ -83,11 +83,6 @@ def token(name: str) -> str:
     return f"/tokens/{quote(name, safe='')}"
 
 
-def audit_events(**filters: str) -> str:
-    """The audit trail, newest first (a page of it, with `filters` in the query)."""
-    return "/audit-events" + (f"?{urlencode(filters)}" if filters else "")
-
-
 def ui_audit(**filters: str) -> str:
     """The dashboard's page of the audit trail."""
     return f"{UI}/audit" + (f"?{urlencode(filters)}" if filters else "")

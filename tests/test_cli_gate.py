@@ -20,11 +20,11 @@ import uvicorn
 from flipgate.gate_client import Credentials, GateClient, ci_context
 from flipgate.processes import free_port
 from service.auth.service import create_token
+from service.celery_app import create_celery_app
 from service.config import Settings
 from service.db import settings_session
 from service.main import create_app
 from service.migrate import upgrade
-from service.queue import create_celery_app
 from tests.conftest import linear_onnx
 from worker import runtime, tasks
 from worker.runtime import WorkerContext

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from flipgate.processes import free_port
+from service.celery_app import create_celery_app
 from service.config import Settings, get_settings
 from service.main import create_app
 from service.migrate import upgrade
-from service.queue import create_celery_app
 from tests.conftest import linear_onnx
 from tests.test_cli_gate import ADMIN_TOKEN, checked, npy, serve
 from worker import runtime, tasks

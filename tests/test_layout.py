@@ -52,7 +52,7 @@ DOMAINS = tuple(sorted(f"service.{path.name}" for path in (ROOT / "service").ite
                       if (path / "__init__.py").exists()))
 
 
-@pytest.mark.parametrize("module", ["service/queue.py", "service/outbox.py"])
+@pytest.mark.parametrize("module", ["service/celery_app.py", "service/outbox.py"])
 def test_the_task_infrastructure_imports_no_domain(module):
     """The broker's configuration and the after-commit sender know no domain: the domains
     call them (job kinds name their tasks in service.jobs.models)."""

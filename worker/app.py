@@ -1,5 +1,5 @@
-"""The worker's Celery app: the server's queue configuration (service.queue) with the task
-modules of this package registered; its settings are read from FLIPGATE_* when Celery first
+"""The worker's Celery app: the server's Celery configuration (service.celery_app) with the
+task modules of this package registered; its settings are read from FLIPGATE_* when Celery first
 needs them."""
 
 from celery import Celery

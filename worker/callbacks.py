@@ -2,7 +2,7 @@
 a failure is retried from its row, which the worker's sweeper sends when it is due."""
 
 from service.callbacks.delivery import deliver
-from service.queue import CALLBACK_TASK
+from service.celery_app import CALLBACK_TASK
 from worker.app import app
 from worker.runtime import context
 

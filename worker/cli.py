@@ -4,7 +4,14 @@
 import argparse
 
 from flipgate.commands import positive_int
-from service.cli import ALL_QUEUES
+
+
+def queues_taken(requested: str | None) -> str:
+    """The comma-separated queues a worker takes: those requested, else every queue a task is
+    routed to (service.celery_app, imported when the worker runs: celery is slow to import)."""
+    from service.celery_app import QUEUES
+
+    return requested or ",".join(QUEUES)
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -22,12 +29,13 @@ def run_worker(args: argparse.Namespace) -> int:
     # from its first line on, and in place of Celery's own logging setup
     configure_logging(log_format, "worker")
     setup_logging.connect(lambda **_: None, weak=False)
-    sweeper = SupervisedSweeper(lambda: start_sweeper(args.queues))
+    queues = queues_taken(args.queues)
+    sweeper = SupervisedSweeper(lambda: start_sweeper(queues))
     # a SIGTERM or Ctrl-C sent to the whole process group also ends the sweeper: not a death
     worker_shutting_down.connect(sweeper.stop_restarting, weak=False)
     try:
         quiet = ["--quiet"] if log_format == "json" else []  # no banner among JSON lines
-        app.worker_main([*quiet, "worker", f"--queues={args.queues}",
+        app.worker_main([*quiet, "worker", f"--queues={queues}",
                          f"--concurrency={args.concurrency}", "--loglevel=INFO"])
     finally:
         sweeper.stop()
@@ -40,9 +48,9 @@ def add_worker_command(commands: argparse._SubParsersAction) -> None:
         "worker", help="run a worker for inference, metrics, training and callback jobs",
         description="Takes jobs from $FLIPGATE_REDIS_URL, or from the folder broker in "
                     "$FLIPGATE_DATA_DIR when it is unset.")
-    worker.add_argument("--queues", default=ALL_QUEUES,
+    worker.add_argument("--queues",
                         help="comma-separated queues: gpu (inference, training), default "
                              "(metrics, matrices, MLflow), callbacks (a decision's status: "
-                             "give them a worker of their own in production)")
+                             "give them a worker of their own in production); default: all")
     worker.add_argument("--concurrency", type=positive_int, default=1)
     worker.set_defaults(run=run_worker)

@@ -25,6 +25,7 @@ from flipgate.mlflow_gate import (
     set_verdict_tags,
 )
 from service import flows
+from service.celery_app import MLFLOW_TASK
 from service.config import Settings
 from service.errors import Conflict, NotFound
 from service.gate.decisions import get_decision, waited_jobs
@@ -38,7 +39,6 @@ from service.integrations.mlflow.service import (
     queue_alias_job,
     warn_links_left_out,
 )
-from service.queue import MLFLOW_TASK
 from service.registry.models import ModelVersion
 from service.registry.service import (
     get_line,

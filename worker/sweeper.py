@@ -1,7 +1,7 @@
 """The worker's sweeper: a process that, every sweep_seconds, queues again (or fails) the jobs
 whose lease expired (service.flows.reap_lost_jobs), sends the queued jobs the broker has not
 accepted (service.jobs.enqueue.send_unsent) and the callbacks that are due
-(service.callbacks.queue.send_due), and, every mlflow_reconcile_seconds when an MLflow
+(service.callbacks.scheduling.send_due), and, every mlflow_reconcile_seconds when an MLflow
 tracking URI is set, the MLflow connector's reconcile job (worker.mlflow). Every `flipgate
 worker` runs one in a process of its own (`python -m worker.sweeper`), never a thread of the
 Celery process whose pool processes are forked from it (a forked SQLite connection breaks
@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flipgate.processes import stop_process
 from service import flows
-from service.callbacks.queue import due_now, send_due
+from service.callbacks.scheduling import due_now, send_due
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.integrations.mlflow.service import queue_reconcile, serve_project

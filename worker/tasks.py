@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service import flows, urls
+from service.celery_app import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK
 from service.compare.matrix import matrix_inputs, store_pair_counts
 from service.compare.service import pair_from_params, pair_inputs, store_pair_metrics
 from service.datasets.models import Dataset
@@ -30,7 +31,6 @@ from service.predictions.service import (
     score_version_to_file,
     store_logits_file,
 )
-from service.queue import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK
 from service.registry.models import ModelVersion
 from service.registry.service import get_version, qualified_name
 from worker.runtime import (

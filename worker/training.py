@@ -1,6 +1,7 @@
 """The repair task: retrain a blocked candidate, or mix it with its baseline on their ONNX
 files; register the result and gate it again (it runs on worker.runtime; the request is
-checked and queued by service.gate.repair, what follows it is service.flows.repair_trained)."""
+checked and queued by service.gate.repair_requests, what follows it is
+service.flows.repair_trained)."""
 
 import itertools
 import tempfile
@@ -13,24 +14,24 @@ from flipgate.repair import Limits, RepairResult, ensemble, interpolate
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from service import flows, urls
+from service.celery_app import TRAIN_TASK
 from service.datasets.service import get_dataset
 from service.gate.decisions import get_decision
-from service.gate.repair import (
+from service.gate.repair_requests import (
     ONNX_REPAIRS,
     allowed_architecture,
     artifacts_named,
     pair_artifacts,
 )
 from service.predictions.service import score_version
-from service.queue import TRAIN_TASK
 from service.registry.models import ModelLine
 from service.registry.service import get_version
 from worker.runtime import JobProgress, WorkerContext, finishing, job_session, job_task
 
 
 def repair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
-    """Repair a blocked candidate as service.gate.repair queued it: on the ONNX files or by
-    retraining."""
+    """Repair a blocked candidate as service.gate.repair_requests queued it: on the ONNX files
+    or by retraining."""
     (repair_on_onnx if params["method"] in ONNX_REPAIRS else retrain)(ctx, job_id, params)
 
 

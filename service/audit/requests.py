@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.requests import HTTPConnection, Request
 from starlette.types import Scope
 
-from service.audit.service import DENIED, OK, Caller, logger, record
+from service.audit.service import DENIED, OK, Caller, logger, record_event
 from service.auth.models import ApiToken
 from service.auth.service import TokenRefused
 from service.db import session_scope
@@ -113,10 +113,10 @@ def add_event(session: Session, connection: HTTPConnection, caller: Caller, *, a
               details: dict[str, Any] | None = None) -> None:
     """Add an event of the request `connection` to `session`'s transaction: its resource the
     request's path, its details the method and `details`."""
-    record(session, caller=caller, action=action, resource=connection.url.path,
-           outcome=outcome, reason=reason, request_id=current_request_id(),
-           client=client_of(connection),
-           details={"method": connection.scope["method"], **(details or {})})
+    record_event(session, caller=caller, action=action, resource=connection.url.path,
+                 outcome=outcome, reason=reason, request_id=current_request_id(),
+                 client=client_of(connection),
+                 details={"method": connection.scope["method"], **(details or {})})
 
 
 def record_page_refusal(request: Request, session: Session, reason: str,

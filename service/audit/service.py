@@ -34,9 +34,9 @@ class Caller:
     email: str | None = None
 
 
-def record(session: Session, *, caller: Caller, action: str, resource: str,
-           outcome: str = OK, reason: str | None = None, request_id: str | None = None,
-           client: str | None = None, details: dict[str, Any] | None = None) -> AuditEvent:
+def record_event(session: Session, *, caller: Caller, action: str, resource: str,
+                 outcome: str = OK, reason: str | None = None, request_id: str | None = None,
+                 client: str | None = None, details: dict[str, Any] | None = None) -> AuditEvent:
     """Add an event to `session`'s transaction; it is logged when that transaction commits."""
     row = AuditEvent(actor=caller.actor, actor_email=caller.email, auth=caller.auth,
                      project_id=caller.project_id, action=action, resource=resource,
@@ -55,8 +55,9 @@ def record_cli(session: Session, *, action: str, resource: str, project_id: int 
                details: dict[str, Any] | None = None) -> AuditEvent:
     """The event of a change the `flipgate` command made on the database: its actor is the
     operating system's user, its auth `cli`."""
-    return record(session, caller=Caller(actor=os_user(), auth=CLI, project_id=project_id),
-                  action=action, resource=resource, details=details)
+    caller = Caller(actor=os_user(), auth=CLI, project_id=project_id)
+    return record_event(session, caller=caller, action=action, resource=resource,
+                        details=details)
 
 
 def os_user() -> str:

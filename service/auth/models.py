@@ -12,8 +12,8 @@ from service.names import NAME_LENGTH
 class ApiToken(Record, Base):
     """A named bearer token bound to one project (its scopes hold there only), or a
     server-level one (`project_id` None: the `metrics` scope, or a server admin minted with
-    `flipgate token create --server`); it no longer authenticates once `revoked_at` is set or
-    `expires_at` (None: never) has passed. Names are per project."""
+    `flipgate token create --server-level`); it no longer authenticates once `revoked_at` is
+    set or `expires_at` (None: never) has passed. Names are per project."""
 
     __tablename__ = "api_tokens"
     __table_args__ = (UniqueConstraint("project_id", "name"),

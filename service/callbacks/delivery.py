@@ -1,6 +1,7 @@
 """What a callback POSTs (a final decision's status, shaped like a GitHub commit status) and
 the one attempt to deliver it (worker.callbacks runs it as a task): to the address checked
-just now, within a total deadline, its outcome recorded on the row (service.callbacks.queue)."""
+just now, within a total deadline, its outcome recorded on the row
+(service.callbacks.scheduling)."""
 
 import json
 import logging
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from flipgate.signing import HEADER, signature
 from service.callbacks.models import CallbackState
-from service.callbacks.queue import queued_callback, record_attempt
+from service.callbacks.scheduling import queued_callback, record_attempt
 from service.callbacks.targets import check_callback_url, full_callback_url
 from service.config import Settings
 from service.db import session_scope

@@ -30,7 +30,7 @@ from service.deps import (
     require,
 )
 from service.errors import InvalidInput, NotFound, describe_problems
-from service.gate import decisions, dry_run, history, policies, repair, webhook_secrets
+from service.gate import decisions, dry_run, history, policies, repair_requests, webhook_secrets
 from service.gate.evidence import read_history
 from service.gate.models import Verdict
 from service.gate.rules import Policy
@@ -210,6 +210,7 @@ def repair_candidate(decision_id: DecisionId, body: RepairRequest, session: Sess
     not trained with ELODI), or mix it with the baseline on their ONNX files (`interpolate`,
     `ensemble`, tuned on a `calibration` eval set the gate does not decide on); the job
     registers the new version and gates it again."""
-    job = repair.request_repair(session=session, settings=settings, store=store,
-                                decision_id=decision_id, repair=body, requested_by=token.name)
+    job = repair_requests.request_repair(session=session, settings=settings, store=store,
+                                         decision_id=decision_id, repair=body,
+                                         requested_by=token.name)
     return RepairQueued(job=JobRead.model_validate(job), status_url=urls.job(job.id))

@@ -4,14 +4,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.callbacks.queue import queue_callback
+from service.callbacks.scheduling import queue_callback
 from service.db import utcnow
 from service.gate.models import Decision, Verdict
 
 
 def finalize(*, session: Session, decision: Decision, verdict: Verdict, reasons: list[dict],
              metrics: dict[str, Any] | None = None) -> None:
-    """Record the final verdict; its callback, if any, is queued (service.callbacks.queue)."""
+    """Record the final verdict; its callback, if any, is queued (service.callbacks.scheduling)."""
     decision.verdict, decision.reasons, decision.metrics = verdict, reasons, metrics or {}
     decision.decided_at = utcnow()
     if decision.callback_url is not None:

@@ -7,9 +7,9 @@ from typing import Any
 from sqlalchemy import CheckConstraint, ForeignKey, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from service.celery_app import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK, MLFLOW_TASK, TRAIN_TASK
 from service.db import Base, Record, str_enum
 from service.projects.models import ProjectOwned
-from service.queue import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK, MLFLOW_TASK, TRAIN_TASK
 
 REQUEST_ID_LENGTH = 128
 TRACEPARENT_LENGTH = 55

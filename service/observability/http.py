@@ -60,7 +60,7 @@ class Observed:
             try:
                 await self.app(scope, receive, answer.send)
             finally:
-                record(scope, answer, time.perf_counter() - started, self.counting)
+                observe_request(scope, answer, time.perf_counter() - started, self.counting)
 
 
 class Answer:
@@ -115,7 +115,7 @@ def template_pattern(template: str) -> re.Pattern[str]:
     return re.compile("[^/]+".join(re.escape(part) for part in PARAMETER.split(template)))
 
 
-def record(scope: Scope, answer: Answer, seconds: float, counting: bool) -> None:
+def observe_request(scope: Scope, answer: Answer, seconds: float, counting: bool) -> None:
     """Count and time one answered request, and write its access line."""
     method = scope["method"] if scope["method"] in METHODS else "other"  # clients pick it
     route, status = route_of(scope), answer.status

@@ -14,7 +14,6 @@ from flipgate.formats import (
     load_evalset,
     load_logits,
     row_chunks,
-    validate_logits,
 )
 from flipgate.inference import OnnxClassifier, Progress
 from flipgate.labels import load_predicted_labels
@@ -31,21 +30,6 @@ from service.predictions.models import Prediction, PredictionSource
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import qualified_name
 from service.storage import ArtifactStore, StagedFile, file_sha256
-
-
-def store_predictions(
-    *, session: Session, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
-    logits: np.ndarray, source: PredictionSource, provider: str | None = None,
-) -> Prediction:
-    """Keep a version's logits on a data set, and their predicted classes; the same logits
-    again change nothing."""
-    with library_input():
-        validate_logits(logits, source=f"logits of version {version.id}")
-    _check_shape(logits.shape, version, dataset)
-    sha256 = store_array(store=store, array=logits)
-    row = _prediction_row(session=session, version=version, dataset=dataset, sha256=sha256,
-                          source=source, provider=provider)
-    return _with_classes(store, row, predicted_classes(logits))
 
 
 def _prediction_row(*, session: Session, version: ModelVersion, dataset: Dataset,

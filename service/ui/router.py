@@ -1,9 +1,11 @@
-"""The read-only dashboard: server-rendered pages under /ui, signed in with a session cookie.
+"""The dashboard's token sign-in, sign-out and read-only pages: server-rendered under /ui,
+signed in with a session cookie.
 
 Every page needs a session (else 303 to the sign-in page) and acts in one project of the
-viewer's (service.ui.pages); nothing here writes to the store but the record of a sign-out.
-Sign-in and sign-out refuse cross-site posts (Origin). Single sign-on and personal tokens
-are service.ui.people's pages.
+viewer's (service.ui.pages); the pages here only read. All this module writes is a failed
+sign-in (the throttle's count, and a refused token's audit event) and the record of a
+sign-out. Sign-in and sign-out refuse cross-site posts (Origin). Single sign-on and the form
+that mints personal API tokens are service.ui.people's pages.
 """
 
 import functools
@@ -157,7 +159,7 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
     try:
         rows = queries.pair_rows(session, name, old, new, evalset)
     except NotFound as error:
-        return counted_pair(request, who, session, (name, old, new, evalset), error)
+        return counted_pair_page(request, who, session, (name, old, new, evalset), error)
     gallery, flips, page, pages, images = _gallery(rows, store, page)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
                   report=Markup(_report(rows, store)), gallery=Markup(gallery),
@@ -218,8 +220,8 @@ def _gallery(rows: queries.PairRows, store: ArtifactStore,
             view.kind == IMAGE)
 
 
-def counted_pair(request: Request, who: Viewer, session: Session,
-                 pair: tuple[str, str, str, str], error: NotFound) -> HTMLResponse:
+def counted_pair_page(request: Request, who: Viewer, session: Session,
+                      pair: tuple[str, str, str, str], error: NotFound) -> HTMLResponse:
     """A pair without a full report: its counts from the matrix, and how to measure it."""
     if error.code != "pair_not_measured":
         return not_found(request, who, error)

@@ -30,11 +30,11 @@ def job_views(session: Session, jobs: list[Job]) -> list[JobView]:
         select(ModelVersion.id, ModelLine.name, ModelVersion.version)
         .join(ModelLine, ModelLine.id == ModelVersion.line_id)
         .where(ModelVersion.id.in_(ids)))}
-    return [JobView(job, serves(job.kind, job.params, versions)) for job in jobs]
+    return [JobView(job, served_links(job.kind, job.params, versions)) for job in jobs]
 
 
-def serves(kind: JobKind, params: dict[str, Any],
-           versions: dict[int, tuple[str, str]]) -> list[tuple[str, str]]:
+def served_links(kind: JobKind, params: dict[str, Any],
+                 versions: dict[int, tuple[str, str]]) -> list[tuple[str, str]]:
     """What a job of `kind` with `params` serves; `versions`: {id: (line, version)}."""
     evalset = params.get("evalset")
     on = f" on {evalset}" if evalset else ""

@@ -15,11 +15,15 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
+from service.datasets.models import Dataset
 from service.db import create_db_engine, session_scope
 from service.migrate import upgrade
+from service.predictions.models import Prediction, PredictionSource
+from service.predictions.service import check_logits_file, store_logits_file
 from service.projects.models import DEFAULT_PROJECT
 from service.projects.scoping import scope_session
 from service.projects.service import get_project
+from service.registry.models import ModelVersion
 from service.storage import ArtifactStore, LocalStore, open_store
 from tests.conftest import linear_onnx
 from tests.s3server import SHARED_KEYS
@@ -170,6 +174,20 @@ def write_npz(folder: Path, n: int = 30, num_classes: int = 3, seed: int = 0) ->
     np.savez(path, x=rng.normal(size=(n, FEATURES)).astype(np.float32),
              y=np.arange(n) % num_classes)
     return path
+
+
+def store_logits(session: Session, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
+                 logits: np.ndarray, *, source: PredictionSource = PredictionSource.COMPUTED,
+                 provider: str | None = None) -> Prediction:
+    """Keep `logits` of `version` on `dataset` the way the server does: written to an .npy in
+    the store's scratch folder, checked, stored (service.predictions)."""
+    with store.scratch() as folder:
+        path = folder / "logits.npy"
+        np.save(path, logits)
+        checked = check_logits_file(version=version, dataset=dataset, npy_path=path)
+        return store_logits_file(session=session, store=store, version=version,
+                                 dataset=dataset, logits=checked, source=source,
+                                 provider=provider)
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import pytest
 
 from flipgate.signing import HEADER, signature_matches
 from service.callbacks.delivery import post_status
-from service.cli import ALL_QUEUES
+from service.celery_app import CALLBACK_TASK, ROUTES
 from service.config import Settings
-from service.queue import CALLBACK_TASK, ROUTES
+from worker.cli import queues_taken
 
 BODY = b'{"state":"failure"}'
 INTERNAL_PAGE = "root:x:0:0 internal page"
@@ -148,6 +148,6 @@ def test_a_trickling_receiver_is_cut_off_at_the_deadline(trickler):
 def test_callbacks_have_a_queue_of_their_own_that_every_default_worker_takes():
     assert ROUTES[CALLBACK_TASK] == {"queue": "callbacks"}
     queues_routed = {route["queue"] for route in ROUTES.values()}
-    assert set(ALL_QUEUES.split(",")) == queues_routed
+    assert set(queues_taken(None).split(",")) == queues_routed
     assert not any(route["queue"] == "callbacks" for task, route in ROUTES.items()
                    if task != CALLBACK_TASK)  # no measurement waits behind a receiver

@@ -32,13 +32,15 @@ def trail(settings: Settings) -> list[tuple]:
 def test_token_create_and_revoke_write_events(data_dir, capsys):
     upgrade(data_dir)
     assert main(["token", "create", "--name", "ci", "--scopes", "read"]) == 0
-    assert main(["token", "create", "--name", "ops", "--scopes", "admin", "--server"]) == 0
+    assert main(["token", "create", "--name", "ops", "--scopes", "admin", "--server-level"]) == 0
     assert main(["token", "revoke", "ci"]) == 0
+    assert main(["token", "revoke", "ops", "--server-level"]) == 0
     assert main(["token", "create", "--name", "ci", "--scopes", "read"]) == 2  # 409: nothing
     me = getpass.getuser()
     assert trail(data_dir) == [(me, "cli", 1, "token_create", "/tokens/ci", "ok"),
                                (me, "cli", None, "token_create", "/tokens/ops", "ok"),
-                               (me, "cli", 1, "token_revoke", "/tokens/ci", "ok")]
+                               (me, "cli", 1, "token_revoke", "/tokens/ci", "ok"),
+                               (me, "cli", None, "token_revoke", "/tokens/ops", "ok")]
 
 
 def test_project_create_writes_its_event_and_a_refused_one_none(data_dir, capsys):

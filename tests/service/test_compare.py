@@ -18,10 +18,9 @@ from service.predictions.service import (
     get_predictions,
     give_classes,
     read_predicted_classes,
-    store_predictions,
 )
 from service.registry.service import register_version
-from tests.service.conftest import linear_weights
+from tests.service.conftest import linear_weights, store_logits
 
 SEEDS = (0, 1, 2)
 
@@ -63,8 +62,7 @@ def scored(session, store, history):
     """The history with each version's logits stored; the logits' predicted classes."""
     versions, dataset, logits, _ = history
     for version, array in zip(versions, logits, strict=True):
-        store_predictions(session=session, store=store, version=version, dataset=dataset,
-                          logits=array, source=PredictionSource.UPLOADED)
+        store_logits(session, store, version, dataset, array, source=PredictionSource.UPLOADED)
     return [array.argmax(axis=1) for array in logits]
 
 

@@ -10,16 +10,16 @@ from queue import Empty
 
 import pytest
 
+from service.celery_app import create_celery_app
 from service.config import Settings
 from service.folder_broker import SHUTDOWN_CHECK_SECONDS
-from service.queue import create_celery_app
 
 MESSAGES, BODY_BYTES = 300, 256 * 1024
 SENDER = """
 import sys
 from pathlib import Path
 from service.config import Settings
-from service.queue import create_celery_app
+from service.celery_app import create_celery_app
 celery = create_celery_app(Settings(data_dir=Path(sys.argv[1])))
 with celery.connection_for_write() as connection:
     for number in range(int(sys.argv[2])):

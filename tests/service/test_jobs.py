@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 
 from service import flows
+from service.celery_app import create_celery_app
 from service.config import Settings
 from service.db import utcnow
 from service.errors import Conflict, InvalidInput
@@ -20,7 +21,6 @@ from service.jobs.service import (
     set_progress,
     start_job,
 )
-from service.queue import create_celery_app
 
 
 def test_a_job_runs_and_succeeds(session):

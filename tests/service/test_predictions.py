@@ -15,9 +15,9 @@ from service.predictions.service import (
     read_logits,
     read_predicted_classes,
     store_logits_file,
-    store_predictions,
 )
 from service.registry.service import register_version
+from tests.service.conftest import store_logits
 
 
 @pytest.fixture
@@ -35,9 +35,8 @@ def save(session, store, version_and_dataset):
     version, dataset = version_and_dataset
 
     def save_logits(logits: np.ndarray):
-        return store_predictions(session=session, store=store, version=version, dataset=dataset,
-                                 logits=logits, source=PredictionSource.COMPUTED,
-                                 provider="CPUExecutionProvider")
+        return store_logits(session, store, version, dataset, logits,
+                            provider="CPUExecutionProvider")
 
     return save_logits
 

@@ -32,7 +32,6 @@ def app(tmp_path_factory):
     ("GET", urls.metrics()),
     ("POST", urls.gate()),
     ("DELETE", urls.token("ci")),
-    ("GET", urls.audit_events(actor="ci", cursor="x")),
     ("GET", urls.ui_audit(outcome="denied")),
     ("POST", urls.mlflow_webhook()),
     ("GET", urls.ui_home()),

@@ -28,13 +28,13 @@ from sqlalchemy import select
 from flipgate.processes import free_port
 from service.auth.service import create_token
 from service.callbacks.delivery import callback_body
+from service.celery_app import create_celery_app
 from service.config import Settings
 from service.db import settings_session
 from service.gate.models import Decision
 from service.jobs.models import Job, JobKind, JobState
 from service.main import create_app
 from service.migrate import upgrade
-from service.queue import create_celery_app
 from service.registry.models import ModelVersion
 from tests.service.conftest import in_default_project
 from tests.test_cli_gate import checked, serve

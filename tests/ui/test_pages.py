@@ -20,7 +20,7 @@ from flipgate.reporting.html import stored_body
 from service.auth.models import ApiToken
 from service.auth.service import revoke_token
 from service.callbacks.models import Callback, CallbackState
-from service.callbacks.queue import record_attempt
+from service.callbacks.scheduling import record_attempt
 from service.compare.models import PairMetrics
 from service.config import Settings
 from service.gate.models import Decision

@@ -49,6 +49,6 @@ def list_mlflow_events(name: str, session: SessionDep, settings: SettingsDep,
     """The MLflow connector's log on the registered model `name`, newest first: deliveries
     received, verdicts, promotions and reverted hand moves (empty in every project but the
     one the connector serves, FLIPGATE_MLFLOW_PROJECT)."""
-    if not service.serves(project=acting.project, settings=settings):
+    if not service.is_connector_project(project=acting.project, settings=settings):
         return []
     return service.list_events(session=session, model=name, limit=limit)

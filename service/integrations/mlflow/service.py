@@ -95,7 +95,7 @@ def serve_project(*, session: Session, settings: Settings) -> Project:
     return project
 
 
-def serves(*, project: Project, settings: Settings) -> bool:
+def is_connector_project(*, project: Project, settings: Settings) -> bool:
     """Whether `project` is the one the connector serves: its log is that project's."""
     return project.name == settings.mlflow_project
 

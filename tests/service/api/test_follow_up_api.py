@@ -14,13 +14,13 @@ from sqlalchemy import delete, func, select
 from flipgate.formats import load_evalset
 from flipgate.metrics import compare_logits
 from service import flows
+from service.celery_app import ROUTES
 from service.compare.service import find_pair_metrics
 from service.datasets.service import get_dataset
 from service.db import session_scope
 from service.jobs.models import Job, JobKind, JobState
 from service.jobs.service import dependencies, get_job, start_job
 from service.predictions.service import get_predictions, read_logits
-from service.queue import ROUTES
 from service.registry.models import Alias
 from service.registry.service import get_version, set_alias
 from tests.service.api.conftest import post_evalset, post_logits, post_model, shared_store

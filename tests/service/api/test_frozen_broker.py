@@ -9,9 +9,9 @@ import time
 import pytest
 import redis
 
+from service.celery_app import BROKER_SOCKET_SECONDS
 from service.config import Settings
 from service.jobs.enqueue import send_unsent
-from service.queue import BROKER_SOCKET_SECONDS
 from tests.faults.conftest import spare_redis  # noqa: F401 (the fixture)
 from tests.service.api.conftest import ADMIN_TOKEN
 

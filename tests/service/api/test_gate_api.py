@@ -16,7 +16,7 @@ from sqlalchemy import event, func, select
 
 from flipgate.signing import signature
 from service.callbacks.delivery import callback_body
-from service.callbacks.queue import due_callbacks, queued_callback, record_attempt
+from service.callbacks.scheduling import due_callbacks, queued_callback, record_attempt
 from service.config import Settings
 from service.db import utcnow
 from service.gate.models import Decision

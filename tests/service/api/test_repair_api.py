@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sqlalchemy import func, select
 
-from service.gate import repair as repair_service
+from service.gate import repair_requests
 from service.jobs.models import Job
 from service.registry.models import ModelVersion
 from tests.conftest import save_graph
@@ -173,7 +173,7 @@ def test_the_job_registers_the_repair_with_its_curve_and_gates_it_again(line, wo
 
 def test_a_mismatch_found_by_the_job_fails_it_and_keeps_the_decision(line, worker,
                                                                      monkeypatch):
-    monkeypatch.setattr(repair_service, "STRUCTURE_CHECK_MAX_BYTES", 0)  # too large to check
+    monkeypatch.setattr(repair_requests, "STRUCTURE_CHECK_MAX_BYTES", 0)  # too large to check
     decision_id = blocked(line, "3")
     job = line.post(f"/gate/decisions/{decision_id}/repair",
                     json={"method": "interpolate", "calibration": "cal"}).json()["job"]

@@ -1,8 +1,8 @@
 """What a repair job's trained model becomes (service.flows.repair_trained calls these): a new
 version whose lineage names the repair, and a new decision on it like the original one.
 
-Apart from service.gate.repair (which checks a repair when it is requested, and loads torch
-to size it) so that the flows, and every process that imports them, stay light."""
+Apart from service.gate.repair_requests (which checks a repair when it is requested, and loads
+torch to size it) so that the flows, and every process that imports them, stay light."""
 
 from pathlib import Path
 from typing import Any

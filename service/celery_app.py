@@ -17,6 +17,7 @@ MLFLOW_TASK = "flipgate.mlflow"
 ROUTES = {INFERENCE_TASK: {"queue": "gpu"}, TRAIN_TASK: {"queue": "gpu"},
           METRICS_TASK: {"queue": "default"}, MATRIX_TASK: {"queue": "default"},
           MLFLOW_TASK: {"queue": "default"}, CALLBACK_TASK: {"queue": "callbacks"}}
+QUEUES = tuple(dict.fromkeys(route["queue"] for route in ROUTES.values()))  # every one routed to
 FILESYSTEM_POLL_SECONDS = 0.1
 FOLDER_TRANSPORT = "service.folder_broker:Transport"  # kombu's, with atomic writes
 # a send to a broker that does not answer gives up after this (once: the job row is the

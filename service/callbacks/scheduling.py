@@ -8,10 +8,10 @@ from sqlalchemy import ColumnElement, and_, select
 from sqlalchemy.orm import Session
 
 from service.callbacks.models import Callback, CallbackState
+from service.celery_app import CALLBACK_TASK
 from service.config import Settings
 from service.db import utcnow
 from service.outbox import send_task_after_commit
-from service.queue import CALLBACK_TASK
 
 CALLBACK_RESEND_SECONDS = 60  # a queued callback not attempted by then is sent again
 
