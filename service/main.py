@@ -37,7 +37,6 @@ from service.errors import (
 )
 from service.gate.promotion_router import router as promotion_router
 from service.gate.router import router as gate_router
-from service.gate.webhook_secrets import require_secret_key
 from service.guard import check_request_scalars
 from service.housekeeping import sweep_partial_files
 from service.integrations.mlflow.router import router as mlflow_router
@@ -53,6 +52,7 @@ from service.projects.router import router as projects_router
 from service.queue import create_celery_app
 from service.registry.router import router as registry_router
 from service.schemas import ErrorBody
+from service.sealing import require_secret_key
 from service.storage import ArtifactStore, open_store
 from service.ui.audit import router as audit_page_router
 from service.ui.router import mount_dashboard

@@ -14,7 +14,7 @@ from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 from service.config import Settings
 from service.errors import InvalidInput
 from service.gate.models import Decision
-from service.gate.webhook_secrets import cipher, seal, unseal
+from service.sealing import cipher, seal, unseal
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
