@@ -42,10 +42,10 @@ from service.housekeeping import sweep_partial_files
 from service.integrations.mlflow.router import router as mlflow_router
 from service.jobs.router import router as jobs_router
 from service.limits import Admission, RequestBodyLimit
+from service.metrics.router import metrics_registry
+from service.metrics.router import router as metrics_router
 from service.migrate import check_current
 from service.observability.http import Observed
-from service.observability.router import metrics_registry
-from service.observability.router import router as metrics_router
 from service.observability.startup import configure_logging, start_process, trace_app
 from service.predictions.router import router as predictions_router
 from service.projects.router import router as projects_router
