@@ -11,7 +11,6 @@ from flipgate.formats import check_labels, label_columns, load_evalset
 from flipgate.metrics.traffic import UNLABELLED
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
-from service.gate import decisions  # noqa: F401  scratch: a back edge
 from service.errors import InvalidInput, library_input
 from service.names import check_name
 from service.storage import ArtifactStore, file_sha256
