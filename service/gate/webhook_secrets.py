@@ -1,6 +1,6 @@
 """Webhook secrets: one per line, sealed at rest with the server key (service.sealing); a
 rotated secret stays valid for FLIPGATE_SECRET_GRACE_SECONDS so CI systems can be updated.
-A secret that no listed key opens is skipped with a warning, never an error."""
+A secret that no server key opens is skipped with a warning, never an error."""
 
 import logging
 import secrets
