@@ -13,8 +13,10 @@ Each event calls its flow from one place per origin:
   /jobs/{id}/cancel (service.jobs.router) with `cancel_job`;
 - a job's lease expires (its worker was lost): the worker's sweeper (worker.sweeper) calls
   `reap_lost_jobs`.
-- labels are added to a traffic set: POST /evalsets/{name}/labels (service.datasets.router)
-  calls `labels_added` (its pairs measured again with the new label revision).
+- labels are posted to a traffic set: POST /evalsets/{name}/labels (service.datasets.router)
+  calls `labels_posted`, which stores them as a new label revision (their class names read,
+  when the set names none, from the lines measured on it) and calls `labels_added` (its
+  pairs measured again with the new label revision).
 Registering an eval set queues nothing: no line has been measured on it yet.
 
 The domains below (service.compare, service.predictions, service.jobs) know how to queue a
@@ -31,7 +33,7 @@ from service.compare.matrix import queue_matrix
 from service.compare.models import PairMetrics
 from service.compare.service import Pair, queue_measurement
 from service.config import Settings
-from service.datasets.labels import label_revision
+from service.datasets.labels import add_labels, label_revision
 from service.datasets.models import Dataset, DatasetLabels, DatasetRole
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.repair_outcome import gate_repaired, register_repaired
@@ -41,6 +43,7 @@ from service.jobs.enqueue import release_waiting
 from service.jobs.leases import lost_jobs, requeue
 from service.jobs.models import Job, JobState
 from service.predictions.service import (
+    measured_class_names,
     measured_datasets,
     queue_missing_inference,
     versions_with_predictions,
@@ -97,6 +100,17 @@ def _measure(session: Session, baselines: list[ModelVersion], version: ModelVers
     revision = label_revision(session=session, dataset=dataset)
     return [job for old in baselines for job in queue_measurement(
         session=session, pair=Pair(old, version, dataset, revision))]
+
+
+def labels_posted(*, session: Session, store: ArtifactStore, dataset: Dataset,
+                  labels_path: Path, source: str) -> tuple[DatasetLabels | None, list[Job]]:
+    """Add a labels file to a traffic set (service.datasets.labels.add_labels, with the class
+    names of the lines measured on it) and measure its pairs again: the new revision and its
+    jobs, or None and no job when every label was known already."""
+    labels = add_labels(session=session, store=store, dataset=dataset, labels_path=labels_path,
+                        source=source, line_class_names=measured_class_names(session=session,
+                                                                             dataset=dataset))
+    return labels, ([] if labels is None else labels_added(session=session, labels=labels))
 
 
 def labels_added(*, session: Session, labels: DatasetLabels) -> list[Job]:

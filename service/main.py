@@ -38,21 +38,21 @@ from service.errors import (
 )
 from service.gate.promotion_router import router as promotion_router
 from service.gate.router import router as gate_router
-from service.gate.webhook_secrets import require_secret_key
 from service.guard import check_request_scalars
 from service.housekeeping import sweep_partial_files
 from service.integrations.mlflow.router import router as mlflow_router
 from service.jobs.router import router as jobs_router
 from service.limits import Admission, RequestBodyLimit
+from service.metrics.router import metrics_registry
+from service.metrics.router import router as metrics_router
 from service.migrate import check_current
 from service.observability.http import Observed
-from service.observability.router import metrics_registry
-from service.observability.router import router as metrics_router
 from service.observability.startup import configure_logging, start_process, trace_app
 from service.predictions.router import router as predictions_router
 from service.projects.router import router as projects_router
 from service.registry.router import router as registry_router
 from service.schemas import ErrorBody
+from service.sealing import require_secret_key
 from service.storage import ArtifactStore, open_store
 from service.ui.audit import router as audit_page_router
 from service.ui.router import mount_dashboard

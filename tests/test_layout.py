@@ -48,6 +48,16 @@ def test_the_server_does_not_import_the_worker():
     assert importing("service", ("worker",)) == {}
 
 
+def test_the_package_graph_keeps_its_contracts():
+    """import-linter's contracts (pyproject.toml, [tool.importlinter]): flipgate <- service <-
+    worker, and inside service the entry points, the HTTP layer, the flows, the domains in
+    their order and the helpers; a failure names each import that points up a layer."""
+    result = subprocess.run(
+        [sys.executable, "-c", "from importlinter.cli import lint_imports_command as main; main()",
+         "--no-cache", "--no-logo"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 DOMAINS = tuple(sorted(f"service.{path.name}" for path in (ROOT / "service").iterdir()
                       if (path / "__init__.py").exists()))
 

@@ -14,7 +14,7 @@ from cryptography.fernet import Fernet
 
 from migrations.helpers import TIMESTAMP
 from service.config import Settings, get_settings
-from service.gate.webhook_secrets import cipher
+from service.sealing import cipher
 
 revision: str = "0005"
 down_revision: str | Sequence[str] | None = "0004"

@@ -1,15 +1,14 @@
-"""What a callback POSTs (a final decision's status, shaped like a GitHub commit status) and
-the one attempt to deliver it (worker.callbacks runs it as a task): to the address checked
+"""The one attempt to deliver a callback (worker.callbacks runs it as a task): its status
+(what the gate's `statuses` composes from a final decision) POSTed to the address checked
 just now, within a total deadline, its outcome recorded on the row
 (service.callbacks.scheduling)."""
 
-import json
 import logging
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from dataclasses import dataclass
 
 import httpx
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,92 +16,56 @@ from sqlalchemy.orm import Session, sessionmaker
 from flipgate.signing import HEADER, signature
 from service.callbacks.models import CallbackState
 from service.callbacks.scheduling import queued_callback, record_attempt
-from service.callbacks.targets import check_callback_url, full_callback_url
+from service.callbacks.targets import check_callback_url
 from service.config import Settings
 from service.db import session_scope
 from service.errors import InvalidInput
-from service.gate.decisions import get_decision
-from service.gate.models import Decision, Verdict
-from service.gate.views import decision_view
-from service.gate.webhook_secrets import signing_secret
 from service.observability.context import HEADER as REQUEST_ID_HEADER
-from service.observability.context import current_request_id, request_id_bound
-from service.registry.models import ModelLine
 
 logger = logging.getLogger(__name__)
 
-STATES = {Verdict.APPROVE: "success", Verdict.BLOCK: "failure", Verdict.PENDING: "pending"}
-DESCRIPTION_LENGTH = 140  # GitHub's limit
+
+@dataclass(frozen=True)
+class Status:
+    """What one callback POSTs: where (None when no server key opens the URL), the body, the
+    secret that signs it (if any), and the id of the request that asked for the decision."""
+
+    decision_id: int
+    url: str | None
+    body: bytes
+    secret: str | None
+    request_id: str | None
 
 
-def callback_body(*, session: Session, decision: Decision) -> dict[str, Any]:
-    """{state, description, target_url, context} of a final decision (GitHub's status API);
-    without FLIPGATE_PUBLIC_URL the report's link is relative, and is left out."""
-    view = decision_view(session=session, decision=decision)
-    failed = any(reason["code"] == "measurement_failed" for reason in view.reasons)
-    blocking = [reason["message"] for reason in view.reasons if reason["blocking"]]
-    summary = (f"flipgate {view.verdict}s {view.model}:{view.candidate}"
-               + ("" if view.baseline is None else f" over {view.baseline}")
-               + (f": {blocking[0]}" if blocking else ""))
-    body = {"state": "error" if failed else STATES[view.verdict],
-            "description": summary[:DESCRIPTION_LENGTH], "context": f"flipgate/{view.model}"}
-    if view.report_url and view.report_url.startswith(("https://", "http://")):
-        body["target_url"] = view.report_url
-    return body
-
-
-def delivery(*, session: Session, settings: Settings,
-             decision_id: int) -> tuple[str | None, dict[str, Any], str | None]:
-    """The URL (None when no server key opens it), body and signing secret (the line's
-    webhook secret, if any) of a callback."""
-    decision = get_decision(session=session, decision_id=decision_id)
-    line = session.get_one(ModelLine, decision.line_id)
-    return (full_callback_url(settings, decision),
-            callback_body(session=session, decision=decision),
-            signing_secret(session=session, settings=settings, line_name=line.name))
-
-
-def deliver(*, sessions: sessionmaker[Session], settings: Settings, decision_id: int) -> None:
-    """POST the status once, if the callback is still queued; a failure is due again after a
-    doubling delay (the worker's sweeper sends it) until the attempts allowed by
-    FLIPGATE_CALLBACK_ATTEMPTS are spent."""
+def attempt(*, sessions: sessionmaker[Session], settings: Settings, status: Status) -> None:
+    """One POST of the status, and its outcome recorded on the callback's row (a failure is
+    due again after a doubling delay, and the worker's sweeper sends it, until the attempts
+    allowed by FLIPGATE_CALLBACK_ATTEMPTS are spent)."""
+    answer, error = (post_status(settings, status.url, status.body, status.secret,
+                                 status.decision_id, request_id=status.request_id)
+                     if status.url is not None else (None, "callback_url_unreadable"))
     with session_scope(sessions) as session:
-        if queued_callback(session=session, decision_id=decision_id) is None:
-            return
-        url, body, secret = delivery(session=session, settings=settings,
-                                     decision_id=decision_id)
-        request_id = session.get_one(Decision, decision_id).request_id  # loaded: no query
-    with request_id_bound(request_id):
-        _attempt(sessions, settings, decision_id, url, json.dumps(body).encode(), secret)
-
-
-def _attempt(sessions: sessionmaker[Session], settings: Settings, decision_id: int,
-             url: str | None, body: bytes, secret: str | None) -> None:
-    """One POST of the status, and its outcome recorded on the callback's row."""
-    status, error = (post_status(settings, url, body, secret, decision_id)
-                     if url is not None else (None, "callback_url_unreadable"))
-    with session_scope(sessions) as session:
-        callback = queued_callback(session=session, decision_id=decision_id)
+        callback = queued_callback(session=session, decision_id=status.decision_id)
         if callback is None:
             return
-        record_attempt(callback=callback, status=status, error=error, settings=settings)
+        record_attempt(callback=callback, status=answer, error=error, settings=settings)
         if callback.state == CallbackState.QUEUED:
             logger.warning("callback of decision %s failed (%s); due again at %s",
-                           decision_id, error or status, callback.due_at)
+                           status.decision_id, error or answer, callback.due_at)
 
 
-def post_status(settings: Settings, url: str, body: bytes, secret: str | None,
-                decision_id: int) -> tuple[int | None, str | None]:
+def post_status(settings: Settings, url: str, body: bytes, secret: str | None, decision_id: int,
+                *, request_id: str | None = None) -> tuple[int | None, str | None]:
     """The HTTP status of one POST to the address checked just now (redirects are not
     followed), or None; the error is a fixed message, never the receiver's answer. The POST
-    carries the request id under way (the gate request's) in X-Request-ID."""
+    carries the gate request's id, if any, in X-Request-ID."""
     try:
         target = check_callback_url(url, settings.callback_allowlist)
     except InvalidInput as refused:
         return None, refused.code
     headers = {"Content-Type": "application/json", "X-Flipgate-Decision": str(decision_id),
                "Host": target.host_header}
-    if (request_id := current_request_id()) is not None:  # the gate request's
+    if request_id is not None:
         headers[REQUEST_ID_HEADER] = request_id
     if secret is not None:
         headers[HEADER] = signature(secret, body)

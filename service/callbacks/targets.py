@@ -13,8 +13,7 @@ from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 
 from service.config import Settings
 from service.errors import InvalidInput
-from service.gate.models import Decision
-from service.gate.webhook_secrets import cipher, seal, unseal
+from service.sealing import cipher, seal, unseal
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -90,11 +89,12 @@ def stored_callback_url(settings: Settings, url: str | None) -> tuple[str | None
     return shown, None if shown == url else seal(cipher(settings), url)
 
 
-def full_callback_url(settings: Settings, decision: Decision) -> str | None:
-    """The callback URL as it was given (None when no server key opens its sealed form)."""
-    if decision.callback_url_sealed is None:
-        return decision.callback_url
-    return unseal(cipher(settings), decision.callback_url_sealed)
+def full_callback_url(settings: Settings, shown: str | None, sealed: str | None) -> str | None:
+    """The callback URL as it was given, from what `stored_callback_url` kept (None when no
+    server key opens its sealed form)."""
+    if sealed is None:
+        return shown
+    return unseal(cipher(settings), sealed)
 
 
 def redacted_url(url: str) -> str:

@@ -16,8 +16,6 @@ from flipgate.traffic import merge_labels, read_labels_file
 from service.datasets.models import Dataset, DatasetLabels
 from service.db import insert_or_conflict
 from service.errors import Conflict, InvalidInput, library_input
-from service.predictions.models import Prediction
-from service.registry.models import ModelLine, ModelVersion
 from service.storage import ArtifactStore
 
 
@@ -50,31 +48,21 @@ def read_revision_labels(*, store: ArtifactStore, labels: DatasetLabels | None,
         return np.load(io.BytesIO(readable.read()), allow_pickle=False)
 
 
-def measured_class_names(*, session: Session, dataset: Dataset) -> list[str] | None:
-    """The class names of the lines with predictions on the set, when they name their
-    classes alike (the names its exports show); None otherwise."""
-    lines = session.scalars(select(ModelLine).where(ModelLine.id.in_(
-        select(ModelVersion.line_id).join(Prediction, Prediction.version_id == ModelVersion.id)
-        .where(Prediction.dataset_id == dataset.id)))).all()
-    named = {tuple(line.class_names) for line in lines if line.class_names}
-    return list(named.pop()) if len(named) == 1 else None
-
-
 def add_labels(*, session: Session, store: ArtifactStore, dataset: Dataset, labels_path: Path,
-               source: str) -> DatasetLabels | None:
+               source: str, line_class_names: list[str] | None) -> DatasetLabels | None:
     """Add the labels of a file (an .npz of `index` or `ids` and `y`, or a Label Studio
     export) to a traffic set as a new revision; None when every label was known already
     (the same label again changes nothing). Class names map to columns by the set's
-    `classes`, else by the names of the lines measured on it when they agree. A different
-    label for a labelled sample is a Conflict `label_conflict` naming it; nothing is stored
-    on a refusal."""
+    `classes`, else by `line_class_names` (those the lines measured on it agree on, if any).
+    A different label for a labelled sample is a Conflict `label_conflict` naming it;
+    nothing is stored on a refusal."""
     if dataset.labeled:
         raise InvalidInput("not_a_traffic_set", f"{dataset.name!r} has labels (`y`); labels "
                            "are added to traffic sets only")
     latest = latest_labels(session=session, dataset=dataset)
     with library_input():
         evalset = load_evalset(store.local_path(dataset.sha256), mmap=True)
-        names = evalset.classes or measured_class_names(session=session, dataset=dataset)
+        names = evalset.classes or line_class_names
         index, columns = read_labels_file(
             labels_path, evalset=evalset, source=source, class_names=names,
             num_classes=dataset.num_classes or (len(names) if names else None))

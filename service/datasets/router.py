@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse
 
 from service import flows
 from service.datasets import service
-from service.datasets.labels import add_labels, latest_labels
+from service.datasets.labels import latest_labels
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.schemas import DatasetRead, LabelsAdded
 from service.deps import (
@@ -93,12 +93,11 @@ def import_labels(name: str, session: SessionDep, store: StoreDep, settings: Set
     dataset = service.get_dataset_of_role(session=session, name=name, role=DatasetRole.EVAL)
     with store.stage(labels.file, filename="labels",
                      max_bytes=settings.max_upload_bytes) as staged:
-        revision = add_labels(session=session, store=store, dataset=dataset,
-                              labels_path=staged.path,
-                              source=upload_name("labels", labels.filename))
+        revision, jobs = flows.labels_posted(session=session, store=store, dataset=dataset,
+                                             labels_path=staged.path,
+                                             source=upload_name("labels", labels.filename))
     if revision is None:
         current = latest_labels(session=session, dataset=dataset)
         return JSONResponse(LabelsAdded.of(current, [], new=False).model_dump(mode="json"))
-    jobs = flows.labels_added(session=session, labels=revision)
     return JSONResponse(LabelsAdded.of(revision, [job.id for job in jobs], new=True).model_dump(
         mode="json"), status_code=201)

@@ -45,7 +45,8 @@ def gate_repaired(*, session: Session, settings: Settings, job: Job,
         model=session.get_one(ModelLine, original.line_id).name, candidate=version.version,
         baseline=get_version(session=session, version_id=original.baseline_id).version,
         evalsets=original.evalsets, ci=original.ci,
-        callback_url=full_callback_url(settings, original))
+        callback_url=full_callback_url(settings, original.callback_url,
+                                       original.callback_url_sealed))
     return gate_request(session=session, settings=settings, request=request,
                         requested_by=f"repair job {job.id}", base_url=original.base_url,
                         repair_of=original)

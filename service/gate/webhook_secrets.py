@@ -1,19 +1,12 @@
-"""Webhook secrets: one per line, encrypted at rest with the server key (Fernet); a rotated
-secret stays valid for FLIPGATE_SECRET_GRACE_SECONDS so CI systems can be updated.
+"""Webhook secrets: one per line, sealed at rest with the server key (service.sealing); a
+rotated secret stays valid for FLIPGATE_SECRET_GRACE_SECONDS so CI systems can be updated.
+A secret that no server key opens is skipped with a warning, never an error."""
 
-FLIPGATE_SECRET_KEY may list several keys, comma-separated, the newest first (MultiFernet):
-secrets are sealed with the first and opened with any, so the server key rotates without
-downtime. A secret that no listed key opens is skipped with a warning, never an error."""
-
-import base64
-import hashlib
 import logging
-import os
 import secrets
 from datetime import timedelta
-from pathlib import Path
 
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.fernet import MultiFernet
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -22,41 +15,9 @@ from service.db import insert_or_conflict, utcnow
 from service.gate.models import WebhookSecret
 from service.registry.models import ModelLine
 from service.registry.service import get_line
+from service.sealing import cipher, seal, unseal
 
-DEVELOPMENT_KEY_FILE = "secret.key"
 logger = logging.getLogger(__name__)
-
-
-class MissingSecretKey(RuntimeError):
-    """Outside development the server needs FLIPGATE_SECRET_KEY."""
-
-
-def require_secret_key(settings: Settings) -> None:
-    """Refuse (MissingSecretKey) to run outside development without FLIPGATE_SECRET_KEY."""
-    if settings.secret_key is None and settings.environment != "development":
-        raise MissingSecretKey("set FLIPGATE_SECRET_KEY (it encrypts the webhook secrets) "
-                               f"outside development (environment={settings.environment!r})")
-
-
-def cipher(settings: Settings) -> MultiFernet:
-    """The cipher of FLIPGATE_SECRET_KEY's keys (sealing with the first); in development
-    without one, of a random key kept in the data folder (made on first use)."""
-    require_secret_key(settings)
-    keys = settings.secret_keys or [_development_key(settings.data_dir / DEVELOPMENT_KEY_FILE)]
-    return MultiFernet([Fernet(base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest()))
-                        for key in keys])
-
-
-def _development_key(path: Path) -> str:
-    """The key in `path`, created (readable by its owner only) by the first process."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text()
-    with os.fdopen(descriptor, "w") as file:
-        file.write(key := secrets.token_urlsafe(32))
-    return key
 
 
 def rotate_secret(*, session: Session, settings: Settings, line_name: str) -> str:
@@ -101,19 +62,6 @@ def _line_row(session: Session, line_name: str) -> WebhookSecret | None:
     statement = (select(WebhookSecret).join(ModelLine, ModelLine.id == WebhookSecret.line_id)
                  .where(ModelLine.name == line_name))
     return session.scalars(statement).one_or_none()
-
-
-def seal(box: MultiFernet, secret: str) -> str:
-    """`secret` encrypted with the server's newest key, as text to store."""
-    return box.encrypt(secret.encode()).decode()
-
-
-def unseal(box: MultiFernet, sealed: str) -> str | None:
-    """What `seal` stored, or None when none of the server's keys opens it."""
-    try:
-        return box.decrypt(sealed.encode()).decode()
-    except InvalidToken:
-        return None
 
 
 def _open(box: MultiFernet, sealed: str, line_name: str) -> str | None:

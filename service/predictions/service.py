@@ -292,3 +292,13 @@ def measured_datasets(*, session: Session, line_id: int) -> list[Dataset]:
                 .where(ModelVersion.line_id == line_id))
     return list(session.scalars(select(Dataset).where(
         Dataset.id.in_(measured), Dataset.role == DatasetRole.EVAL).order_by(Dataset.id)))
+
+
+def measured_class_names(*, session: Session, dataset: Dataset) -> list[str] | None:
+    """The class names of the lines with predictions on the set, when they name their
+    classes alike (the names its exports show); None otherwise."""
+    lines = session.scalars(select(ModelLine).where(ModelLine.id.in_(
+        select(ModelVersion.line_id).join(Prediction, Prediction.version_id == ModelVersion.id)
+        .where(Prediction.dataset_id == dataset.id)))).all()
+    named = {tuple(line.class_names) for line in lines if line.class_names}
+    return list(named.pop()) if len(named) == 1 else None

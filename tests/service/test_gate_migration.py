@@ -6,8 +6,8 @@ from sqlalchemy import text
 
 from service.config import Settings
 from service.db import create_db_engine
-from service.gate.webhook_secrets import cipher
 from service.migrate import alembic_config, migrating, upgrade
+from service.sealing import cipher
 
 PLAINTEXT = "ab" * 32
 

@@ -27,11 +27,11 @@ from sqlalchemy import select
 
 from flipgate.processes import free_port
 from service.auth.service import create_token
-from service.callbacks.delivery import callback_body
 from service.celery_app import create_celery_app
 from service.config import Settings
 from service.db import settings_session
 from service.gate.models import Decision
+from service.gate.statuses import callback_body
 from service.jobs.models import Job, JobKind, JobState
 from service.main import create_app
 from service.migrate import upgrade

@@ -15,12 +15,12 @@ import pytest
 from sqlalchemy import event, func, select
 
 from flipgate.signing import signature
-from service.callbacks.delivery import callback_body
 from service.callbacks.scheduling import due_callbacks, queued_callback, record_attempt
 from service.config import Settings
 from service.db import utcnow
 from service.gate.models import Decision
 from service.gate.settling import settle_pending
+from service.gate.statuses import callback_body
 from service.jobs.models import Job, JobState
 from service.jobs.service import get_job, mark_finished, start_job
 from tests.service.api.conftest import (

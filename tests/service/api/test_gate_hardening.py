@@ -15,15 +15,15 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from flipgate.signing import HEADER, signature
-from service.callbacks.delivery import delivery
 from service.config import Settings
 from service.db import utcnow
 from service.gate.models import Decision, DecisionJob, GatePolicy, WebhookSecret
 from service.gate.settling import settle_pending
-from service.gate.webhook_secrets import MissingSecretKey, cipher
+from service.gate.statuses import delivery
 from service.jobs.models import Job, JobState
 from service.jobs.service import get_job, mark_finished, start_job
 from service.main import create_app
+from service.sealing import MissingSecretKey, cipher
 from tests.service.api.conftest import ADMIN_TOKEN, error_code
 from tests.service.api.test_gate_api import CLASSES, gate, logits_wrong_on
 from tests.service.api.test_gate_api import client as client  # the fixtures: one store

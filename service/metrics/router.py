@@ -12,7 +12,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from service.deps import CommittingRoute, require_server
-from service.observability.collector import DatabaseFigures
+from service.metrics.collector import DatabaseFigures
 from service.observability.http import METRICS
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # set by `flipgate serve` (service.cli)
