@@ -115,6 +115,12 @@ def person_roles(*, session: Session, person: Person, admin_group: str | None) -
     return held
 
 
+def not_held(roles: Roles, project: str | None, scopes: Collection[str]) -> set[str]:
+    """The `scopes` a dashboard session with `roles` does not hold in `project` (a person
+    mints a personal token with scopes they hold only)."""
+    return set(scopes) - roles.get(project or "", frozenset())
+
+
 def holds(roles: Roles, project: str | None, scope: str) -> bool:
     """Whether a dashboard session with `roles` holds `scope` in `project`."""
-    return scope in roles.get(project or "", ())
+    return not not_held(roles, project, [scope])
