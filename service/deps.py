@@ -19,14 +19,20 @@ from flipgate.logits_scan import LogitsScan
 from flipgate.scores import PROBABILITIES
 from flipgate.upload_client import DIGEST_HEADER
 from service.audit.requests import SAFE_METHODS, is_audited, record_change
+from service.auth.access import (
+    acting_project,
+    bootstrap_admin,
+    held_projects,
+    require_scope,
+    require_server_scope,
+)
 from service.auth.models import ApiToken
-from service.auth.service import authenticate, require_scope
+from service.auth.service import authenticate
 from service.config import Settings
-from service.errors import Forbidden, Unauthorized, UnsupportedMediaType
+from service.errors import Unauthorized, UnsupportedMediaType
 from service.outbox import enqueue_after_commit
 from service.projects.models import Project
 from service.projects.scoping import scope_session
-from service.projects.service import acting_project, is_server_admin
 from service.schemas import ErrorBody
 from service.storage import ArtifactStore, StagedFile
 from service.storage.base import check_address
@@ -188,7 +194,7 @@ def token_checker(state: State) -> Callable[[str], ApiToken]:
         admin = state.settings.admin_token
         if admin is not None and secrets.compare_digest(presented.encode(),
                                                         admin.get_secret_value().encode()):
-            return ApiToken(name="admin", scopes=["admin"], project_id=None)
+            return bootstrap_admin()
         with state.readers() as session:
             return authenticate(session=session, token=presented)
 
@@ -234,58 +240,65 @@ def act_signed(request: Request, sender: str, project: Project,
     return request.state.acting
 
 
-def require(scope: str, *alternatives: str) -> Any:
-    """A route dependency that admits tokens with `scope`, one of `alternatives`, or admin,
-    in the project the request acts in (?project=, see ProjectParam), to which it binds the
-    request's session; it gives the route that Acting."""
-
-    def check(request: Request, token: TokenDep, session: SessionDep,
-              project: ProjectParam = None) -> Acting:
-        require_scope(token, scope, *alternatives)
-        return act_in(request, session, token, project)
-
-    return Depends(check)
+def authorize(request: Request, session: Session, token: ApiToken, named: str | None,
+              scope: str, *alternatives: str) -> Acting:
+    """Refuse `token` without `scope`, one of `alternatives` or admin, then bind the
+    request's session to the project it acts in, `named` (see act_in): the scope first, so
+    a token of another project gets the same 403, then the same 404 project_not_found, as
+    for a project that exists nowhere. For routes that read the project's name from their
+    body; `require` is the same check as a route dependency."""
+    require_scope(token, scope, *alternatives)
+    return act_in(request, session, token, named)
 
 
 ProjectInPath = Annotated[str, Path(description="the project: a project-bound token's own, "
                                                "or any for the server admin")]
 
 
-def require_in_path(scope: str) -> Any:
-    """`require(scope)` for routes that name the project in their path (`{project}`): the
-    scope is checked first, so a token of another project gets the same 403, then the same
-    404 project_not_found, as for a project that exists nowhere."""
+def project_in_query(project: ProjectParam = None) -> str | None:
+    """The project a route names in its query (`?project=`), if any."""
+    return project
+
+
+def project_in_path(project: ProjectInPath) -> str:
+    """The project a route names in its path (`{project}`)."""
+    return project
+
+
+def require(scope: str, *alternatives: str, named_in: Callable[..., str | None] = project_in_query
+            ) -> Any:
+    """A route dependency that admits tokens with `scope`, one of `alternatives`, or admin,
+    in the project the request acts in, named in its query (see ProjectParam) or, with
+    `named_in=project_in_path`, its path; it binds the request's session to that project
+    and gives the route that Acting (see authorize)."""
 
     def check(request: Request, token: TokenDep, session: SessionDep,
-              project: ProjectInPath) -> Acting:
-        require_scope(token, scope)
-        return act_in(request, session, token, project)
+              project: Annotated[str | None, Depends(named_in)]) -> Acting:
+        return authorize(request, session, token, project, scope, *alternatives)
 
     return Depends(check)
 
 
-def server_admin(token: TokenDep) -> ApiToken:
-    """A route dependency for what only the server admin may do (403 missing_scope)."""
-    if not is_server_admin(token):
-        raise Forbidden("missing_scope", f"token {token.name!r} is not the server admin")
-    return token
-
-
-def require_server(scope: str) -> Any:
-    """A route dependency for what belongs to no project: tokens with `scope` (wherever they
-    are bound), or the server admin."""
+def require_server(scope: str | None = None) -> Any:
+    """A route dependency for what belongs to no project: the server admin, and with
+    `scope`, tokens that hold `scope` wherever they are bound."""
 
     def check(token: TokenDep) -> ApiToken:
-        if not (scope in token.scopes or is_server_admin(token)):
-            raise Forbidden("missing_scope", f"token {token.name!r} lacks the {scope!r} scope")
+        require_server_scope(token, scope)
         return token
 
     return Depends(check)
 
 
+def caller_projects(session: SessionDep, token: TokenDep) -> list[tuple[Project, frozenset[str]]]:
+    """The projects the caller can act in, each with the scopes it holds there."""
+    return held_projects(session=session, token=token)
+
+
 READ = require("read")
 WRITE = require("write")
 ADMIN = require("admin")
+SERVER_ADMIN = require_server()
 ReadAccess = Annotated[Acting, READ]
 AdminAccess = Annotated[Acting, ADMIN]
-ServerAdmin = Annotated[ApiToken, Depends(server_admin)]
+CallerProjects = Annotated[list[tuple[Project, frozenset[str]]], Depends(caller_projects)]

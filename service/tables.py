@@ -1,5 +1,6 @@
 """Imports every domain's ORM models, so that Base.metadata knows all tables (Alembic)."""
 
+from service.audit.models import AuditEvent
 from service.auth.models import ApiToken, EndedSession
 from service.callbacks.models import Callback
 from service.compare.models import PairCounts, PairMetrics
@@ -15,7 +16,7 @@ from service.gate.models import (
 from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.models import Job, JobDependency
 from service.predictions.models import Prediction
-from service.projects.models import AuditEvent, Person, Project, ProjectMember
+from service.projects.models import Person, Project, ProjectMember
 from service.registry.models import Alias, ModelLine, ModelVersion
 
 metadata = Base.metadata

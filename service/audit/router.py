@@ -9,11 +9,11 @@ from sqlalchemy.orm import Session
 
 from service.audit.schemas import AuditEventRead, AuditPage
 from service.audit.service import EventFilter, list_events
+from service.auth.access import is_server_admin
 from service.auth.models import ApiToken
-from service.auth.service import require_scope
-from service.deps import CommittingRoute, SessionDep, TokenDep, act_in
+from service.deps import CommittingRoute, SessionDep, TokenDep, authorize
 from service.names import NAME_LENGTH
-from service.projects.service import get_project, is_server_admin
+from service.projects.service import get_project
 
 router = APIRouter(tags=["audit"], route_class=CommittingRoute)
 MAX_PAGE = 500
@@ -29,8 +29,7 @@ def audited_projects(request: Request, token: ApiToken, session: Session,
     names; a project's admin its own (naming another: 404 project_not_found)."""
     if is_server_admin(token):
         return None if project is None else [get_project(session=session, name=project).id]
-    require_scope(token, "admin")
-    return [act_in(request, session, token, project).project.id]
+    return [authorize(request, session, token, project, "admin").project.id]
 
 
 @router.get("/audit-events", response_model=AuditPage)

@@ -4,7 +4,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from service.projects.models import AuditEvent
+from service.audit.models import AuditEvent
 from service.schemas import RecordRead
 
 

@@ -13,8 +13,9 @@ from typing import Any
 from sqlalchemy import Select, event, select
 from sqlalchemy.orm import Session
 
+from service.audit.models import AuditEvent
 from service.errors import InvalidInput
-from service.projects.models import AuditEvent, Project
+from service.projects.models import Project
 
 OK, DENIED = "ok", "denied"
 CLI = "cli"

@@ -7,12 +7,11 @@ from datetime import timedelta
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.orm import Session
 
+from service.auth.access import require_grantable, require_scope
 from service.auth.models import ApiToken
 from service.auth.schemas import TokenCreate, TokenCreated, TokenRead
-from service.auth.service import create_token, project_tokens, require_scope, revoke_token
+from service.auth.service import create_token, project_tokens, revoke_token
 from service.deps import AdminAccess, CommittingRoute, ProjectParam, SessionDep, TokenDep, act_in
-from service.errors import Forbidden
-from service.projects.service import held_scopes, is_server_admin
 
 router = APIRouter(prefix="/tokens", tags=["auth"], route_class=CommittingRoute)
 
@@ -39,16 +38,10 @@ def mint_project(request: Request, session: Session, token: ApiToken, body: Toke
                  named: str | None) -> str | None:
     """The name of the project a new token is bound to (None: server-level), once `token`
     may mint `body` there."""
-    if body.server_level():
-        if not is_server_admin(token):
-            raise Forbidden("missing_scope", "only the server admin mints server-level tokens")
-        return None
-    acting = act_in(request, session, token, body.project or named)
-    lacking = set(body.scopes) - held_scopes(token)
-    if lacking and not is_server_admin(token):
-        raise Forbidden("missing_scope", f"token {token.name!r} cannot grant scopes it does "
-                        f"not hold: {sorted(lacking)}")
-    return acting.project.name
+    project = (None if body.server_level()
+               else act_in(request, session, token, body.project or named).project)
+    require_grantable(token, body.scopes, project)
+    return None if project is None else project.name
 
 
 @router.get("", response_model=list[TokenRead])

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from service.auth.models import ApiToken
 from service.db import insert_or_conflict, one_or_not_found, utcnow
-from service.errors import Forbidden, InvalidInput, Unauthorized
+from service.errors import InvalidInput, Unauthorized
 from service.names import check_name
 from service.projects.models import DEFAULT_PROJECT
 from service.projects.service import get_project
@@ -81,13 +81,6 @@ def authenticate(*, session: Session, token: str) -> ApiToken:
                            f"{found.expires_at:%Y-%m-%d %H:%M:%S} UTC", token=found,
                            reason="token_expired")
     return found
-
-
-def require_scope(token: ApiToken, scope: str, *alternatives: str) -> None:
-    """Refuse a token that has none of `scope`, the `alternatives` and `admin`."""
-    if not {scope, *alternatives, "admin"} & set(token.scopes):
-        wanted = " or ".join(repr(name) for name in (scope, *alternatives))
-        raise Forbidden("missing_scope", f"token {token.name!r} lacks the {wanted} scope")
 
 
 def project_tokens(*, session: Session, project_id: int) -> list[ApiToken]:

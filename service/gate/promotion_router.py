@@ -2,8 +2,8 @@
 
 from fastapi import APIRouter
 
+from service.auth.access import require_force
 from service.deps import READ, WRITE, CommittingRoute, SessionDep, TokenDep
-from service.errors import Forbidden
 from service.gate import promotion
 from service.gate.models import Promotion
 from service.gate.schemas import AliasMove, PromotionRead
@@ -21,8 +21,8 @@ def move_alias(name: str, alias: str, body: AliasMove, session: SessionDep,
     decision against the current production version, unless `force` (scope admin)."""
     if alias != PRODUCTION:
         return set_alias(session=session, line_name=name, alias=alias, version=body.version)
-    if body.force and "admin" not in token.scopes:
-        raise Forbidden("missing_scope", "forcing a promotion needs the 'admin' scope")
+    if body.force:
+        require_force(token)
     promotion.promote(session=session, line_name=name, version=body.version,
                       requested_by=token.name, force=body.force)
     return get_alias(session=session, line_name=name, alias=PRODUCTION)

@@ -18,7 +18,6 @@ from service.deps import (
     ADMIN,
     READ,
     WRITE,
-    Acting,
     CommittingRoute,
     Credentials,
     SessionDep,
@@ -26,6 +25,8 @@ from service.deps import (
     StoreDep,
     TokenDep,
     act_signed,
+    authorize,
+    current_token,
     reading,
     require,
 )
@@ -49,14 +50,13 @@ from service.gate.webhook_auth import (
     DeliveryHeader,
     RawBody,
     SignatureHeader,
-    gate_caller,
     webhook_signature,
 )
 from service.jobs.schemas import JobRead
 from service.names import NAME_LENGTH
 from service.projects.models import DEFAULT_PROJECT, Project
 from service.projects.scoping import scope_session
-from service.projects.service import acting_project, get_project
+from service.projects.service import get_project
 from service.registry.service import get_line
 
 router = APIRouter(tags=["gate"], route_class=CommittingRoute)
@@ -139,10 +139,9 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
     gate_request = parse_gate_request(body)
     with reading(request) as reader:
         if credentials is not None:
-            token = gate_caller(request, credentials)
+            token = current_token(request, credentials)
+            project = authorize(request, reader, token, gate_request.project, "gate").project
             caller, signed = token.name, None
-            project = acting_project(session=reader, token=token, named=gate_request.project)
-            request.state.acting = Acting(token=token, project=project)
         else:
             project = signed_project(reader, gate_request)
             caller, signed = WEBHOOK, webhook_signature(

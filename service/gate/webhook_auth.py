@@ -1,5 +1,6 @@
-"""Who asks the gate: a bearer token with scope `gate`, or a CI system that signs the raw
-body with the line's webhook secret (flipgate.signing: `t=<unix>,v1=<hex>`)."""
+"""Who asks the gate without a bearer token (one with scope `gate`: service.deps.authorize):
+a CI system that signs the raw body with the line's webhook secret (flipgate.signing:
+`t=<unix>,v1=<hex>`)."""
 
 from typing import Annotated
 
@@ -7,10 +8,7 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from flipgate.signing import HEADER, SignatureError, verify
-from service.auth.models import ApiToken
-from service.auth.service import require_scope
 from service.config import Settings
-from service.deps import Credentials, current_token
 from service.errors import Unauthorized
 from service.gate.models import DELIVERY_LENGTH
 from service.gate.webhook_secrets import valid_secrets
@@ -26,13 +24,6 @@ async def raw_body(request: Request) -> bytes:
 
 
 RawBody = Annotated[bytes, Depends(raw_body)]
-
-
-def gate_caller(request: Request, credentials: Credentials) -> ApiToken:
-    """The bearer token allowed to ask the gate."""
-    token: ApiToken = current_token(request, credentials)
-    require_scope(token, "gate")
-    return token
 
 
 def webhook_signature(*, session: Session | None, settings: Settings, line_name: str,

@@ -1,20 +1,28 @@
 """Endpoints of projects and their members (docs/access.md).
 
 The routes under /projects/{project} check the caller's `admin` scope first and then the
-project (service.deps.require_in_path): a token of another project gets exactly the 403,
+project (service.deps.require): a token of another project gets exactly the 403,
 then the 404 project_not_found, that a project existing nowhere gets."""
 
 from typing import Annotated
 
 from fastapi import APIRouter, Response
 
-from service.deps import Acting, CommittingRoute, ServerAdmin, SessionDep, TokenDep, require_in_path
+from service.deps import (
+    SERVER_ADMIN,
+    Acting,
+    CallerProjects,
+    CommittingRoute,
+    SessionDep,
+    project_in_path,
+    require,
+)
 from service.projects import service
 from service.projects.models import Project, ProjectMember
 from service.projects.schemas import MemberGrant, MemberName, MemberRead, ProjectCreate, ProjectRead
 
 router = APIRouter(prefix="/projects", tags=["projects"], route_class=CommittingRoute)
-ProjectAdmin = Annotated[Acting, require_in_path("admin")]
+ProjectAdmin = Annotated[Acting, require("admin", named_in=project_in_path)]
 NOT_FOUND = {404: {"description": "no such project for this caller (project_not_found)"}}
 
 
@@ -24,20 +32,20 @@ def project_read(project: Project, scopes: frozenset[str]) -> ProjectRead:
 
 
 @router.post("", status_code=201, response_model=ProjectRead,
-             responses={409: {"description": "the name is taken (project_exists)"}})
-def create_project(body: ProjectCreate, session: SessionDep, token: ServerAdmin) -> ProjectRead:
-    """Create an empty project (the server admin only); 422 invalid_project_name for a
-    name that is not one."""
+             responses={409: {"description": "the name is taken (project_exists)"}},
+             dependencies=[SERVER_ADMIN])
+def create_project(body: ProjectCreate, session: SessionDep) -> ProjectRead:
+    """Create an empty project (the server admin only, who holds every scope in it); 422
+    invalid_project_name for a name that is not one."""
     return project_read(service.create_project(session=session, name=body.name),
-                        service.held_scopes(token))
+                        service.PROJECT_SCOPES)
 
 
 @router.get("", response_model=list[ProjectRead])
-def list_projects(session: SessionDep, token: TokenDep) -> list[ProjectRead]:
+def list_projects(held: CallerProjects) -> list[ProjectRead]:
     """The projects the caller can act in (the server admin: all; a project-bound token:
     its own), each with the scopes the caller holds there."""
-    return [project_read(project, service.held_scopes(token))
-            for project in service.visible_projects(session=session, token=token)]
+    return [project_read(project, scopes) for project, scopes in held]
 
 
 @router.get("/{project}/members", response_model=list[MemberRead], responses=NOT_FOUND)

@@ -1,4 +1,5 @@
-"""Projects and roles: creating projects, granting roles, and the project a request acts in.
+"""Projects and roles: creating projects and granting roles (what a caller may do with them:
+service.auth.access).
 
 A role is a set of today's scopes, so every documented rule keeps its meaning:
 
@@ -15,11 +16,10 @@ from collections.abc import Iterable
 from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
-from service.auth.models import ApiToken
 from service.db import insert_or_conflict
 from service.errors import InvalidInput, NotFound
 from service.names import check_name
-from service.projects.models import DEFAULT_PROJECT, Person, Project, ProjectMember
+from service.projects.models import Project, ProjectMember
 
 ROLES: dict[str, frozenset[str]] = {
     "viewer": frozenset({"read"}),
@@ -28,17 +28,6 @@ ROLES: dict[str, frozenset[str]] = {
     "admin": frozenset({"read", "write", "gate", "admin"}),
 }
 PROJECT_SCOPES = ROLES["admin"]
-
-
-def is_server_admin(token: ApiToken) -> bool:
-    """The bootstrap admin token, or a stored token bound to no project with `admin`."""
-    return token.project_id is None and "admin" in token.scopes
-
-
-def held_scopes(token: ApiToken) -> frozenset[str]:
-    """The project scopes `token` holds where it acts: all of them with `admin` (the server
-    admin's in every project), else its own (`metrics` is no project's)."""
-    return PROJECT_SCOPES if "admin" in token.scopes else PROJECT_SCOPES & set(token.scopes)
 
 
 def create_project(*, session: Session, name: str) -> Project:
@@ -57,26 +46,6 @@ def get_project(*, session: Session, name: str) -> Project:
     if found is None:
         raise project_not_found(name)
     return found
-
-
-def acting_project(*, session: Session, token: ApiToken, named: str | None) -> Project:
-    """The project a request of `token` acts in: a bound token's own (naming another, even
-    one that exists, is 404 project_not_found, as a name of none is); a server-level token's
-    `named` one, `default` when it names none."""
-    if token.project_id is None:
-        return get_project(session=session, name=named or DEFAULT_PROJECT)
-    own = session.get_one(Project, token.project_id)
-    if named is not None and named != own.name:
-        raise project_not_found(named)
-    return own
-
-
-def visible_projects(*, session: Session, token: ApiToken) -> list[Project]:
-    """The projects a token can act in: all for a server admin, else its own."""
-    statement = select(Project).order_by(Project.name)
-    if not is_server_admin(token):
-        statement = statement.where(Project.id == token.project_id)
-    return list(session.scalars(statement))
 
 
 def check_role(role: str) -> frozenset[str]:
@@ -122,18 +91,14 @@ def _member(session: Session, project: Project, kind: str,
         ProjectMember.principal == principal)).one_or_none()
 
 
-def person_roles(*, session: Session, person: Person) -> dict[str, frozenset[str]]:
-    """The scopes a signed-in person holds in each project they belong to (by name): the
-    union of the roles granted to their subject and to each of their groups."""
-    grants = session.execute(
-        select(Project.name, ProjectMember.role).join(Project,
-                                                      Project.id == ProjectMember.project_id)
-        .where(or_(_principal_is("subject", [person.subject]),
-                   _principal_is("group", person.groups)))).all()
-    held: dict[str, frozenset[str]] = {}
-    for project, role in grants:
-        held[project] = held.get(project, frozenset()) | ROLES[role]
-    return held
+def grants(*, session: Session, subject: str,
+           groups: Iterable[str]) -> list[tuple[str, str]]:
+    """The (project name, role) of every grant to the subject `subject` or to one of
+    `groups`."""
+    return [(project, role) for project, role in session.execute(
+        select(Project.name, ProjectMember.role)
+        .join(Project, Project.id == ProjectMember.project_id)
+        .where(or_(_principal_is("subject", [subject]), _principal_is("group", groups))))]
 
 
 def _principal_is(kind: str, principals: Iterable[str]):

@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse
 
 from service import urls
 from service.audit.service import EventFilter, list_events
+from service.auth.access import holds
 from service.deps import CommittingRoute
 from service.errors import InvalidInput, NotFound
 from service.projects.service import get_project
@@ -23,7 +24,7 @@ PER_PAGE = 50
 def can_audit(who: Viewer | None) -> bool:
     """Whether the viewer may read the audit trail of the page's project (the header links to
     it then)."""
-    return who is not None and "admin" in who.roles.get(who.project or "", ())
+    return who is not None and holds(who.roles, who.project, "admin")
 
 
 templates.env.globals["can_audit"] = can_audit

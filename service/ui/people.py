@@ -22,6 +22,7 @@ from service.audit.requests import (
     record_change,
     record_page_refusal,
 )
+from service.auth.access import not_held
 from service.auth.models import ApiToken
 from service.auth.service import SCOPES, create_token
 from service.config import Settings
@@ -146,10 +147,10 @@ def _acting(session: Session, who: Viewer) -> Acting:
 def _mint(session: Session, who: Viewer, scopes: list[str],
           days: int) -> tuple[ApiToken, str]:
     """A token for `who` in their page's project: 403 for scopes they do not hold there."""
-    held = who.roles[who.project]
-    if not set(scopes) <= held:
-        raise PageRefused(who, 403, f"you hold {sorted(held)} in project {who.project!r}, "
-                          f"not {sorted(set(scopes) - held)}", heading="Scopes not held")
+    lacking = not_held(who.roles, who.project, scopes)
+    if lacking:
+        raise PageRefused(who, 403, f"you hold {sorted(who.roles[who.project])} in project "
+                          f"{who.project!r}, not {sorted(lacking)}", heading="Scopes not held")
     prefix = f"person-{_slug(who.subject)}-"
     project = get_project(session=session, name=who.project)
     count = session.scalar(select(func.count()).select_from(ApiToken).where(

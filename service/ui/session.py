@@ -19,21 +19,26 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from service.auth.access import (
+    Roles,
+    bootstrap_admin,
+    person_roles,
+    require_scope,
+    token_roles,
+)
 from service.auth.models import ApiToken, EndedSession, FailedSignIn
-from service.auth.service import authenticate, require_scope
+from service.auth.service import authenticate
 from service.config import Settings
 from service.db import utcnow
 from service.errors import Forbidden
 from service.guard import INT32_MAX
-from service.projects.models import Person, Project
-from service.projects.service import PROJECT_SCOPES, is_server_admin, person_roles
+from service.projects.models import Person
 
 COOKIE = "flipgate_session"
 MAX_EXPIRY = 2**33  # unix seconds (the year 2242): any later expiry is no cookie of ours
@@ -55,9 +60,6 @@ class SignInRequired(Exception):
 ENDED = {"expired": "Your session expired.",
          "signed_out": "You signed out.",
          "revoked": "Your session ended: its token was revoked or lost the read scope."}
-
-
-Roles = Mapping[str, frozenset[str]]  # the scopes held in each project, by project name
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def viewer(session: Session, settings: Settings, cookie: str | None) -> Viewer:
         raise SignInRequired("signed_out")
     subject, sid = payload["sub"], payload["sid"]
     if subject == _admin_subject(settings):
-        return Viewer(ADMIN, _every_project(session, PROJECT_SCOPES), session_id=sid)
+        return Viewer(ADMIN, token_roles(session=session, token=bootstrap_admin()),
+                      session_id=sid)
     if subject.startswith(PERSON):
         return _person_viewer(session, settings, subject.removeprefix(PERSON), sid)
     row = session.get(ApiToken, int(subject)) if _is_token_id(subject) else None
@@ -112,15 +115,7 @@ def viewer(session: Session, settings: Settings, cookie: str | None) -> Viewer:
         require_scope(row, "read")
     except Forbidden as error:
         raise SignInRequired("revoked") from error
-    return Viewer(row.name, _token_roles(session, row), session_id=sid)
-
-
-def _token_roles(session: Session, row: ApiToken) -> Roles:
-    """A token's project with its scopes (a server-level token's: every project)."""
-    scopes = PROJECT_SCOPES if is_server_admin(row) else frozenset(row.scopes) & PROJECT_SCOPES
-    if row.project_id is None:
-        return _every_project(session, scopes)
-    return {session.get_one(Project, row.project_id).name: scopes}
+    return Viewer(row.name, token_roles(session=session, token=row), session_id=sid)
 
 
 def _person_viewer(session: Session, settings: Settings, subject: str, sid: str) -> Viewer:
@@ -129,16 +124,9 @@ def _person_viewer(session: Session, settings: Settings, subject: str, sid: str)
     person = session.get(Person, subject)
     if person is None:
         raise SignInRequired("revoked")
-    admin_group = settings.oidc_admin_group
-    roles = (_every_project(session, PROJECT_SCOPES)
-             if admin_group and admin_group in person.groups
-             else person_roles(session=session, person=person))
+    roles = person_roles(session=session, person=person, admin_group=settings.oidc_admin_group)
     return Viewer(person.display_name or person.email or subject, roles, subject=subject,
                   email=person.email, session_id=sid)
-
-
-def _every_project(session: Session, scopes: frozenset[str]) -> Roles:
-    return {name: scopes for name in session.scalars(select(Project.name).order_by(Project.name))}
 
 
 def sign_out(session: Session, settings: Settings, cookie: str | None) -> None:

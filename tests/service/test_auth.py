@@ -5,14 +5,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
+from service.auth.access import require_scope
 from service.auth.models import ApiToken
-from service.auth.service import (
-    authenticate,
-    create_token,
-    hash_token,
-    require_scope,
-    revoke_token,
-)
+from service.auth.service import authenticate, create_token, hash_token, revoke_token
 from service.db import utcnow
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthorized
 

@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import select
 
 from flipgate.cli import main
+from service.audit.models import AuditEvent
 from service.config import Settings, get_settings
 from service.db import settings_session
 from service.migrate import upgrade
-from service.projects.models import AuditEvent
 
 
 @pytest.fixture

@@ -14,10 +14,11 @@ from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from pydantic import SecretStr
 from sqlalchemy import select
 
+from service.audit.models import AuditEvent
 from service.auth.models import ApiToken
 from service.auth.service import create_token
 from service.db import utcnow
-from service.projects.models import AuditEvent, Person
+from service.projects.models import Person
 from service.projects.service import create_project, get_project, grant, revoke
 from service.ui.oidc import FLOW_COOKIE
 from service.ui.session import COOKIE

@@ -14,13 +14,13 @@ from sqlalchemy import func, select, update
 from starlette.routing import Match
 
 from flipgate.signing import signature
+from service.audit.models import AuditEvent
 from service.audit.requests import SAFE_METHODS
 from service.auth.models import ApiToken
 from service.auth.service import create_token, revoke_token
 from service.db import utcnow
 from service.deps import AdminAccess, SessionDep, TokenDep
 from service.main import ROUTERS
-from service.projects.models import AuditEvent
 from service.projects.service import create_project
 from tests.integrations.mlflow_world import alias_event, signed
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, npy_bytes

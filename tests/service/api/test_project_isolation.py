@@ -38,11 +38,11 @@ from pydantic import SecretStr
 from sqlalchemy import func, select
 
 from flipgate.signing import HEADER, signature
+from service.audit.models import AuditEvent
 from service.auth.service import create_token
 from service.db import Base, session_scope
 from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.models import Job
-from service.projects.models import AuditEvent
 from service.projects.service import create_project, get_project, grant
 from tests.integrations.mlflow_world import alias_event, signed
 from tests.service.api.conftest import (
