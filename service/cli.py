@@ -257,7 +257,7 @@ def run_store_gc(args: argparse.Namespace) -> int:
     uploads abandoned that long ago (staging files; in a bucket, staging objects and
     incomplete multipart uploads) go too."""
     from service.config import get_settings
-    from service.housekeeping import collect_garbage, sweep_partial_files
+    from service.housekeeping import collect_garbage
     from service.storage import open_store
 
     store, min_age_seconds = open_store(get_settings()), args.min_age_minutes * 60
@@ -266,7 +266,7 @@ def run_store_gc(args: argparse.Namespace) -> int:
                                   min_age_seconds=min_age_seconds)
     for sha256 in removed:
         print(f"removed {sha256}")
-    partial = sweep_partial_files(store=store, idle_seconds=min_age_seconds)
+    partial = store.sweep_partial(min_age_seconds)
     print(f"{len(removed)} unreferenced artifacts removed, {len(partial)} abandoned uploads",
           file=sys.stderr)
     return 0

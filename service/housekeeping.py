@@ -23,7 +23,6 @@ ARTIFACT_COLUMNS: tuple[InstrumentedAttribute[str], ...] = (
     ModelVersion.artifact_sha256, Dataset.sha256, Prediction.logits_sha256,
     Prediction.classes_sha256, PairMetrics.html_sha256, PairMetrics.export_sha256,
     DatasetLabels.sha256)
-NOT_ARTIFACT_COLUMNS = frozenset({"gate_decisions.request_sha256"})
 
 
 @dataclass(frozen=True)
@@ -32,13 +31,6 @@ class StoreReport:
 
     unreferenced: list[str]
     missing: list[str]
-
-
-def sweep_partial_files(*, store: ArtifactStore, idle_seconds: float) -> list[str]:
-    """Remove the staging files, unfinished writes and (S3) staging objects and incomplete
-    multipart uploads untouched for `idle_seconds` (an upload under way keeps writing, so
-    its files stay fresh); what was removed."""
-    return store.sweep_partial(idle_seconds)
 
 
 def referenced_artifacts(*, session: Session) -> set[str]:

@@ -10,17 +10,12 @@ from fastapi.testclient import TestClient
 from service.datasets.models import DatasetRole
 from service.datasets.service import register_dataset
 from service.db import Base
-from service.housekeeping import (
-    ARTIFACT_COLUMNS,
-    NOT_ARTIFACT_COLUMNS,
-    check_store,
-    collect_garbage,
-    sweep_partial_files,
-)
+from service.housekeeping import ARTIFACT_COLUMNS, check_store, collect_garbage
 from service.main import create_app
 from service.registry.service import register_version
 
 HOUR = 3600
+NOT_ARTIFACT_COLUMNS = {"gate_decisions.request_sha256"}  # a request's digest, never stored
 
 
 def age(path, seconds: float) -> None:
@@ -46,7 +41,7 @@ def test_only_partial_files_idle_for_the_period_are_swept(store):
     age(unfinished, 2 * HOUR)
     age(fresh, 2 * HOUR)
     (fresh / "data.npz").touch()  # an upload still writing
-    swept = sweep_partial_files(store=store, idle_seconds=HOUR)
+    swept = store.sweep_partial(HOUR)
     assert sorted(swept) == sorted([str(stale), str(unfinished)])
     assert fresh.exists() and not stale.exists() and not unfinished.exists()
 
