@@ -273,12 +273,12 @@ def run_store_gc(args: argparse.Namespace) -> int:
 
 
 def run_store_migrate(args: argparse.Namespace) -> int:
-    """Copy the local store's artifacts into the bucket --to; exit 1 if a local artifact's
+    """Copy the configured store's artifacts into the bucket --to; exit 1 if an artifact's
     bytes do not match its address (those are listed, the others copied)."""
     from flipgate.progress import progress_bars
     from service.config import get_settings
     from service.housekeeping import migrate_store
-    from service.storage import LocalStore, open_store
+    from service.storage import open_store
 
     settings = get_settings()
     try:
@@ -286,7 +286,7 @@ def run_store_migrate(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise InputError("invalid_store", str(error)) from error
     with progress_bars() as bar:
-        report = migrate_store(source=LocalStore(settings.artifacts_dir), target=target,
+        report = migrate_store(source=open_store(settings), target=target,
                                progress=bar("copying artifacts"))
     for sha256 in report.corrupt:
         print(f"corrupt artifact {sha256} (its bytes do not match its address; not copied)")
