@@ -12,6 +12,8 @@ from service.errors import StorageUnavailable
 from service.storage.base import BUNDLE_MODEL, bundle_sha256, manifest_sha256
 from service.storage.common import CHUNK_BYTES
 
+END_BYTES = 2 * tarfile.BLOCKSIZE  # the end of an archive: two blocks of zeros
+
 
 def pack_bundle(files: dict[str, Path], out: Path) -> Path:
     """Write the bundle of `files` (by their names in it) to the tar `out`."""
@@ -32,7 +34,7 @@ def bundle_chunks(files: dict[str, Path]) -> Iterator[bytes]:
             while chunk := readable.read(CHUNK_BYTES):
                 yield chunk
         yield bytes(-member.size % tarfile.BLOCKSIZE)
-    yield bytes(2 * tarfile.BLOCKSIZE)  # the end of the archive
+    yield bytes(END_BYTES)
 
 
 def unpack_bundle(tar: Path, folder: Path, sha256: str) -> Path:
@@ -55,8 +57,9 @@ def unpack_bundle(tar: Path, folder: Path, sha256: str) -> Path:
 
 def verified_tar(chunks: Iterable[bytes], sha256: str) -> Iterator[bytes]:
     """The bytes of a stored bundle's tar passed on as they are read, and read as a tar as
-    they pass: artifact_corrupt (raised after what has passed, so a download is cut short,
-    never completed) unless its members are plain files that make the bundle `sha256`."""
+    they pass, but the end of the archive, held back until its members are checked to be
+    plain files that make the bundle `sha256`: artifact_corrupt otherwise (a download is
+    cut short, never a complete tar)."""
     reader, digests = _PassingReader(chunks), {}
     with tarfile.open(fileobj=reader, mode="r|") as archive:
         for member in archive:
@@ -69,7 +72,7 @@ def verified_tar(chunks: Iterable[bytes], sha256: str) -> Iterator[bytes]:
             digests[member.name] = digest.hexdigest()
     if BUNDLE_MODEL not in digests or manifest_sha256(digests) != sha256:
         raise _corrupt(sha256, "its files do not match its address")
-    yield from reader.take()
+    yield from reader.take(keep=0)
     yield from reader.rest()
 
 
@@ -87,11 +90,13 @@ class _PassingReader:
         self.passed += data
         return data
 
-    def take(self) -> Iterator[bytes]:
-        """What was read since the last `take` (nothing when nothing was)."""
-        if self.passed:
-            yield bytes(self.passed)
-            self.passed.clear()
+    def take(self, keep: int = END_BYTES) -> Iterator[bytes]:
+        """What was read since the last `take` but its last `keep` bytes (nothing when no
+        more was read)."""
+        if len(self.passed) > keep:
+            cut = len(self.passed) - keep
+            yield bytes(self.passed[:cut])
+            del self.passed[:cut]
 
     def rest(self) -> Iterator[bytes]:
         """What was never read (the padding after the end of the archive)."""
