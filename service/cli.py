@@ -400,11 +400,12 @@ def add_store_command(commands: argparse._SubParsersAction) -> None:
                          "row yet (default 60)")
     gc.set_defaults(run=run_store_gc)
     migrate = store_commands.add_parser(
-        "migrate", help="copy the local store's artifacts into a bucket (resumable)",
-        description="Copies every artifact of $FLIPGATE_DATA_DIR/artifacts that the bucket "
-                    "lacks, each verified against its digest, into the S3 store --to "
-                    "(credentials and endpoint from the standard AWS chain). Run it again "
-                    "to resume; then set FLIPGATE_ARTIFACT_STORE to the same URL.")
+        "migrate", help="copy the store's artifacts into a bucket (resumable)",
+        description="Copies every artifact of the store ($FLIPGATE_ARTIFACT_STORE, default "
+                    "$FLIPGATE_DATA_DIR/artifacts) that the bucket lacks, each verified "
+                    "against its digest, into the S3 store --to (credentials and endpoint "
+                    "from the standard AWS chain). Run it again to resume; then set "
+                    "FLIPGATE_ARTIFACT_STORE to the same URL.")
     migrate.add_argument("--to", required=True, metavar="s3://BUCKET[/PREFIX]",
                          help="the artifact store to copy into")
     migrate.set_defaults(run=run_store_migrate)
