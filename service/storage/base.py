@@ -251,4 +251,3 @@ def folder_files(folder: Path) -> dict[str, Path]:
     """The files of a bundle's folder by their names in it."""
     return {path.relative_to(folder).as_posix(): path for path in folder.rglob("*")
             if path.is_file()}
-
