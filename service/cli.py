@@ -274,7 +274,7 @@ def run_store_gc(args: argparse.Namespace) -> int:
     uploads abandoned that long ago (staging files; in a bucket, staging objects and
     incomplete multipart uploads) go too."""
     from service.config import get_settings
-    from service.housekeeping import collect_garbage, sweep_partial_files
+    from service.housekeeping import collect_garbage
     from service.storage import open_store
 
     store, min_age_seconds = open_store(get_settings()), args.min_age_minutes * 60
@@ -283,19 +283,19 @@ def run_store_gc(args: argparse.Namespace) -> int:
                                   min_age_seconds=min_age_seconds)
     for sha256 in removed:
         print(f"removed {sha256}")
-    partial = sweep_partial_files(store=store, idle_seconds=min_age_seconds)
+    partial = store.sweep_partial(min_age_seconds)
     print(f"{len(removed)} unreferenced artifacts removed, {len(partial)} abandoned uploads",
           file=sys.stderr)
     return 0
 
 
 def run_store_migrate(args: argparse.Namespace) -> int:
-    """Copy the local store's artifacts into the bucket --to; exit 1 if a local artifact's
+    """Copy the configured store's artifacts into the bucket --to; exit 1 if an artifact's
     bytes do not match its address (those are listed, the others copied)."""
     from flipgate.progress import progress_bars
     from service.config import get_settings
     from service.housekeeping import migrate_store
-    from service.storage import LocalStore, open_store
+    from service.storage import open_store
 
     settings = get_settings()
     try:
@@ -303,7 +303,7 @@ def run_store_migrate(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise InputError("invalid_store", str(error)) from error
     with progress_bars() as bar:
-        report = migrate_store(source=LocalStore(settings.artifacts_dir), target=target,
+        report = migrate_store(source=open_store(settings), target=target,
                                progress=bar("copying artifacts"))
     for sha256 in report.corrupt:
         print(f"corrupt artifact {sha256} (its bytes do not match its address; not copied)")
@@ -417,11 +417,12 @@ def add_store_command(commands: argparse._SubParsersAction) -> None:
                          "row yet (default 60)")
     gc.set_defaults(run=run_store_gc)
     migrate = store_commands.add_parser(
-        "migrate", help="copy the local store's artifacts into a bucket (resumable)",
-        description="Copies every artifact of $FLIPGATE_DATA_DIR/artifacts that the bucket "
-                    "lacks, each verified against its digest, into the S3 store --to "
-                    "(credentials and endpoint from the standard AWS chain). Run it again "
-                    "to resume; then set FLIPGATE_ARTIFACT_STORE to the same URL.")
+        "migrate", help="copy the store's artifacts into a bucket (resumable)",
+        description="Copies every artifact of the store ($FLIPGATE_ARTIFACT_STORE, default "
+                    "$FLIPGATE_DATA_DIR/artifacts) that the bucket lacks, each verified "
+                    "against its digest, into the S3 store --to (credentials and endpoint "
+                    "from the standard AWS chain). Run it again to resume; then set "
+                    "FLIPGATE_ARTIFACT_STORE to the same URL.")
     migrate.add_argument("--to", required=True, metavar="s3://BUCKET[/PREFIX]",
                          help="the artifact store to copy into")
     migrate.set_defaults(run=run_store_migrate)

@@ -34,8 +34,7 @@ from service.outbox import enqueue_after_commit
 from service.projects.models import Project
 from service.projects.scoping import scope_session
 from service.schemas import ErrorBody
-from service.storage import ArtifactStore, StagedFile
-from service.storage.base import check_address
+from service.storage import ArtifactStore, StagedFile, check_address
 
 bearer = HTTPBearer(auto_error=False, description="an API token, or FLIPGATE_ADMIN_TOKEN")
 

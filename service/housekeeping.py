@@ -1,10 +1,9 @@
 """Keeping the artifact store tidy: partial files that no upload is writing any more, and
 artifacts that no row references (reported by `flipgate store check`, removed by
-`flipgate store gc`); and moving a local store into a bucket (`flipgate store migrate`)."""
+`flipgate store gc`); and copying one store into another (`flipgate store migrate`)."""
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from sqlalchemy import select, union
 from sqlalchemy.orm import InstrumentedAttribute, Session
@@ -12,10 +11,10 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from flipgate.progress import Progress
 from service.compare.models import PairMetrics
 from service.datasets.models import Dataset, DatasetLabels
+from service.errors import StorageUnavailable
 from service.predictions.models import Prediction
 from service.registry.models import ModelVersion
-from service.storage import ArtifactStore, LocalStore, bundle_sha256, file_sha256
-from service.storage.bundle import folder_files
+from service.storage import ArtifactStore
 
 # Every column that holds the address of an artifact. A new one must be added here, or gc
 # would take its artifacts for garbage (tests/service/test_housekeeping.py checks the schema).
@@ -23,7 +22,6 @@ ARTIFACT_COLUMNS: tuple[InstrumentedAttribute[str], ...] = (
     ModelVersion.artifact_sha256, Dataset.sha256, Prediction.logits_sha256,
     Prediction.classes_sha256, PairMetrics.html_sha256, PairMetrics.export_sha256,
     DatasetLabels.sha256)
-NOT_ARTIFACT_COLUMNS = frozenset({"gate_decisions.request_sha256"})
 
 
 @dataclass(frozen=True)
@@ -32,13 +30,6 @@ class StoreReport:
 
     unreferenced: list[str]
     missing: list[str]
-
-
-def sweep_partial_files(*, store: ArtifactStore, idle_seconds: float) -> list[str]:
-    """Remove the staging files, unfinished writes and (S3) staging objects and incomplete
-    multipart uploads untouched for `idle_seconds` (an upload under way keeps writing, so
-    its files stay fresh); what was removed."""
-    return store.sweep_partial(idle_seconds)
 
 
 def referenced_artifacts(*, session: Session) -> set[str]:
@@ -76,16 +67,16 @@ class MigrationReport:
     corrupt: list[str]
 
 
-def migrate_store(*, source: LocalStore, target: ArtifactStore,
+def migrate_store(*, source: ArtifactStore, target: ArtifactStore,
                   progress: Progress) -> MigrationReport:
-    """Copy every artifact of the local store `source` that `target` lacks, each verified
-    against its digest first (a bundle as one artifact); run again, it copies only what is
-    left (every write is conditional, so a copy cut short is never an artifact)."""
+    """Copy every artifact of `source` that `target` lacks, each verified against its digest
+    first (a bundle as one artifact); run again, it copies only what is left (every write is
+    conditional, so a copy cut short is never an artifact)."""
     addresses, report = sorted(source.addresses()), MigrationReport([], [], [])
     for done, sha256 in enumerate(addresses, start=1):
         if target.exists(sha256):
             report.present.append(sha256)
-        elif _copy_verified(source.path(sha256), sha256, target):
+        elif _copied(source, target, sha256):
             report.copied.append(sha256)
         else:
             report.corrupt.append(sha256)
@@ -93,16 +84,13 @@ def migrate_store(*, source: LocalStore, target: ArtifactStore,
     return report
 
 
-def _copy_verified(path: Path, sha256: str, target: ArtifactStore) -> bool:
-    """Store the file or bundle folder `path` in `target` if its bytes are the artifact
-    `sha256`; whether they were."""
-    if path.is_dir():
-        files = folder_files(path)
-        if bundle_sha256(files) != sha256:
-            return False
-        target.put_bundle(files, sha256)
-        return True
-    if file_sha256(path) != sha256:
+def _copied(source: ArtifactStore, target: ArtifactStore, sha256: str) -> bool:
+    """Copy one artifact; False (nothing copied) when its bytes in `source` are not its
+    address."""
+    try:
+        source.copy_to(target, sha256)
+    except StorageUnavailable as error:
+        if error.code != "artifact_corrupt":
+            raise
         return False
-    target.put_file(path, sha256)
     return True

@@ -39,7 +39,6 @@ from service.errors import (
 from service.gate.promotion_router import router as promotion_router
 from service.gate.router import router as gate_router
 from service.guard import check_request_scalars
-from service.housekeeping import sweep_partial_files
 from service.integrations.mlflow.router import router as mlflow_router
 from service.jobs.router import router as jobs_router
 from service.limits import Admission, RequestBodyLimit
@@ -116,7 +115,7 @@ async def sweep_abandoned_uploads(store: ArtifactStore, settings: Settings) -> N
     idle_seconds = settings.staging_idle_minutes * 60
     while True:
         try:
-            await asyncio.to_thread(sweep_partial_files, store=store, idle_seconds=idle_seconds)
+            await asyncio.to_thread(store.sweep_partial, idle_seconds)
         except (OSError, StorageUnavailable):
             logger.exception("could not sweep abandoned uploads")
         await asyncio.sleep(idle_seconds / 2)

@@ -71,6 +71,16 @@ def test_the_task_infrastructure_imports_no_domain(module):
     assert sorted(name for name in names if name.startswith(DOMAINS)) == []
 
 
+def test_the_artifact_store_is_used_through_its_interface():
+    """Outside service/storage/, the server and the worker import the package
+    service.storage (the interface and open_store), never a back-end or its helpers."""
+    reaching_in = {path: sorted(name for name in names if name.startswith("service.storage."))
+                   for package in ("service", "worker")
+                   for path, names in imported_modules(package).items()
+                   if not path.startswith("service/storage/")}
+    assert {path: names for path, names in reaching_in.items() if names} == {}
+
+
 def test_only_entry_points_read_the_settings():
     """Service code and tasks take Settings as an argument (the worker's from its context)."""
     entry_points_ = {"service/main.py", "service/cli.py", "service/config.py",

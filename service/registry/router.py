@@ -30,7 +30,6 @@ from service.registry.schemas import (
     ScoreKind,
 )
 from service.storage import StagedFile, upload_name
-from service.storage.bundle import bundle_chunks, folder_files
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=CommittingRoute)
 METADATA_MAX_CHARS = 64 * 1024
@@ -187,14 +186,14 @@ def download_model(name: str, version: str, session: SessionDep, store: StoreDep
     store (through the server's cache when the store is a bucket), for a deploy job; an
     external version has none (404 `version_has_no_model`)."""
     row = service.get_named_version(session=session, line_name=name, version=version)
-    path = service.version_model(store=store, version=row)
-    headers = {"X-Flipgate-Sha256": row.artifact_sha256, "ETag": f'"{row.artifact_sha256}"'}
-    if path.is_dir():
+    sha256 = service.model_address(row)
+    headers = {"X-Flipgate-Sha256": sha256, "ETag": f'"{sha256}"'}
+    if store.is_bundle(sha256):
         disposition = f"attachment; filename*=utf-8''{quote(f'{name}-{version}.tar')}"
-        return StreamingResponse(bundle_chunks(folder_files(path)), media_type="application/x-tar",
+        return StreamingResponse(store.bundle_tar(sha256), media_type="application/x-tar",
                                  headers={**headers, "Content-Disposition": disposition})
-    return FileResponse(path, media_type="application/octet-stream", headers=headers,
-                        filename=f"{name}-{version}.onnx")
+    return FileResponse(store.local_path(sha256), media_type="application/octet-stream",
+                        headers=headers, filename=f"{name}-{version}.onnx")
 
 
 class TrainingDatasetChoice(BaseModel):

@@ -222,14 +222,14 @@ def get_named_version(*, session: Session, line_name: str, version: str) -> Mode
                             message=f"no model version {line_name}:{version}")
 
 
-def version_model(*, store: ArtifactStore, version: ModelVersion) -> Path:
-    """A version's model as it was registered and gated, read through the store: its .onnx
-    file, or the folder of its bundle (a model with external data); 404
-    `version_has_no_model` for an external version."""
+def model_address(version: ModelVersion) -> str:
+    """The address of a version's model as it was registered and gated (its .onnx file, or
+    the bundle of a model with external data); 404 `version_has_no_model` for an external
+    version."""
     if version.external:
         raise NotFound("version_has_no_model", f"version {version.version} is external: "
                        "flipgate has its predictions, not its model")
-    return store.local_path(version.artifact_sha256)
+    return version.artifact_sha256
 
 
 def list_versions(*, session: Session, line_name: str) -> list[ModelVersion]:

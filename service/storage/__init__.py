@@ -9,6 +9,7 @@ from service.storage.base import (
     StagedFile,
     StoredArtifact,
     bundle_sha256,
+    check_address,
     file_sha256,
     model_sha256,
     upload_name,
@@ -16,7 +17,8 @@ from service.storage.base import (
 from service.storage.local import LocalStore
 
 __all__ = ["BUNDLE_MODEL", "ArtifactStore", "LocalStore", "StagedFile", "StoredArtifact",
-           "bundle_sha256", "file_sha256", "model_sha256", "open_store", "upload_name"]
+           "bundle_sha256", "check_address", "file_sha256", "model_sha256", "open_store",
+           "upload_name"]
 
 
 def open_store(settings: Settings) -> ArtifactStore:

@@ -1,24 +1,27 @@
 """The artifact store's interface: immutable artifacts named by the sha256 of their bytes
 (`sha256/ab/cdef…`), and the local staging of uploads that both back-ends share."""
 
-import asyncio
 import hashlib
 import re
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from flipgate.logits_scan import LogitsScan
-from flipgate.upload_client import DIGEST_HEADER
-from service.errors import InvalidInput, PayloadTooLarge
+from service.errors import InvalidInput
+from service.storage.common import (
+    CHUNK_BYTES,
+    check_declared,
+    check_intact,
+    copy_hashing,
+    receive_batches,
+)
 
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
-CHUNK_BYTES = 1 << 20
-WRITE_BATCH_BYTES = 1 << 20  # a raw body is written in batches of this size
 HEAD_BYTES = 64 << 10  # the first bytes of a streamed upload kept for its header checks
 BUNDLE_MODEL = "model.onnx"  # the model's name inside a bundle (a model with external data)
 
@@ -34,18 +37,16 @@ class StoredArtifact:
 @dataclass(frozen=True)
 class StagedFile:
     """An upload received and hashed (for logits, scanned: checks and argmax) in one pass:
-    written to the local staging file `path`, or (path None) streamed into the store's
-    multipart `upload` to `key` (its address when the client declared the digest, else a
-    staging key), of which `head` (its first HEAD_BYTES) and `size` are kept for the header
-    checks."""
+    written to the local staging file `path`, or (path None) streamed into the store, which
+    keeps `head` (its first HEAD_BYTES) and `size` for the header checks; `put_staged`
+    stores it. A back-end that streams uploads extends it with what it needs to finish
+    one."""
 
     path: Path | None
     sha256: str
     scan: LogitsScan | None = None
     size: int = 0
     head: bytes = b""
-    key: str | None = None
-    upload: Any = None
 
 
 class ArtifactStore(ABC):
@@ -66,6 +67,17 @@ class ArtifactStore(ABC):
     def local_path(self, sha256: str) -> Path:
         """A local file holding the artifact (the file itself, or a verified cached copy),
         for memory-mapped reads; a bundle is a folder. NotFound when it is not stored."""
+
+    @abstractmethod
+    def is_bundle(self, sha256: str) -> bool:
+        """Whether the artifact is a bundle (a model with its external data); NotFound when
+        it is not stored."""
+
+    @abstractmethod
+    def bundle_tar(self, sha256: str) -> Iterator[bytes]:
+        """The bundle `sha256` as the bytes of one uncompressed tar of its files in name
+        order (service.storage.bundle; the same bytes from either back-end), for a download;
+        NotFound when no bundle is stored there."""
 
     def model_path(self, sha256: str) -> Path:
         """Where a model artifact's .onnx lies locally: the file, or inside its bundle."""
@@ -108,6 +120,19 @@ class ArtifactStore(ABC):
     def check(self) -> str:
         """Raise unless the store answers; its kind."""
 
+    def copy_to(self, target: "ArtifactStore", sha256: str) -> None:
+        """Store the artifact in `target` as it is here (a bundle as a bundle), its bytes
+        checked against its address first (StorageUnavailable `artifact_corrupt` when they
+        do not match)."""
+        path = self.local_path(sha256)
+        if path.is_dir():
+            files = folder_files(path)
+            check_intact(bundle_sha256(files), sha256)
+            target.put_bundle(files, sha256)
+        else:
+            check_intact(file_sha256(path), sha256)
+            target.put_file(path, sha256)
+
     def put_model(self, files: dict[str, Path], sha256: str) -> None:
         """Store a model (`model_files`) at `sha256` (`model_sha256`): as one file, or as a
         bundle with its external data."""
@@ -143,8 +168,8 @@ class ArtifactStore(ABC):
         with self.scratch() as folder:
             path = folder / filename
             with path.open("wb") as handle:
-                artifact = _copy_hashing(readable, handle, max_bytes)
-            yield StagedFile(path, artifact.sha256, size=artifact.size)
+                sha256, size = copy_hashing(readable, handle, max_bytes)
+            yield StagedFile(path, sha256, size=size)
 
     @asynccontextmanager
     async def stage_chunks(self, chunks: AsyncIterator[bytes], *, filename: str,
@@ -180,49 +205,12 @@ class ArtifactStore(ABC):
             yield staged
 
 
-def check_declared(sha256: str, declared: str | None) -> str:
-    """The digest of an upload, unless the client declared another (422)."""
-    if declared is not None and declared != sha256:
-        raise InvalidInput("digest_mismatch", f"the body's sha256 is {sha256}, not the "
-                           f"{declared} its {DIGEST_HEADER} header declares")
-    return sha256
-
-
 def check_address(sha256: str) -> str:
     """`sha256` when it is 64 lowercase hex digits, else InvalidInput."""
     if not isinstance(sha256, str) or not SHA256_PATTERN.fullmatch(sha256):
         raise InvalidInput("invalid_sha256", f"{sha256!r} is not a sha256 digest "
                            "(64 lowercase hexadecimal characters)")
     return sha256
-
-
-async def receive_batches(chunks: AsyncIterator[bytes], keep: Callable[[bytes], None],
-                          max_bytes: int) -> int:
-    """Hand the chunks to `keep` in order, a batch of WRITE_BATCH_BYTES at a time in a
-    worker thread while the next batch is received (at most one batch in the thread, none
-    left there when this returns or raises); more than `max_bytes` is PayloadTooLarge; the
-    size received."""
-    loop, pending, size, buffered = asyncio.get_running_loop(), [], 0, 0
-    writing: asyncio.Future | None = None
-    try:
-        async for chunk in chunks:
-            size, buffered = size + len(chunk), buffered + len(chunk)
-            if size > max_bytes:
-                raise PayloadTooLarge("payload_too_large", "the upload is larger than the "
-                                      f"limit of {max_bytes} bytes")
-            pending.append(chunk)
-            if buffered >= WRITE_BATCH_BYTES:
-                if writing is not None:
-                    await asyncio.shield(writing)
-                writing = loop.run_in_executor(None, keep, b"".join(pending))
-                pending, buffered = [], 0
-    finally:
-        if writing is not None:
-            await asyncio.wait([writing])  # the file is never closed under a write
-    if writing is not None:
-        writing.result()
-    await loop.run_in_executor(None, keep, b"".join(pending))
-    return size
 
 
 def upload_name(field: str, filename: str | None) -> str:
@@ -250,17 +238,16 @@ def model_sha256(files: dict[str, Path]) -> str:
 
 def bundle_sha256(files: dict[str, Path]) -> str:
     """The address of a bundle: the sha256 of its file names and their contents' digests."""
-    manifest = "".join(f"{name}\0{file_sha256(path)}\n" for name, path in sorted(files.items()))
+    return manifest_sha256({name: file_sha256(path) for name, path in files.items()})
+
+
+def manifest_sha256(digests: dict[str, str]) -> str:
+    """The address of a bundle whose files (by their names in it) have these digests."""
+    manifest = "".join(f"{name}\0{digest}\n" for name, digest in sorted(digests.items()))
     return hashlib.sha256(manifest.encode()).hexdigest()
 
 
-def _copy_hashing(source: BinaryIO, target: BinaryIO, max_bytes: int | None) -> StoredArtifact:
-    digest, size = hashlib.sha256(), 0
-    while chunk := source.read(CHUNK_BYTES):
-        size += len(chunk)
-        if max_bytes is not None and size > max_bytes:
-            raise PayloadTooLarge("payload_too_large", f"the upload is larger than the limit "
-                                  f"of {max_bytes} bytes")
-        digest.update(chunk)
-        target.write(chunk)
-    return StoredArtifact(digest.hexdigest(), size)
+def folder_files(folder: Path) -> dict[str, Path]:
+    """The files of a bundle's folder by their names in it."""
+    return {path.relative_to(folder).as_posix(): path for path in folder.rglob("*")
+            if path.is_file()}

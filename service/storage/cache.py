@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from service.storage.local import place
+from service.storage.common import place
 
 # an entry used this recently is never evicted: a reader may be about to open the path it
 # was handed (once opened or memory-mapped, an evicted file stays readable)

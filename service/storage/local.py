@@ -1,12 +1,10 @@
 """The embedded back-end: a local folder, each artifact at sha256/ab/cdef… (a bundle a
 read-only folder there), written through a temporary file and renamed into place."""
 
-import os
 import shutil
 import tempfile
-import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from service.errors import NotFound
@@ -16,7 +14,10 @@ from service.storage.base import (
     StoredArtifact,
     check_address,
     file_sha256,
+    folder_files,
 )
+from service.storage.bundle import bundle_chunks
+from service.storage.common import link_or_copy, place, remove_idle
 
 
 class LocalStore(ArtifactStore):
@@ -40,6 +41,16 @@ class LocalStore(ArtifactStore):
         if not self.exists(sha256):
             raise NotFound("artifact_not_found", f"no artifact {sha256}")
         return self.path(sha256)
+
+    def is_bundle(self, sha256: str) -> bool:
+        """A bundle is a folder."""
+        return self.local_path(sha256).is_dir()
+
+    def bundle_tar(self, sha256: str) -> Iterator[bytes]:
+        """The folder's files, tarred as they are read."""
+        if not self.is_bundle(sha256):
+            raise NotFound("artifact_not_found", f"no bundle {sha256}")
+        return bundle_chunks(folder_files(self.path(sha256)))
 
     def entries(self) -> Iterator[tuple[str, float]]:
         for path in self.root.glob("??/*"):
@@ -75,8 +86,8 @@ class LocalStore(ArtifactStore):
         self.root.mkdir(parents=True, exist_ok=True)
         temporary = self.root / f".upload-{uuid.uuid4().hex}"
         try:
-            _link_or_copy(path, temporary)
-            self._place(temporary, artifact.sha256)
+            link_or_copy(path, temporary)
+            place(temporary, self.path(artifact.sha256))
         finally:
             temporary.unlink(missing_ok=True)
         return artifact
@@ -89,53 +100,8 @@ class LocalStore(ArtifactStore):
         temporary = Path(tempfile.mkdtemp(dir=self.root, prefix=".upload-"))
         try:
             for name, path in files.items():
-                _link_or_copy(path, temporary / name)
+                link_or_copy(path, temporary / name)
                 (temporary / name).chmod(0o444)
-            self._place(temporary, sha256)
+            place(temporary, self.path(sha256))
         finally:
             shutil.rmtree(temporary, ignore_errors=True)
-
-    def _place(self, temporary: Path, sha256: str) -> None:
-        """Rename a finished upload to its address unless an artifact is already there."""
-        place(temporary, self.path(sha256))
-
-
-def place(temporary: Path, target: Path) -> None:
-    """Rename a finished file or folder to `target`, read-only, unless something is there
-    already (another writer placed the same bytes first)."""
-    if target.exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary.chmod(0o755 if temporary.is_dir() else 0o444)
-    try:
-        os.replace(temporary, target)
-    except OSError:  # another upload placed the same bundle first
-        if not target.is_dir():
-            raise
-
-
-def remove_idle(paths: Iterable[Path], idle_seconds: float) -> list[str]:
-    """Remove those of `paths` (files or folders) untouched for `idle_seconds`; which."""
-    cutoff = time.time() - idle_seconds
-    stale = [path for path in paths if last_modified(path) < cutoff]
-    for path in stale:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-    return [str(path) for path in stale]
-
-
-def last_modified(path: Path) -> float:
-    """The newest modification time of a file, or of anything inside a folder."""
-    times = [path.stat().st_mtime]
-    if path.is_dir():
-        times += [child.stat().st_mtime for child in path.rglob("*")]
-    return max(times)
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent import futures
 from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +26,22 @@ from flipgate.logits_scan import LogitsScan
 from service.config import Settings
 from service.errors import NotFound, StorageUnavailable
 from service.storage.base import (
-    CHUNK_BYTES,
     HEAD_BYTES,
     ArtifactStore,
     StagedFile,
     StoredArtifact,
     check_address,
-    check_declared,
     file_sha256,
-    receive_batches,
 )
-from service.storage.bundle import pack_bundle, unpack_bundle
+from service.storage.bundle import pack_bundle, unpack_bundle, verified_tar
 from service.storage.cache import ReadCache
-from service.storage.local import remove_idle
+from service.storage.common import (
+    CHUNK_BYTES,
+    check_declared,
+    check_intact,
+    receive_batches,
+    remove_idle,
+)
 
 PART_BYTES = 8 << 20  # a streamed upload's parts (S3's least is 5 MiB but for the last)
 PARTS_IN_FLIGHT = 4  # parts of one upload being sent at once: memory <= 5 parts per upload
@@ -54,6 +58,15 @@ ALREADY_THERE = {"412", "PreconditionFailed"}
 AWS_CHAIN = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
              "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
 UPLOAD_THREADS = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="s3-parts")
+
+
+@dataclass(frozen=True)
+class StagedObject(StagedFile):
+    """A raw body streamed into the multipart `upload` to `key` (its address when the client
+    declared its digest, else a staging key), completed by `put_staged`."""
+
+    key: str = ""
+    upload: "MultipartUpload | None" = None
 
 
 class S3Store(ArtifactStore):
@@ -86,6 +99,17 @@ class S3Store(ArtifactStore):
         check_address(sha256)
         return self.cache.get(sha256, self._download)
 
+    def is_bundle(self, sha256: str) -> bool:
+        return _is_bundle(_found(self._head(self.key(sha256)), sha256))
+
+    def bundle_tar(self, sha256: str) -> Iterator[bytes]:
+        """The stored tar, streamed from the bucket as it is (not through the cache), and
+        checked as it passes (service.storage.bundle.verified_tar)."""
+        answer = _found(self._get(self.key(sha256)), sha256)
+        if not _is_bundle(answer):
+            raise NotFound("artifact_not_found", f"no bundle {sha256}")
+        return verified_tar(self._body_chunks(answer), sha256)
+
     def put_file(self, path: Path, sha256: str | None = None) -> StoredArtifact:
         path = Path(path)
         artifact = StoredArtifact(sha256 or file_sha256(path), path.stat().st_size)
@@ -108,7 +132,7 @@ class S3Store(ArtifactStore):
         with If-None-Match: * when the client declared its digest, else at its staging key
         and then copied to its address."""
         address = self.key(staged.sha256)
-        if staged.upload is None:
+        if not isinstance(staged, StagedObject):
             super().put_staged(staged)
         elif staged.key == address:
             self._unless_there(lambda: staged.upload.complete(if_none_match=True))
@@ -119,7 +143,7 @@ class S3Store(ArtifactStore):
     @asynccontextmanager
     async def receive(self, chunks: AsyncIterator[bytes], *, filename: str, max_bytes: int,
                       scan: LogitsScan | None = None,
-                      declared: str | None = None) -> AsyncIterator[StagedFile]:
+                      declared: str | None = None) -> AsyncIterator[StagedObject]:
         """Streamed into a multipart upload while it is hashed and scanned (a part at a
         time, sent off the event loop): to its address when the client `declared` its
         digest (checked at the end), else to a staging key. Nothing is visible until
@@ -140,8 +164,8 @@ class S3Store(ArtifactStore):
         try:
             size = await receive_batches(chunks, keep, max_bytes)
             await anyio.to_thread.run_sync(upload.send_all)
-            yield StagedFile(None, check_declared(digest.hexdigest(), declared), scan,
-                             size=size, head=bytes(head), key=key, upload=upload)
+            yield StagedObject(None, check_declared(digest.hexdigest(), declared), scan,
+                               size=size, head=bytes(head), key=key, upload=upload)
         finally:
             with anyio.CancelScope(shield=True):
                 if not upload.completed:
@@ -183,20 +207,21 @@ class S3Store(ArtifactStore):
     def _download(self, sha256: str, folder: Path) -> Path:
         """Fetch an artifact into `folder`, verified against its digest (a bundle rebuilt
         as a folder); NotFound when it is not stored."""
-        answer = self._get(self.key(sha256))
-        if answer is None:
-            raise NotFound("artifact_not_found", f"no artifact {sha256}")
+        answer = _found(self._get(self.key(sha256)), sha256)
         path, digest = folder / "download", hashlib.sha256()
-        with self._answering(), path.open("wb") as out:
-            for chunk in answer["Body"].iter_chunks(CHUNK_BYTES):
+        with path.open("wb") as out:
+            for chunk in self._body_chunks(answer):
                 digest.update(chunk)
                 out.write(chunk)
-        if answer.get("Metadata", {}).get("flipgate-kind") == BUNDLE_KIND["flipgate-kind"]:
+        if _is_bundle(answer):
             return unpack_bundle(path, folder, sha256)
-        if digest.hexdigest() != sha256:
-            raise StorageUnavailable("artifact_corrupt", f"the store holds other bytes than "
-                                     f"the artifact {sha256}")
+        check_intact(digest.hexdigest(), sha256)
         return path
+
+    def _body_chunks(self, answer: dict) -> Iterator[bytes]:
+        """The body of a GetObject answer, a chunk at a time."""
+        with self._answering():
+            yield from answer["Body"].iter_chunks(CHUNK_BYTES)
 
     def _upload(self, readable: Any, key: str, metadata: dict[str, str]) -> None:
         """Write a local file to `key` if nothing is there: a conditional PutObject, or a
@@ -433,6 +458,18 @@ def s3_client(timeout_seconds: float, chain: tuple[str | None, ...]) -> Any:
         return client
     return boto3.session.Session().client("s3", config=config.merge(
         Config(s3={"addressing_style": "path"})))
+
+
+def _found(answer: dict | None, sha256: str) -> dict:
+    """The answer of a read of the artifact's object; NotFound when there is none."""
+    if answer is None:
+        raise NotFound("artifact_not_found", f"no artifact {sha256}")
+    return answer
+
+
+def _is_bundle(answer: dict) -> bool:
+    """Whether a HeadObject or GetObject answer is of a bundle's object."""
+    return answer.get("Metadata", {}).get("flipgate-kind") == BUNDLE_KIND["flipgate-kind"]
 
 
 def _code(error: ClientError) -> str:

@@ -146,12 +146,32 @@ def s3_settings(s3, s3_prefix, tmp_path, monkeypatch) -> Settings:
                     **SHARED_KEYS)
 
 
+def bundle_files(folder: Path) -> dict[str, Path]:
+    """A model and its external data written in `folder`, by their names in a bundle."""
+    files = {"model.onnx": folder / "m.onnx", "model.onnx.data": folder / "d"}
+    files["model.onnx"].write_bytes(b"graph")
+    files["model.onnx.data"].write_bytes(b"weights")
+    return files
+
+
+def store_of_kind(kind: str, request: pytest.FixtureRequest, folder: Path) -> ArtifactStore:
+    """The local store in `folder` ("local"), or one of its own in the S3 server ("s3")."""
+    if kind == "local":
+        return LocalStore(folder / "artifacts")
+    return open_store(request.getfixturevalue("s3_settings"))
+
+
 @pytest.fixture(params=["local", "s3"])
 def each_store(request, tmp_path) -> ArtifactStore:
     """The local store, then one in the S3 server (for the tests of the interface)."""
-    if request.param == "local":
-        return LocalStore(tmp_path / "artifacts")
-    return open_store(request.getfixturevalue("s3_settings"))
+    return store_of_kind(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def other_store(each_store, request, tmp_path) -> ArtifactStore:
+    """A store of the back-end `each_store` is not (copies between the two)."""
+    other = "s3" if isinstance(each_store, LocalStore) else "local"
+    return store_of_kind(other, request, tmp_path / "other")
 
 
 def linear_weights(num_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -16,8 +16,8 @@ from service.datasets.service import register_dataset
 from service.db import settings_session
 from service.migrate import upgrade
 from service.storage import ArtifactStore, bundle_sha256, open_store
-from tests.s3server import SHARED_KEYS
-from tests.service.conftest import in_default_project
+from tests.s3server import SHARED_KEYS, unique_prefix
+from tests.service.conftest import bundle_files, in_default_project
 
 pytestmark = pytest.mark.slow
 
@@ -109,9 +109,7 @@ def test_check_and_gc_work_on_a_bucket(s3, s3_prefix, s3_settings, tmp_path):
 def test_migrate_copies_a_local_store_into_a_bucket_and_resumes(registered, s3, s3_prefix,
                                                                  tmp_path):
     data_dir, local, evalset = registered
-    files = {"model.onnx": tmp_path / "m.onnx", "model.onnx.data": tmp_path / "d"}
-    files["model.onnx"].write_bytes(b"graph")
-    files["model.onnx.data"].write_bytes(b"weights")
+    files = bundle_files(tmp_path)
     bundle = bundle_sha256(files)
     local.put_bundle(files, bundle)
     bucket = s3.flipgate_env(s3_prefix)
@@ -142,3 +140,14 @@ def test_migrate_copies_no_artifact_whose_bytes_are_not_its_address(registered, 
     migrated = flipgate(data_dir, "migrate", "--to", s3.store_url(s3_prefix), **s3.aws_env())
     assert migrated.returncode == 1 and evalset in migrated.stdout, migrated.stderr
     assert s3.keys(s3_prefix) == []
+
+
+def test_migrate_copies_the_store_the_server_is_configured_with(s3, s3_prefix, s3_settings,
+                                                                tmp_path):
+    """Its source is FLIPGATE_ARTIFACT_STORE's store (here a bucket), not the data folder."""
+    data_dir, _, evalset = registered_in(s3_settings, tmp_path)
+    target = unique_prefix()
+    moved = flipgate(data_dir, "migrate", "--to", s3.store_url(target),
+                     **s3.flipgate_env(s3_prefix))
+    assert moved.returncode == 0 and "1 copied" in moved.stderr, moved.stderr
+    assert s3.keys(target) == [f"{target}/sha256/{evalset[:2]}/{evalset[2:]}"]

@@ -1,6 +1,7 @@
-"""Abandoned uploads are swept, unreferenced artifacts reported and collected, and nothing a
-row references is ever removed."""
+"""Abandoned uploads are swept, unreferenced artifacts reported and collected, nothing a row
+references is ever removed, and a store is copied into another."""
 
+import io
 import os
 import time
 
@@ -10,17 +11,14 @@ from fastapi.testclient import TestClient
 from service.datasets.models import DatasetRole
 from service.datasets.service import register_dataset
 from service.db import Base
-from service.housekeeping import (
-    ARTIFACT_COLUMNS,
-    NOT_ARTIFACT_COLUMNS,
-    check_store,
-    collect_garbage,
-    sweep_partial_files,
-)
+from service.housekeeping import ARTIFACT_COLUMNS, check_store, collect_garbage, migrate_store
 from service.main import create_app
 from service.registry.service import register_version
+from service.storage import bundle_sha256
+from tests.service.conftest import bundle_files
 
 HOUR = 3600
+NOT_ARTIFACT_COLUMNS = {"gate_decisions.request_sha256"}  # a request's digest, never stored
 
 
 def age(path, seconds: float) -> None:
@@ -46,7 +44,7 @@ def test_only_partial_files_idle_for_the_period_are_swept(store):
     age(unfinished, 2 * HOUR)
     age(fresh, 2 * HOUR)
     (fresh / "data.npz").touch()  # an upload still writing
-    swept = sweep_partial_files(store=store, idle_seconds=HOUR)
+    swept = store.sweep_partial(HOUR)
     assert sorted(swept) == sorted([str(stale), str(unfinished)])
     assert fresh.exists() and not stale.exists() and not unfinished.exists()
 
@@ -104,3 +102,22 @@ def test_every_sha256_column_is_declared_an_artifact_or_not():
     columns = {f"{table.name}.{column.name}" for table in Base.metadata.tables.values()
                for column in table.columns if column.name.endswith("sha256")}
     assert columns == declared | NOT_ARTIFACT_COLUMNS
+
+
+def test_migration_copies_every_artifact_into_a_store_of_the_other_kind(each_store,
+                                                                          other_store,
+                                                                          tmp_path):
+    """Either way between the local folder and a bucket; a bundle stays a bundle; run again,
+    it copies nothing."""
+    plain = each_store.put_stream(io.BytesIO(b"an eval set")).sha256
+    files = bundle_files(tmp_path)
+    bundle = bundle_sha256(files)
+    each_store.put_bundle(files, bundle)
+    report = migrate_store(source=each_store, target=other_store, progress=lambda *_: None)
+    assert (report.copied, report.present, report.corrupt) == (sorted([plain, bundle]), [], [])
+    assert sorted(other_store.addresses()) == sorted([plain, bundle])
+    assert other_store.local_path(plain).read_bytes() == b"an eval set"
+    assert other_store.is_bundle(bundle)
+    assert b"".join(other_store.bundle_tar(bundle)) == b"".join(each_store.bundle_tar(bundle))
+    again = migrate_store(source=each_store, target=other_store, progress=lambda *_: None)
+    assert (again.copied, again.present) == ([], sorted([plain, bundle]))

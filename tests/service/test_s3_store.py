@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from service.errors import NotFound, StorageUnavailable
-from service.storage import open_store
-from service.storage.s3 import PART_BYTES
+from service.errors import StorageUnavailable
+from service.housekeeping import migrate_store
+from service.storage import LocalStore, bundle_sha256, open_store
+from service.storage.bundle import bundle_chunks
+from tests.service.conftest import bundle_files
 
 CONTENT = os.urandom(3 << 20)
 
@@ -84,6 +86,48 @@ def test_the_least_recently_used_artifacts_are_evicted_beyond_the_limit(
     assert cached == [addresses[0], addresses[2], addresses[3]]
 
 
+def stored_bundle(s3_store, tmp_path) -> tuple[dict, str]:
+    """A model with its external data stored as a bundle: its files and address."""
+    files = bundle_files(tmp_path)
+    sha256 = bundle_sha256(files)
+    s3_store.put_bundle(files, sha256)
+    return files, sha256
+
+
+def test_a_bundle_is_given_from_the_bucket_as_stored_not_through_the_cache(
+        s3_store, s3_settings, tmp_path):
+    files, sha256 = stored_bundle(s3_store, tmp_path)
+    reader = another_host(s3_settings, tmp_path)
+    assert b"".join(reader.bundle_tar(sha256)) == b"".join(bundle_chunks(files))
+    assert not reader.cache.path(sha256).exists()
+
+
+def test_a_bundle_whose_files_are_not_its_address_is_cut_short(s3, s3_store, tmp_path):
+    files, sha256 = stored_bundle(s3_store, tmp_path)
+    files["model.onnx.data"].write_bytes(b"tampered weights")
+    s3.client().put_object(Bucket=s3.bucket, Key=s3_store.key(sha256),
+                           Body=b"".join(bundle_chunks(files)),
+                           Metadata={"flipgate-kind": "bundle"})
+    given = []
+    with pytest.raises(StorageUnavailable) as refused:
+        given.extend(s3_store.bundle_tar(sha256))
+    assert refused.value.code == "artifact_corrupt"
+    assert len(b"".join(given)) < len(b"".join(bundle_chunks(files)))
+
+
+def test_migrating_a_bucket_lists_an_object_whose_bytes_are_not_its_address(
+        s3, s3_store, tmp_path):
+    (tmp_path / "a").write_bytes(CONTENT)
+    (tmp_path / "b").write_bytes(CONTENT[::-1])
+    intact, tampered = (s3_store.put_file(tmp_path / name).sha256 for name in ("a", "b"))
+    s3.client().put_object(Bucket=s3.bucket, Key=s3_store.key(tampered), Body=b"tampered")
+    s3_store.cache.discard([tampered])
+    local = LocalStore(tmp_path / "local")
+    report = migrate_store(source=s3_store, target=local, progress=lambda *_: None)
+    assert (report.copied, report.corrupt) == ([intact], [tampered])
+    assert list(local.addresses()) == [intact]
+
+
 def test_a_streamed_body_is_stored_only_once_put(s3, s3_store, s3_prefix):
     async def body():
         for start in range(0, len(CONTENT), 1 << 20):
@@ -100,26 +144,6 @@ def test_a_streamed_body_is_stored_only_once_put(s3, s3_store, s3_prefix):
     assert staged.head == CONTENT[:len(staged.head)] and staged.size == len(CONTENT)
     assert s3.keys(s3_prefix) == [s3_store.key(staged.sha256)]
     assert s3.incomplete_uploads(s3_prefix) == []
-
-
-def test_a_body_that_fails_midway_leaves_no_object_and_no_upload(s3, s3_store, s3_prefix):
-    async def broken_body():
-        for _ in range(3):
-            yield os.urandom(PART_BYTES)  # parts are sent before it fails
-        raise ConnectionResetError("the client went away")
-
-    async def receive():
-        async with s3_store.receive(broken_body(), filename="x", max_bytes=1 << 30):
-            pass
-
-    with pytest.raises(ConnectionResetError):
-        asyncio.run(receive())
-    assert s3.keys(s3_prefix) == [] and s3.incomplete_uploads(s3_prefix) == []
-
-
-def test_a_missing_artifact_is_not_found(s3_store):
-    with pytest.raises(NotFound):
-        s3_store.local_path("0" * 64)
 
 
 def test_the_same_body_streamed_to_two_servers_at_once_is_one_object(s3, s3_store, s3_settings,
