@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # numpy and ONNX Runtime (0.16 s) load where a command needs 
 
     from flipgate.compare import ReadAs, Scores, TrafficAnalysis
     from flipgate.demo import DemoFiles
-    from flipgate.formats import EvalSet
+    from flipgate.formats.evalsets import EvalSet
 
 AddCommand = Callable[[argparse._SubParsersAction], None]
 
@@ -119,7 +119,7 @@ def compare_and_report(
     write the HTML page (with the flip gallery unless `gallery` is false); on a traffic set,
     the traffic report and what `traffic` asks for."""
     from flipgate.compare import ReadAs, analyse, score
-    from flipgate.formats import load_evalset
+    from flipgate.formats.evalsets import load_evalset
     from flipgate.inference import DEFAULT_BATCH_SIZE
 
     reads, batch_size = reads or (ReadAs(), ReadAs()), batch_size or DEFAULT_BATCH_SIZE
@@ -214,7 +214,7 @@ def demo_through_server(files: "DemoFiles", folder: Path, serve: bool = False) -
 
 def run_train(args: argparse.Namespace) -> int:
     """Train a model with a recipe and export it as ONNX with its record beside it."""
-    from flipgate.formats import check_labels, load_training_set
+    from flipgate.formats.evalsets import check_labels, load_training_set
     from flipgate.train import recipes
     from flipgate.train.loop import TrainConfig
     from flipgate.train.options import method_options

@@ -12,13 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from flipgate.errors import InputError
-from flipgate.formats import (
-    NUMPY_READ_ERRORS,
-    EvalSet,
-    check_labels,
-    label_columns,
-    npz_headers,
-)
+from flipgate.formats.evalsets import EvalSet, check_labels, label_columns
+from flipgate.formats.npy import NUMPY_READ_ERRORS, npz_headers
 from flipgate.metrics.probs import softmax
 from flipgate.metrics.traffic import UNLABELLED
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.metrics.report import PairAnalysis, PlotValues
 from flipgate.reporting.charts import (
     BarRow,
