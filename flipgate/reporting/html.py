@@ -29,7 +29,7 @@ from flipgate.reporting.gallery import (
     gallery_from_arrays,
     gallery_html,
 )
-from flipgate.reporting.terminal import (
+from flipgate.reporting.rows import (
     CLASS_HEADER,
     GROUP_HEADER,
     class_label,
