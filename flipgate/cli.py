@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 
 from flipgate.commands import (
     COMMAND_GROUP,
+    TOKEN_ENV,
     Parser,
-    add_project_flag,
+    add_server_flags,
     add_wait_flags,
     check_wait_flags,
     comma_list,
     positive_int,
-    project_of,
+    server_credentials,
 )
 from flipgate.errors import InputError
 from flipgate.progress import progress_bars
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # numpy and ONNX Runtime (0.16 s) load where a command needs 
     from flipgate.formats.evalsets import EvalSet
 
 AddCommand = Callable[[argparse._SubParsersAction], None]
+SECRET_ENV = "FLIPGATE_WEBHOOK_SECRET"  # `flipgate gate`'s default --secret
 
 
 def data_dir() -> Path:
@@ -277,12 +279,10 @@ def run_gate(args: argparse.Namespace) -> int:
     4 pending until people label a traffic set's disagreements (printed: how many, where)."""
     from flipgate import gate_client
 
-    credentials = gate_client.Credentials(
-        token=args.token or os.environ.get("FLIPGATE_TOKEN"),
-        secret=args.secret or os.environ.get("FLIPGATE_WEBHOOK_SECRET"), project=project_of(args))
+    credentials = server_credentials(args, secret=args.secret or os.environ.get(SECRET_ENV))
     if not (credentials.token or credentials.secret):
-        raise InputError("missing_credentials", "give --token (or FLIPGATE_TOKEN) or --secret "
-                           "(or FLIPGATE_WEBHOOK_SECRET)")
+        raise InputError("missing_credentials", f"give --token (or {TOKEN_ENV}) or --secret "
+                           f"(or {SECRET_ENV})")
     given_ci = {key.removeprefix("ci_"): value for key, value in vars(args).items()
                 if key.startswith("ci_")}
     request = {"model": args.model, "candidate": args.candidate, "baseline": args.baseline,
@@ -408,16 +408,14 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
         description="POSTs /gate and waits for the final verdict. Exit codes: 0 approve, "
                     "1 block, 2 usage or HTTP error, 3 still pending at --timeout. CI fields "
                     "default to GitHub Actions or GitLab CI variables when present.")
-    gate.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
+    add_server_flags(gate, token_needs="scope gate")
     gate.add_argument("--model", required=True, help="the model line")
     gate.add_argument("--candidate", required=True, metavar="VERSION")
     gate.add_argument("--baseline", metavar="VERSION", help="default: the line's production")
     gate.add_argument("--evalset", action="append", default=[], metavar="NAME",
                       help="an eval set to measure besides the policy's (repeatable)")
-    gate.add_argument("--token", help="bearer token with scope gate (default: $FLIPGATE_TOKEN)")
     gate.add_argument("--secret", help="the line's webhook secret, to sign the request "
-                                       "(default: $FLIPGATE_WEBHOOK_SECRET)")
-    add_project_flag(gate)
+                                       f"(default: ${SECRET_ENV})")
     gate.add_argument("--delivery", metavar="ID",
                       help="idempotency key: a retry with the same id gets the same decision "
                            "(default: a random UUID)")
