@@ -5,10 +5,9 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flipgate.commands import (
     COMMAND_GROUP,
@@ -27,7 +26,6 @@ from flipgate.progress import progress_bars
 if TYPE_CHECKING:  # numpy and ONNX Runtime (0.16 s) load where a command needs them
     import numpy as np
 
-    from flipgate.compare import ReadAs, Scores, TrafficAnalysis
     from flipgate.demo import DemoFiles
     from flipgate.formats.evalsets import EvalSet
 
@@ -42,111 +40,28 @@ def data_dir() -> Path:
 def run_compare(args: argparse.Namespace) -> int:
     """Compare OLD and NEW on the eval set and print or write the report."""
     from flipgate.compare import ReadAs
+    from flipgate.comparison import TrafficOutputs
 
     reads = tuple(ReadAs(getattr(args, f"{side}_output") or args.output,
                          getattr(args, f"{side}_scores") or args.scores) for side in ("old", "new"))
     traffic = TrafficOutputs(args.labels, args.disagreements, args.format, args.label_config)
-    compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
-                       batch_size=args.batch_size, device=args.device,
-                       gallery=not args.no_gallery, reads=reads, traffic=traffic)
+    compare_and_print(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
+                      batch_size=args.batch_size, device=args.device,
+                      gallery=not args.no_gallery, reads=reads, traffic=traffic)
     return 0
 
 
-@dataclass(frozen=True)
-class TrafficOutputs:
-    """What `flipgate compare` does on a traffic set beyond the report: the labels file it
-    reads, the disagreements' export (a file and its format) and the labelling configuration
-    it writes."""
+def compare_and_print(old: Path, new: Path, evalset: Path, *, as_json: bool = False,
+                      **options: Any) -> None:
+    """Compare OLD and NEW on the eval set (flipgate.comparison.compare_files, with
+    `options`), write the files it made and print its report: JSON, or the terminal's."""
+    from flipgate.comparison import compare_files
 
-    labels: Path | None = None
-    disagreements: Path | None = None
-    export_format: str = "json"
-    label_config: Path | None = None
-
-    def analyse(self, scored: "list[Scores]", evalset_path: Path) -> "TrafficAnalysis":
-        """The traffic comparison, with the labels of `labels` when given."""
-        from flipgate.compare import analyse_traffic
-        from flipgate.traffic import file_sha256
-
-        labels = None if self.labels is None else self.read_labels(scored)
-        return analyse_traffic(*scored, set_sha256=file_sha256(evalset_path), labels=labels)
-
-    def read_labels(self, scored: "list[Scores]") -> "np.ndarray":
-        """The labels file's labels as an (N,) array, UNLABELLED where none is given."""
-        import numpy as np
-
-        from flipgate.compare import traffic_classes
-        from flipgate.metrics.traffic import UNLABELLED
-        from flipgate.traffic import class_name_list, merge_labels, read_labels_file
-
-        evalset = scored[0].evalset
-        num_classes = traffic_classes(*scored, [side.predicted() for side in scored])
-        index, columns = read_labels_file(self.labels, evalset=evalset, num_classes=num_classes,
-                                          class_names=class_name_list(num_classes,
-                                                                      evalset.classes))
-        return merge_labels(np.full(evalset.n, UNLABELLED, np.int64), index, columns)[0]
-
-    def write(self, analysis: "TrafficAnalysis", scored: "list[Scores]",
-              names: tuple[str, str]) -> None:
-        """Write the disagreements' export and the labelling configuration, when asked."""
-        from flipgate.traffic import (
-            class_name_list,
-            disagreement_rows,
-            label_studio_config,
-            top_probabilities,
-            write_export,
-        )
-
-        evalset = scored[0].evalset
-        classes = class_name_list(analysis.report["num_classes"], evalset.classes)
-        if self.disagreements:
-            confidences = tuple(top_probabilities(side.logits, analysis.order) for side in scored)
-            rows = disagreement_rows(analysis.order, analysis.predictions, confidences,
-                                     evalset=evalset, class_names=classes)
-            write_bytes(self.disagreements,
-                        write_export(rows, self.export_format, version_names=names))
-        if self.label_config:
-            write_text(self.label_config, label_studio_config(
-                classes, image=evalset.text is None and evalset.images is not None))
-
-
-def compare_and_report(
-    old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
-    batch_size: int | None = None, device: str = "auto", gallery: bool = True,
-    reads: "tuple[ReadAs, ReadAs] | None" = None,
-    traffic: TrafficOutputs = TrafficOutputs(),
-) -> None:
-    """Score both models (each read as `reads` says, default as the graph tells, in batches
-    of `batch_size`, default DEFAULT_BATCH_SIZE), then print the terminal report or JSON and
-    write the HTML page (with the flip gallery unless `gallery` is false); on a traffic set,
-    the traffic report and what `traffic` asks for."""
-    from flipgate.compare import ReadAs, analyse, score
-    from flipgate.formats.evalsets import load_evalset
-    from flipgate.inference import DEFAULT_BATCH_SIZE
-
-    reads, batch_size = reads or (ReadAs(), ReadAs()), batch_size or DEFAULT_BATCH_SIZE
-    evalset = load_evalset(evalset_path, mmap=True)
-    if evalset.labeled and (traffic.labels or traffic.disagreements or traffic.label_config):
-        raise InputError("not_traffic", f"{evalset_path}: --labels, --disagreements and "
-                         "--label-config apply to traffic sets (eval sets without `y`)")
-    with progress_bars(enabled=not as_json) as bar:
-        scored = [score(source, evalset, batch_size=batch_size, device=device, read=read,
-                        progress=bar(f"scoring {source.name}"))
-                  for source, read in zip((old, new), reads, strict=True)]
-    analysis = traffic.analyse(scored, evalset_path) if not evalset.labeled else analyse(*scored)
-    classes = scored[0].evalset.classes or scored[1].evalset.classes
-    report = {**analysis.to_dict(), "class_names": list(classes) if classes else None,
-              "old": scored[0].describe(), "new": scored[1].describe()}
-    names = {"old_name": str(old), "new_name": str(new)}
-    if not evalset.labeled:
-        traffic.write(analysis, scored, (str(old), str(new)))
-    if html:
-        from flipgate.reporting.html import flip_gallery, render_html
-
-        flips = flip_gallery(analysis, evalset, class_names=report["class_names"]) \
-            if gallery and analysis.values else ""
-        write_text(html, render_html(analysis.values, report, **names, gallery=flips,
-                                     class_names=report["class_names"]))
+    with progress_bars(enabled=not as_json) as bars:
+        comparison = compare_files(old, new, evalset, progress=bars, **options)
+    for path, data in comparison.files.items():
+        write_bytes(path, data)
+    report = comparison.report
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:
@@ -154,11 +69,8 @@ def compare_and_report(
 
         from flipgate.reporting.terminal import render_report
 
-        render_report(report, Console(), **names, class_names=report["class_names"])
-
-
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
+        render_report(report, Console(), old_name=str(old), new_name=str(new),
+                      class_names=report["class_names"])
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -177,8 +89,8 @@ def run_demo(args: argparse.Namespace) -> int:
     folder = args.data_dir / "demo"
     with progress_bars() as bar:
         files = prepare_demo(folder, bar)
-    compare_and_report(files.old_model, files.new_model, files.evalset,
-                       html=folder / "report.html")
+    compare_and_print(files.old_model, files.new_model, files.evalset,
+                      html=folder / "report.html")
     print(f"\nRun it yourself: flipgate compare {files.old_model} {files.new_model} "
           f"--evalset {files.evalset} [--json] [--html FILE]")
     return 0 if args.local_only else demo_through_server(files, folder / "server", args.serve)

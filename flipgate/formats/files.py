@@ -1,6 +1,7 @@
-"""What every reader of a user's file shares: the file must exist, and a refusal quotes the
-first line of what went wrong."""
+"""What every reader of a user's file shares: the file must exist, a refusal quotes the
+first line of what went wrong, and a file is known by the sha256 of its bytes."""
 
+import hashlib
 from pathlib import Path
 
 from flipgate.errors import InputError
@@ -18,3 +19,9 @@ def first_line(error: Exception) -> str:
     """The first line of an error's message (its type's name when it has none)."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read in chunks: how flipgate names a stored file (the
+    server's store addresses artifacts by it, a traffic set's export order is seeded by it)."""
+    with Path(path).open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
