@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from flipgate.datasets import mnist_digits, split
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.reporting.experiment import scatter_plot
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import Baseline, Elodi

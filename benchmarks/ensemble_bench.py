@@ -37,7 +37,7 @@ import torch
 from torch.nn import functional as F
 
 from flipgate.datasets import mnist_digits, split
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.train.config import TrainConfig
 from flipgate.train.loop import default_device, fit, stacked_cross_entropy
 from flipgate.train.methods import Elodi

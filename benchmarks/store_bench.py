@@ -27,7 +27,6 @@ Files are written first, so they are read from the page cache by every path alik
 """
 
 import argparse
-import hashlib
 import os
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from verdict_bench import TOKEN, through_server
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from flipgate.formats.files import file_sha256  # noqa: E402
 from flipgate.processes import free_port, stop_process  # noqa: E402
 from flipgate.upload_client import DIGEST_HEADER  # noqa: E402
 from tests.s3server import S3Server, s3_server  # noqa: E402
@@ -206,14 +206,6 @@ def upload_figures(folder: Path, server: S3Server, logits: Path, evalset: Path) 
                                                                         strict=True))
         print(f"  {label:55s} {mb / min(seconds):6.1f} MB/s ({min(seconds):5.1f} s)  "
               f"floor/API by round: {ratios}")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def memory_figures(folder: Path, server: S3Server, large_mib: int) -> None:

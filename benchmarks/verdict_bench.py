@@ -248,7 +248,7 @@ def inference_alone(models: tuple[Path, Path], evalset: Path) -> tuple[float, fl
     a plain session over the same batches of 512, best of REPEATS each (alternated)."""
     import onnxruntime as ort
 
-    from flipgate.formats import load_evalset
+    from flipgate.formats.evalsets import load_evalset
     from flipgate.inference import OnnxClassifier
 
     data = load_evalset(evalset, mmap=True)

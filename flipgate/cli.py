@@ -5,20 +5,20 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flipgate.commands import (
     COMMAND_GROUP,
+    TOKEN_ENV,
     Parser,
-    add_project_flag,
+    add_server_flags,
     add_wait_flags,
     check_wait_flags,
     comma_list,
     positive_int,
-    project_of,
+    server_credentials,
 )
 from flipgate.errors import InputError
 from flipgate.progress import progress_bars
@@ -26,11 +26,11 @@ from flipgate.progress import progress_bars
 if TYPE_CHECKING:  # numpy and ONNX Runtime (0.16 s) load where a command needs them
     import numpy as np
 
-    from flipgate.compare import ReadAs, Scores, TrafficAnalysis
     from flipgate.demo import DemoFiles
-    from flipgate.formats import EvalSet
+    from flipgate.formats.evalsets import EvalSet
 
 AddCommand = Callable[[argparse._SubParsersAction], None]
+SECRET_ENV = "FLIPGATE_WEBHOOK_SECRET"  # `flipgate gate`'s default --secret
 
 
 def data_dir() -> Path:
@@ -40,111 +40,28 @@ def data_dir() -> Path:
 def run_compare(args: argparse.Namespace) -> int:
     """Compare OLD and NEW on the eval set and print or write the report."""
     from flipgate.compare import ReadAs
+    from flipgate.comparison import TrafficOutputs
 
     reads = tuple(ReadAs(getattr(args, f"{side}_output") or args.output,
                          getattr(args, f"{side}_scores") or args.scores) for side in ("old", "new"))
     traffic = TrafficOutputs(args.labels, args.disagreements, args.format, args.label_config)
-    compare_and_report(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
-                       batch_size=args.batch_size, device=args.device,
-                       gallery=not args.no_gallery, reads=reads, traffic=traffic)
+    compare_and_print(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
+                      batch_size=args.batch_size, device=args.device,
+                      gallery=not args.no_gallery, reads=reads, traffic=traffic)
     return 0
 
 
-@dataclass(frozen=True)
-class TrafficOutputs:
-    """What `flipgate compare` does on a traffic set beyond the report: the labels file it
-    reads, the disagreements' export (a file and its format) and the labelling configuration
-    it writes."""
+def compare_and_print(old: Path, new: Path, evalset: Path, *, as_json: bool = False,
+                      **options: Any) -> None:
+    """Compare OLD and NEW on the eval set (flipgate.comparison.compare_files, with
+    `options`), write the files it made and print its report: JSON, or the terminal's."""
+    from flipgate.comparison import compare_files
 
-    labels: Path | None = None
-    disagreements: Path | None = None
-    export_format: str = "json"
-    label_config: Path | None = None
-
-    def analyse(self, scored: "list[Scores]", evalset_path: Path) -> "TrafficAnalysis":
-        """The traffic comparison, with the labels of `labels` when given."""
-        from flipgate.compare import analyse_traffic
-        from flipgate.traffic import file_sha256
-
-        labels = None if self.labels is None else self.read_labels(scored)
-        return analyse_traffic(*scored, set_sha256=file_sha256(evalset_path), labels=labels)
-
-    def read_labels(self, scored: "list[Scores]") -> "np.ndarray":
-        """The labels file's labels as an (N,) array, UNLABELLED where none is given."""
-        import numpy as np
-
-        from flipgate.compare import traffic_classes
-        from flipgate.metrics.traffic import UNLABELLED
-        from flipgate.traffic import class_name_list, merge_labels, read_labels_file
-
-        evalset = scored[0].evalset
-        num_classes = traffic_classes(*scored, [side.predicted() for side in scored])
-        index, columns = read_labels_file(self.labels, evalset=evalset, num_classes=num_classes,
-                                          class_names=class_name_list(num_classes,
-                                                                      evalset.classes))
-        return merge_labels(np.full(evalset.n, UNLABELLED, np.int64), index, columns)[0]
-
-    def write(self, analysis: "TrafficAnalysis", scored: "list[Scores]",
-              names: tuple[str, str]) -> None:
-        """Write the disagreements' export and the labelling configuration, when asked."""
-        from flipgate.traffic import (
-            class_name_list,
-            disagreement_rows,
-            label_studio_config,
-            top_probabilities,
-            write_export,
-        )
-
-        evalset = scored[0].evalset
-        classes = class_name_list(analysis.report["num_classes"], evalset.classes)
-        if self.disagreements:
-            confidences = tuple(top_probabilities(side.logits, analysis.order) for side in scored)
-            rows = disagreement_rows(analysis.order, analysis.predictions, confidences,
-                                     evalset=evalset, class_names=classes)
-            write_bytes(self.disagreements,
-                        write_export(rows, self.export_format, version_names=names))
-        if self.label_config:
-            write_text(self.label_config, label_studio_config(
-                classes, image=evalset.text is None and evalset.images is not None))
-
-
-def compare_and_report(
-    old: Path, new: Path, evalset_path: Path, *, html: Path | None = None, as_json: bool = False,
-    batch_size: int | None = None, device: str = "auto", gallery: bool = True,
-    reads: "tuple[ReadAs, ReadAs] | None" = None,
-    traffic: TrafficOutputs = TrafficOutputs(),
-) -> None:
-    """Score both models (each read as `reads` says, default as the graph tells, in batches
-    of `batch_size`, default DEFAULT_BATCH_SIZE), then print the terminal report or JSON and
-    write the HTML page (with the flip gallery unless `gallery` is false); on a traffic set,
-    the traffic report and what `traffic` asks for."""
-    from flipgate.compare import ReadAs, analyse, score
-    from flipgate.formats import load_evalset
-    from flipgate.inference import DEFAULT_BATCH_SIZE
-
-    reads, batch_size = reads or (ReadAs(), ReadAs()), batch_size or DEFAULT_BATCH_SIZE
-    evalset = load_evalset(evalset_path, mmap=True)
-    if evalset.labeled and (traffic.labels or traffic.disagreements or traffic.label_config):
-        raise InputError("not_traffic", f"{evalset_path}: --labels, --disagreements and "
-                         "--label-config apply to traffic sets (eval sets without `y`)")
-    with progress_bars(enabled=not as_json) as bar:
-        scored = [score(source, evalset, batch_size=batch_size, device=device, read=read,
-                        progress=bar(f"scoring {source.name}"))
-                  for source, read in zip((old, new), reads, strict=True)]
-    analysis = traffic.analyse(scored, evalset_path) if not evalset.labeled else analyse(*scored)
-    classes = scored[0].evalset.classes or scored[1].evalset.classes
-    report = {**analysis.to_dict(), "class_names": list(classes) if classes else None,
-              "old": scored[0].describe(), "new": scored[1].describe()}
-    names = {"old_name": str(old), "new_name": str(new)}
-    if not evalset.labeled:
-        traffic.write(analysis, scored, (str(old), str(new)))
-    if html:
-        from flipgate.reporting.html import flip_gallery, render_html
-
-        flips = flip_gallery(analysis, evalset, class_names=report["class_names"]) \
-            if gallery and analysis.values else ""
-        write_text(html, render_html(analysis.values, report, **names, gallery=flips,
-                                     class_names=report["class_names"]))
+    with progress_bars(enabled=not as_json) as bars:
+        comparison = compare_files(old, new, evalset, progress=bars, **options)
+    for path, data in comparison.files.items():
+        write_bytes(path, data)
+    report = comparison.report
     if as_json:
         print(json.dumps(report, allow_nan=False))
     else:
@@ -152,11 +69,8 @@ def compare_and_report(
 
         from flipgate.reporting.terminal import render_report
 
-        render_report(report, Console(), **names, class_names=report["class_names"])
-
-
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
+        render_report(report, Console(), old_name=str(old), new_name=str(new),
+                      class_names=report["class_names"])
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -175,8 +89,8 @@ def run_demo(args: argparse.Namespace) -> int:
     folder = args.data_dir / "demo"
     with progress_bars() as bar:
         files = prepare_demo(folder, bar)
-    compare_and_report(files.old_model, files.new_model, files.evalset,
-                       html=folder / "report.html")
+    compare_and_print(files.old_model, files.new_model, files.evalset,
+                      html=folder / "report.html")
     print(f"\nRun it yourself: flipgate compare {files.old_model} {files.new_model} "
           f"--evalset {files.evalset} [--json] [--html FILE]")
     return 0 if args.local_only else demo_through_server(files, folder / "server", args.serve)
@@ -214,7 +128,7 @@ def demo_through_server(files: "DemoFiles", folder: Path, serve: bool = False) -
 
 def run_train(args: argparse.Namespace) -> int:
     """Train a model with a recipe and export it as ONNX with its record beside it."""
-    from flipgate.formats import check_labels, load_training_set
+    from flipgate.formats.evalsets import check_labels, load_training_set
     from flipgate.train import recipes
     from flipgate.train.loop import TrainConfig
     from flipgate.train.options import method_options
@@ -277,12 +191,10 @@ def run_gate(args: argparse.Namespace) -> int:
     4 pending until people label a traffic set's disagreements (printed: how many, where)."""
     from flipgate import gate_client
 
-    credentials = gate_client.Credentials(
-        token=args.token or os.environ.get("FLIPGATE_TOKEN"),
-        secret=args.secret or os.environ.get("FLIPGATE_WEBHOOK_SECRET"), project=project_of(args))
+    credentials = server_credentials(args, secret=args.secret or os.environ.get(SECRET_ENV))
     if not (credentials.token or credentials.secret):
-        raise InputError("missing_credentials", "give --token (or FLIPGATE_TOKEN) or --secret "
-                           "(or FLIPGATE_WEBHOOK_SECRET)")
+        raise InputError("missing_credentials", f"give --token (or {TOKEN_ENV}) or --secret "
+                           f"(or {SECRET_ENV})")
     given_ci = {key.removeprefix("ci_"): value for key, value in vars(args).items()
                 if key.startswith("ci_")}
     request = {"model": args.model, "candidate": args.candidate, "baseline": args.baseline,
@@ -408,16 +320,14 @@ def add_gate_command(commands: argparse._SubParsersAction) -> None:
         description="POSTs /gate and waits for the final verdict. Exit codes: 0 approve, "
                     "1 block, 2 usage or HTTP error, 3 still pending at --timeout. CI fields "
                     "default to GitHub Actions or GitLab CI variables when present.")
-    gate.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
+    add_server_flags(gate, token_needs="scope gate")
     gate.add_argument("--model", required=True, help="the model line")
     gate.add_argument("--candidate", required=True, metavar="VERSION")
     gate.add_argument("--baseline", metavar="VERSION", help="default: the line's production")
     gate.add_argument("--evalset", action="append", default=[], metavar="NAME",
                       help="an eval set to measure besides the policy's (repeatable)")
-    gate.add_argument("--token", help="bearer token with scope gate (default: $FLIPGATE_TOKEN)")
     gate.add_argument("--secret", help="the line's webhook secret, to sign the request "
-                                       "(default: $FLIPGATE_WEBHOOK_SECRET)")
-    add_project_flag(gate)
+                                       f"(default: ${SECRET_ENV})")
     gate.add_argument("--delivery", metavar="ID",
                       help="idempotency key: a retry with the same id gets the same decision "
                            "(default: a random UUID)")

@@ -11,9 +11,10 @@ import argparse
 import os
 
 from flipgate.errors import InputError
+from flipgate.gate_client import Credentials
 
 COMMAND_GROUP = "flipgate.commands"
-PROJECT_ENV = "FLIPGATE_PROJECT"
+TOKEN_ENV, PROJECT_ENV = "FLIPGATE_TOKEN", "FLIPGATE_PROJECT"
 
 
 class Parser(argparse.ArgumentParser):
@@ -35,16 +36,22 @@ def add_wait_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the final decision's JSON")
 
 
-def add_project_flag(parser: argparse.ArgumentParser) -> None:
-    """--project of the commands that call a server (docs/access.md)."""
+def add_server_flags(parser: argparse.ArgumentParser, *, token_needs: str) -> None:
+    """--server, --token and --project of every command that calls a server (docs/access.md);
+    `token_needs` says which scopes, e.g. "scope gate"."""
+    parser.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
+    parser.add_argument("--token", help=f"bearer token with {token_needs} (default: "
+                        f"${TOKEN_ENV})")
     parser.add_argument("--project", help=f"the project to act in (default: ${PROJECT_ENV}); "
                         "a project-bound token needs none, the server admin's default is "
                         "`default`")
 
 
-def project_of(args: argparse.Namespace) -> str | None:
-    """The project --project (or $FLIPGATE_PROJECT) names, if any."""
-    return args.project or os.environ.get(PROJECT_ENV) or None
+def server_credentials(args: argparse.Namespace, *, secret: str | None = None) -> Credentials:
+    """Who calls the server, from add_server_flags' options: --token (or $FLIPGATE_TOKEN),
+    --project (or $FLIPGATE_PROJECT), and a line's webhook `secret` where one is given."""
+    return Credentials(token=args.token or os.environ.get(TOKEN_ENV), secret=secret,
+                       project=args.project or os.environ.get(PROJECT_ENV) or None)
 
 
 def check_wait_flags(args: argparse.Namespace) -> None:

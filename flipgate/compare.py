@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from flipgate.errors import InputError
-from flipgate.formats import MAX_CLASSES, EvalSet, check_labels, check_logits_match, load_logits
+from flipgate.formats.evalsets import MAX_CLASSES, EvalSet, check_labels
+from flipgate.formats.logits import check_logits_match, load_logits
 from flipgate.inference import DEFAULT_BATCH_SIZE, OnnxClassifier
 from flipgate.labels import holds_labels, load_predicted_labels
 from flipgate.metrics.matrices import predicted_classes

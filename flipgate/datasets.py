@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flipgate.formats import EvalSet, validate_evalset
+from flipgate.formats.evalsets import EvalSet, validate_evalset
 
 
 def mnist_digits() -> EvalSet:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from flipgate.datasets import mnist_digits, save_evalset, split
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.inference import OnnxClassifier
 from flipgate.train import recipes
 from flipgate.train.config import TrainConfig

@@ -10,7 +10,7 @@ from onnx import numpy_helper
 from torch import nn
 
 from flipgate.errors import InputError
-from flipgate.formats import INPUT_NAME, OUTPUT_NAME, inspect_onnx
+from flipgate.formats.onnx_models import INPUT_NAME, OUTPUT_NAME, inspect_onnx
 
 OPSET = 17
 

@@ -13,14 +13,8 @@ import numpy as np
 import onnxruntime as ort
 
 from flipgate.errors import InputError
-from flipgate.formats import (
-    EvalSet,
-    OnnxSpec,
-    cast_input,
-    check_input_shape,
-    check_labels,
-    inspect_onnx,
-)
+from flipgate.formats.evalsets import EvalSet, cast_input, check_labels
+from flipgate.formats.onnx_models import OnnxSpec, check_input_shape, inspect_onnx
 from flipgate.onnx_io import InputSpec, OutputSpec
 from flipgate.progress import Progress
 from flipgate.scores import to_logits

@@ -6,13 +6,8 @@ from pathlib import Path
 import numpy as np
 
 from flipgate.errors import InputError
-from flipgate.formats import (
-    NUMPY_READ_ERRORS,
-    _existing,
-    _unreadable,
-    read_npy_header,
-    single_npy_header,
-)
+from flipgate.formats.files import existing_file
+from flipgate.formats.npy import NUMPY_READ_ERRORS, read_npy_header, single_npy_header, unreadable
 from flipgate.metrics.matrices import class_dtype
 
 
@@ -21,7 +16,7 @@ def load_predicted_labels(path: str | Path, *, num_classes: int,
                           source: str | None = None) -> np.ndarray:
     """The (N,) predicted classes in an .npy file, in `class_dtype(num_classes)`: integers in
     [0, num_classes), or strings mapped to their index in `class_names`."""
-    path = _existing(path, "labels", source)
+    path = existing_file(path, "labels", source)
     source = source or str(path)
     try:
         header = single_npy_header(path, source=source, what="labels")
@@ -33,7 +28,7 @@ def load_predicted_labels(path: str | Path, *, num_classes: int,
     except InputError:
         raise
     except NUMPY_READ_ERRORS as error:
-        raise _unreadable(error, source, "labels_corrupt", "a readable .npy array") from error
+        raise unreadable(error, source, "labels_corrupt", "a readable .npy array") from error
     return as_classes(labels, num_classes=num_classes, class_names=class_names, source=source)
 
 

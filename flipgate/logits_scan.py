@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-from flipgate.formats import read_npy_header
+from flipgate.formats.npy import read_npy_header
 from flipgate.metrics.matrices import class_dtype
 
 MAGIC = b"\x93NUMPY"

@@ -18,7 +18,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from flipgate import gate_client
-from flipgate.commands import add_project_flag, add_wait_flags, check_wait_flags, project_of
+from flipgate.commands import (
+    TOKEN_ENV,
+    add_server_flags,
+    add_wait_flags,
+    check_wait_flags,
+    server_credentials,
+)
 from flipgate.errors import InputError
 
 MODEL_URI = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))")
@@ -164,10 +170,9 @@ def register_from_mlflow(client, registry: FlipgateRegistry, uri: str, line: str
 def run_mlflow_gate(args: argparse.Namespace) -> int:
     """Gate an MLflow version: exit 0 approve, 1 block, 2 refused or unreachable, 3 pending."""
     tracking_uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    credentials = gate_client.Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"),
-                                          project=project_of(args))
+    credentials = server_credentials(args)
     if not credentials.token:
-        raise InputError("missing_credentials", "give --token (or FLIPGATE_TOKEN)")
+        raise InputError("missing_credentials", f"give --token (or {TOKEN_ENV})")
     check_wait_flags(args)
     for uri in filter(None, (args.model_uri, args.baseline)):
         parse_model_uri(uri)  # a usage error before MLflow is touched
@@ -210,10 +215,7 @@ def add_mlflow_command(commands: argparse._SubParsersAction) -> None:
                     "pending after --timeout. Needs pip install 'flipgate[mlflow]'.")
     gate.add_argument("model_uri", metavar="MODEL_URI",
                       help="models:/NAME@ALIAS or models:/NAME/VERSION")
-    gate.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
-    gate.add_argument("--token", help="bearer token with scopes write and gate "
-                      "(default: $FLIPGATE_TOKEN)")
-    add_project_flag(gate)
+    add_server_flags(gate, token_needs="scopes write and gate")
     gate.add_argument("--line", help="flipgate's model line (default: the registered model's "
                       "name)")
     gate.add_argument("--evalset", action="append", default=[], metavar="NAME",

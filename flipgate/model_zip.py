@@ -11,7 +11,8 @@ import zipfile
 from pathlib import Path
 
 from flipgate.errors import InputError
-from flipgate.formats import DEFLATE_MAX_RATIO, external_data_names
+from flipgate.formats.npy import DEFLATE_MAX_RATIO
+from flipgate.formats.onnx_models import external_data_names
 
 MAX_MEMBERS = 4096
 COPY_CHUNK_BYTES = 1 << 20

@@ -2,10 +2,10 @@
 
 Importing the `onnx` package costs about 45 ms (protobuf's JSON support, ml_dtypes,
 importlib.metadata), which all that imports the metrics would pay to build one small graph
-(onnx is imported where a model is read: flipgate.formats.inspect_onnx and its callers). These
-functions take the arguments of their `onnx.helper` namesakes (integer attributes only; the
-model's opset for the default domain) and return the same bytes as the message's
-`SerializeToString()`; the tests compare the two. Field numbers are onnx.proto's; each
+(onnx is imported where a model is read: flipgate.formats.onnx_models.inspect_onnx and its
+callers). These functions take the arguments of their `onnx.helper` namesakes (integer
+attributes only; the model's opset for the default domain) and return the same bytes as the
+message's `SerializeToString()`; the tests compare the two. Field numbers are onnx.proto's; each
 message writes its fields in field-number order, as protobuf does. The data type numbers let
 flipgate.onnx_io describe a model's inputs without importing onnx before a model is read.
 """

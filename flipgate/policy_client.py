@@ -2,11 +2,10 @@
 
 import argparse
 import json
-import os
 from pathlib import Path
 from urllib.parse import quote
 
-from flipgate.commands import add_project_flag, project_of
+from flipgate.commands import add_server_flags, server_credentials
 from flipgate.errors import InputError
 from flipgate.gate_client import (
     REQUEST_TIMEOUT_SECONDS,
@@ -51,8 +50,7 @@ def describe(result: dict) -> list[str]:
 def run_dry_run(args: argparse.Namespace) -> int:
     """Print what the draft policy would change; exit 0 whatever it finds."""
     result = dry_run(args.server, args.model, read_policy(args.policy),
-                     Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"),
-                                 project=project_of(args)))
+                     server_credentials(args))
     print(json.dumps(result) if args.json else "\n".join(describe(result)))
     return 0
 
@@ -65,11 +63,9 @@ def add_policy_command(commands: argparse._SubParsersAction) -> None:
         "dry-run", help="replay a draft policy on the line's past decisions",
         description="POSTs /models/{model}/policy/dry-run: which past verdicts the draft "
                     "would change (nothing is stored). Exit 0, or 2 on a usage or HTTP error.")
-    draft.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
+    add_server_flags(draft, token_needs="scope read")
     draft.add_argument("--model", required=True, help="the model line")
     draft.add_argument("--policy", required=True, type=Path, metavar="FILE.json",
                        help="the draft policy, as PUT /models/{model}/policy takes it")
-    draft.add_argument("--token", help="bearer token with scope read (default: $FLIPGATE_TOKEN)")
-    add_project_flag(draft)
     draft.add_argument("--json", action="store_true", help="print the server's JSON answer")
     draft.set_defaults(run=run_dry_run)

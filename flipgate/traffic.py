@@ -2,7 +2,6 @@
 the export of the samples two models disagree on, for people to label (docs/traffic.md)."""
 
 import csv
-import hashlib
 import io
 import json
 import zipfile
@@ -12,25 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from flipgate.errors import InputError
-from flipgate.formats import (
-    NUMPY_READ_ERRORS,
-    EvalSet,
-    check_labels,
-    label_columns,
-    npz_headers,
-)
+from flipgate.formats.evalsets import EvalSet, check_labels, label_columns
+from flipgate.formats.npy import NUMPY_READ_ERRORS, npz_headers
 from flipgate.metrics.probs import softmax
 from flipgate.metrics.traffic import UNLABELLED
 
 EXPORT_FORMATS = ("json", "csv", "label-studio")
 CHOICES_FROM, SAMPLE_TO = "label", "sample"  # the labelling configuration's tag names
 MAX_SHOWN_VALUES = 64  # a sample without text or image is shown as its values, up to this many
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes (what the server calls a stored set)."""
-    with Path(path).open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def class_name_list(num_classes: int, class_names: Sequence[str] | None) -> list[str]:

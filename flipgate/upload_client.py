@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote, urlencode, urlsplit
 
-from flipgate.commands import add_project_flag, project_of
+from flipgate.commands import add_server_flags, server_credentials
 from flipgate.errors import InputError
 from flipgate.gate_client import Credentials, answer, http_client, json_answer
 from flipgate.progress import Progress, progress_bars
@@ -176,8 +176,7 @@ def run_upload(args: argparse.Namespace) -> int:
     if not args.file.is_file():
         raise InputError("file_not_found", f"{args.file} is not a file")
     url, params, summary = args.request(args)
-    credentials = Credentials(token=args.token or os.environ.get("FLIPGATE_TOKEN"),
-                              project=project_of(args))
+    credentials = server_credentials(args)
     with progress_bars(enabled=sys.stderr.isatty()) as bars:  # no bars, no rich to import
         record = put_file(args.server, url, args.file, params=params, credentials=credentials,
                           progress=bars(f"uploading {args.file.name}"))
@@ -219,10 +218,7 @@ def _kind(kinds: argparse._SubParsersAction, name: str, summary: str, url: str,
     parser = kinds.add_parser(name, help=summary, description=f"{summary}: PUTs the file as "
                               f"the raw request body of {url}, streamed, no multipart form. "
                               "Exit 0, or 2 on a usage or HTTP error.")
-    parser.add_argument("--server", required=True, metavar="URL", help="e.g. http://flipgate:8000")
-    parser.add_argument("--token", help="bearer token with scope write (default: "
-                                        "$FLIPGATE_TOKEN)")
-    add_project_flag(parser)
+    add_server_flags(parser, token_needs="scope write")
     parser.add_argument("--json", action="store_true", help="print the server's JSON answer")
     parser.set_defaults(run=run_upload, request=request)
     return parser

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from flipgate.cli import main
 from flipgate.datasets import mnist_digits, save_evalset, split
 from flipgate.export import export_onnx
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
 from tests.s3server import S3Server, s3_server, unique_prefix

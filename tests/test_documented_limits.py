@@ -7,7 +7,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from flipgate.formats import inspect_onnx, load_logits
+from flipgate.formats.logits import load_logits
+from flipgate.formats.onnx_models import inspect_onnx
 
 from .conftest import linear_onnx
 from .test_formats_limits import code_of, graph_model

@@ -10,9 +10,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from flipgate import formats
 from flipgate.errors import InputError
-from flipgate.formats import inspect_onnx, load_evalset, load_logits
+from flipgate.formats import onnx_models
+from flipgate.formats.evalsets import cast_input, load_evalset
+from flipgate.formats.logits import load_logits
+from flipgate.formats.onnx_models import inspect_onnx
+from flipgate.metrics import chunks
 
 from .conftest import linear_onnx, save_graph
 
@@ -119,13 +122,13 @@ def test_an_uncompressed_eval_set_is_memory_mapped_with_the_same_values(tmp_path
 
 
 def test_casts_are_checked_chunk_by_chunk_across_chunk_borders(tmp_path, monkeypatch):
-    monkeypatch.setattr(formats, "CHECK_CHUNK_BYTES", 64)
+    monkeypatch.setattr(chunks, "CHECK_CHUNK_BYTES", 64)
     x = np.zeros((100, 4), np.float64)
     x[[3, 57], [0, 2]] = [np.nan, np.inf]  # missing values and infinities survive a cast
-    assert formats.cast_input(x, np.dtype(np.float32), source="x") is x
+    assert cast_input(x, np.dtype(np.float32), source="x") is x
     x[99, 3] = 1e300  # the last chunk's last value does not fit a float32
     with pytest.raises(InputError, match="x: some values of this float64 array do not"):
-        formats.cast_input(x, np.dtype(np.float32), source="x")
+        cast_input(x, np.dtype(np.float32), source="x")
 
 
 def test_messages_name_the_source_not_the_server_path(tmp_path):
@@ -162,7 +165,7 @@ def test_models_with_too_many_initializers_are_refused(tmp_path, monkeypatch):
     model.graph.initializer.extend(numpy_helper.from_array(np.zeros(1, np.float32), f"u{i}")
                                    for i in range(20))
     onnx.save(model, path)
-    monkeypatch.setattr(formats, "MAX_INITIALIZERS", 22)
+    monkeypatch.setattr(onnx_models, "MAX_INITIALIZERS", 22)
     assert inspect_onnx(path).num_classes == 3
-    monkeypatch.setattr(formats, "MAX_INITIALIZERS", 21)
+    monkeypatch.setattr(onnx_models, "MAX_INITIALIZERS", 21)
     assert code_of(inspect_onnx, path) == "onnx_too_many_initializers"

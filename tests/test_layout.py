@@ -166,6 +166,19 @@ def test_the_server_and_the_worker_start_without_torch():
     assert result.stdout.strip() == "False"
 
 
+def test_the_server_starts_without_rich():
+    """The gate's messages are formatted by flipgate.reporting.rows, which needs no rich (the
+    terminal's tables); httpx, whose package loads rich for its own CLI, is imported where a
+    callback or a sign-in calls out."""
+    result = run_python("""
+        import sys
+        import service.main
+        print("rich" in sys.modules)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
 def test_without_an_otlp_endpoint_nothing_of_opentelemetry_is_imported(tmp_path):
     """Traces are opt-in: an app that serves a request and scrapes its metrics, and the
     worker's tasks, import none of flipgate's tracing, OpenTelemetry's exporters or
@@ -326,17 +339,17 @@ def compare_loading(tmp_path: Path, flags: list[str]) -> tuple[str, list[str]]:
 
 
 def test_a_compare_without_html_loads_no_rich(tmp_path):
-    """rich (20 ms to import) is loaded only for the terminal's report, its progress bars and
-    the HTML page (which shares the terminal's formatting), not for --json."""
+    """rich (20 ms to import) is loaded only for the terminal's report and its progress bars,
+    not for --json."""
     output, loaded = compare_loading(tmp_path, ["--json"])
     assert '"nfr"' in output and loaded == []
 
 
 def test_an_html_report_loads_no_matplotlib(tmp_path):
     """The HTML report draws its four plots as SVG itself: `compare --html` does not import
-    matplotlib (0.4 s) at all."""
+    matplotlib (0.4 s) at all, nor rich (the page's rows are flipgate.reporting.rows)."""
     output, loaded = compare_loading(tmp_path, ["--json", "--html", str(tmp_path / "r.html")])
-    assert '"nfr"' in output and "matplotlib" not in loaded
+    assert '"nfr"' in output and loaded == []
     assert (tmp_path / "r.html").read_text().count("<svg") == 4
 
 

@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from flipgate.errors import InputError
-from flipgate.formats import cast_input, evalset_of
+from flipgate.formats.evalsets import cast_input, evalset_of
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics.probs import softmax
 from flipgate.scores import PROBABILITY_FLOOR, to_logits

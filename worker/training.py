@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flipgate.formats import load_training_set
+from flipgate.formats.evalsets import load_training_set
 from flipgate.progress import ProgressFactory
 from flipgate.repair import Limits, RepairResult, ensemble, interpolate
 from flipgate.train.config import TrainConfig

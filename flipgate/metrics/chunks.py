@@ -18,6 +18,7 @@ import numpy as np
 
 CHUNK_ELEMENTS = 1 << 19  # values per array and chunk by default: 2 MB of float32
 FAULT_AROUND_BYTES = 1 << 20  # generously above the kernel's default 64 KiB
+CHECK_CHUNK_BYTES = 64 << 20  # how much of an array a value check holds at once
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
 
@@ -48,3 +49,17 @@ def release(array: np.ndarray, start: int, stop: int) -> None:
     first -= first % mmap.PAGESIZE  # the page holding the array's start is in the mapping
     length = base + stop * row_bytes - first
     _LIBC.madvise(ctypes.c_void_p(first), ctypes.c_size_t(length), mmap.MADV_DONTNEED)
+
+
+def row_chunks(array: np.ndarray, chunk_bytes: int | None = None) -> Iterator[np.ndarray]:
+    """Consecutive slices of `array` along its first axis of about `chunk_bytes` each
+    (default CHECK_CHUNK_BYTES); a memory-mapped array's pages are handed back once a slice
+    has been used, so a check over a file of any size keeps about one chunk resident."""
+    if array.ndim == 0:
+        yield array
+        return
+    row_bytes = max(1, array[:1].nbytes)
+    step = max(1, (chunk_bytes or CHECK_CHUNK_BYTES) // row_bytes)
+    for start in range(0, array.shape[0], step):
+        yield array[start:start + step]
+        release(array, start, start + step)

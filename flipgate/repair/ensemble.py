@@ -8,7 +8,8 @@ import onnx
 from onnx import compose, helper, numpy_helper, version_converter
 
 from flipgate.errors import InputError
-from flipgate.formats import INPUT_NAME, OUTPUT_NAME, EvalSet, OnnxSpec
+from flipgate.formats.evalsets import EvalSet
+from flipgate.formats.onnx_models import INPUT_NAME, OUTPUT_NAME, OnnxSpec
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import softmax
 from flipgate.repair.graphs import load_classifier, write_checked

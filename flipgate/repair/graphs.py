@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 
 from flipgate.errors import InputError
-from flipgate.formats import OnnxSpec, inspect_onnx
+from flipgate.formats.onnx_models import OnnxSpec, inspect_onnx
 from flipgate.inference import OnnxClassifier
 from flipgate.scores import LOGITS
 

@@ -8,7 +8,7 @@ import onnx
 from onnx import numpy_helper
 
 from flipgate.errors import InputError
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.inference import OnnxClassifier
 from flipgate.repair.graphs import load_classifier, logits_of, write_checked
 from flipgate.repair.search import (

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from flipgate.errors import InputError
-from flipgate.formats import EvalSet, load_evalset
+from flipgate.formats.evalsets import EvalSet, load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import count_flips
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flipgate.metrics.probs import softmax
-from flipgate.reporting.terminal import class_label
+from flipgate.reporting.rows import class_label
 
 MAX_TABLE_VALUES = 16  # values of a non-image sample shown in its table row
 MAX_TEXT_CHARS = 400  # characters of a text sample shown

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.metrics.report import PairAnalysis, PlotValues
 from flipgate.reporting.charts import (
     BarRow,
@@ -29,7 +29,7 @@ from flipgate.reporting.gallery import (
     gallery_from_arrays,
     gallery_html,
 )
-from flipgate.reporting.terminal import (
+from flipgate.reporting.rows import (
     CLASS_HEADER,
     GROUP_HEADER,
     class_label,

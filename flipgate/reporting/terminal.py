@@ -1,182 +1,32 @@
-"""Terminal report of one old/new comparison, and the text summaries the HTML report shares.
-
-Everything here reads the JSON-ready dict of `PairAnalysis.to_dict()`; undefined values
-(None) are shown as "—". The hints only describe the numbers; they decide nothing.
+"""Terminal report of one old/new comparison (rich tables of flipgate.reporting.rows and, for a
+traffic set, of flipgate.reporting.traffic), and the tables of the server's matrix and
+decisions that `flipgate demo` prints.
 """
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-DASH = "—"
-SIGNIFICANCE = 0.05
+from flipgate.reporting.rows import (
+    CLASS_HEADER,
+    class_row,
+    flip_severity,
+    fmt_pct,
+    fmt_points,
+    headline_rows,
+    verdict_hints,
+    worst_class,
+)
+from flipgate.reporting.traffic import (
+    CHANGE_HEADER,
+    GROUP_CHURN_HEADER,
+    change_rows,
+    group_churn_rows,
+    traffic_note,
+    traffic_rows,
+)
+
 MAX_TERMINAL_CLASSES = 20
-
-
-def fmt_pct(value: float | None) -> str:
-    """0.0123 -> '1.23%'; None -> '—'."""
-    return DASH if value is None else f"{100 * value:.2f}%"
-
-
-def fmt_num(value: float | None, digits: int = 3) -> str:
-    """A plain number with `digits` decimals; None -> '—'."""
-    return DASH if value is None else f"{value:.{digits}f}"
-
-
-def fmt_int(value: int | None) -> str:
-    """A count; None -> '—'."""
-    return DASH if value is None else str(value)
-
-
-def fmt_p(value: float | None) -> str:
-    """A p-value: four decimals, scientific below 1e-4; None -> '—'."""
-    if value is None:
-        return DASH
-    return f"{value:.2e}" if 0 < value < 1e-4 else f"{value:.4f}"
-
-
-def _fmt_points(old: float | None, new: float | None) -> str:
-    return DASH if old is None or new is None else f"{100 * (new - old):+.2f} pts"
-
-
-def _fmt_ci(interval: list[float] | None) -> str:
-    return DASH if not interval else f"{fmt_pct(interval[0])} – {fmt_pct(interval[1])}"
-
-
-def _samples(count: int) -> str:
-    return f"{count} sample" if count == 1 else f"{count} samples"
-
-
-def class_label(index: int, class_names: list[str] | None) -> str:
-    """The name of class `index`, or its number when no (or too few) names are given."""
-    return class_names[index] if class_names and index < len(class_names) else str(index)
-
-
-def headline_rows(report: dict) -> list[tuple[str, str]]:
-    """(metric, formatted value) pairs of the headline numbers."""
-    r = report.get
-    churn = (f"{fmt_pct(r('churn'))} (old-correct {fmt_pct(r('churn_old_correct'))}, "
-             f"old-incorrect {fmt_pct(r('churn_old_incorrect'))})")
-    return [
-        ("Samples (N)", fmt_int(r("n"))),
-        ("Error rate old → new", f"{fmt_pct(r('er_old'))} → {fmt_pct(r('er_new'))} "
-                                 f"({_fmt_points(r('er_old'), r('er_new'))})"),
-        ("NFR (negative flip rate)", f"{fmt_pct(r('nfr'))} (95% CI {_fmt_ci(r('nfr_ci'))})"),
-        ("PFR (positive flip rate)", fmt_pct(r("pfr"))),
-        ("Rel-NFR", fmt_num(r("rel_nfr"))),
-        ("NFI (neg. flips / new errors)", fmt_pct(r("nfi"))),
-        ("BTC (both right / old right)", fmt_pct(r("btc"))),
-        ("BEC (both wrong / new wrong)", fmt_pct(r("bec"))),
-        ("Churn", churn),
-        (f"SChurn (α={fmt_num(r('schurn_alpha'), 2)})", fmt_num(r("schurn"), 4)),
-        ("Negative flips", fmt_int(r("negative_flips"))),
-        ("Positive flips", fmt_int(r("positive_flips"))),
-        ("Both wrong", fmt_int(r("both_wrong"))),
-        ("McNemar p (one-sided)", fmt_p(r("mcnemar_p"))),
-    ]
-
-
-CLASS_HEADER = ["Class", "n", "ER old", "ER new", "NFR", "PFR", "#neg", "#pos"]
-
-
-def class_row(entry: dict, class_names: list[str] | None) -> list[str]:
-    """One per-class entry of the report as formatted cells (see CLASS_HEADER)."""
-    return [
-        class_label(entry["class"], class_names),
-        fmt_int(entry.get("n")),
-        fmt_pct(entry.get("er_old")),
-        fmt_pct(entry.get("er_new")),
-        fmt_pct(entry.get("nfr")),
-        fmt_pct(entry.get("pfr")),
-        fmt_int(entry.get("negative_flips")),
-        fmt_int(entry.get("positive_flips")),
-    ]
-
-
-GROUP_HEADER = ["Group", "n", "ER old", "ER new", "NFR", "NFR 95% CI", "PFR", "#neg", "#pos"]
-
-
-def group_row(entry: dict) -> list[str]:
-    """One per-group entry of the report as formatted cells (see GROUP_HEADER)."""
-    cells = class_row({**entry, "class": entry["group"]}, None)
-    return [str(entry["group"]), *cells[1:5], _fmt_ci(entry.get("nfr_ci")), *cells[5:]]
-
-
-def _severity(entry: dict) -> tuple[float, int]:
-    return (entry.get("nfr") or 0.0, entry.get("negative_flips") or 0)
-
-
-def worst_class(report: dict) -> dict | None:
-    """The per-class entry with the highest NFR (ties: more negative flips), if any flips."""
-    flipped = [e for e in report.get("per_class") or [] if e.get("negative_flips")]
-    return max(flipped, key=_severity, default=None)
-
-
-def _flip_hint(report: dict, old_name: str, new_name: str) -> str:
-    neg, pos = report.get("negative_flips") or 0, report.get("positive_flips") or 0
-    both = report.get("both_wrong") or 0
-    stays = "stays" if both == 1 else "stay"
-    return (f"{new_name} fixes {_samples(pos)} that {old_name} got wrong and breaks "
-            f"{_samples(neg)} that it got right; {_samples(both)} {stays} wrong under both.")
-
-
-def _significance_hint(report: dict, new_name: str) -> str:
-    p = report.get("mcnemar_p")
-    if not (report.get("negative_flips") or report.get("positive_flips")):
-        return "No sample moves between right and wrong, so McNemar's test has nothing to weigh."
-    if p is not None and p < SIGNIFICANCE:
-        return (f"{new_name} makes significantly more new errors than it fixes at the 5% level "
-                f"(one-sided McNemar p = {fmt_p(p)}).")
-    return (f"{new_name} does not make significantly more new errors than it fixes at the 5% "
-            f"level (one-sided McNemar p = {fmt_p(p)}).")
-
-
-def _nfr_bound_hint(report: dict) -> str | None:
-    interval = report.get("nfr_ci")
-    if not interval:
-        return None
-    return (f"The true NFR may be as high as {fmt_pct(interval[1])} (upper end of the Wilson "
-            f"95% interval; observed {fmt_pct(report.get('nfr'))} on "
-            f"{_samples(report.get('n') or 0)}).")
-
-
-def _worst_class_hint(report: dict, class_names: list[str] | None) -> str | None:
-    worst = worst_class(report)
-    if worst is None:
-        return None
-    return (f"Class {class_label(worst['class'], class_names)} loses the most: NFR "
-            f"{fmt_pct(worst.get('nfr'))} ({worst.get('negative_flips')} of "
-            f"{_samples(worst.get('n') or 0)} flipped from right to wrong).")
-
-
-def _accuracy_hint(report: dict, old_name: str) -> str | None:
-    er_old, er_new = report.get("er_old"), report.get("er_new")
-    if er_old is None or er_new is None:
-        return None
-    neg = report.get("negative_flips") or 0
-    change = f"error {fmt_pct(er_old)} → {fmt_pct(er_new)}"
-    if er_new < er_old and neg:
-        return (f"Accuracy improves ({change}) but {_samples(neg)} that {old_name} got right "
-                f"are now wrong; users who relied on them will see a regression.")
-    if er_new < er_old:
-        return f"Accuracy improves ({change}) without a single negative flip."
-    if er_new > er_old:
-        return f"Accuracy gets worse ({change})."
-    return f"Accuracy is unchanged ({change})."
-
-
-def verdict_hints(
-    report: dict, *, old_name: str, new_name: str, class_names: list[str] | None = None
-) -> list[str]:
-    """Short plain sentences about the comparison that a user can act on."""
-    hints = [
-        _flip_hint(report, old_name, new_name),
-        _significance_hint(report, new_name),
-        _nfr_bound_hint(report),
-        _worst_class_hint(report, class_names),
-        _accuracy_hint(report, old_name),
-    ]
-    return [hint for hint in hints if hint]
 
 
 def _headline_table(report: dict, old_name: str, new_name: str) -> Table:
@@ -192,7 +42,7 @@ def _shown_classes(report: dict) -> tuple[list[dict], str | None]:
     entries = report.get("per_class") or []
     if len(entries) <= MAX_TERMINAL_CLASSES:
         return entries, None
-    shown = sorted(entries, key=_severity, reverse=True)[:MAX_TERMINAL_CLASSES]
+    shown = sorted(entries, key=flip_severity, reverse=True)[:MAX_TERMINAL_CLASSES]
     return shown, f"{len(shown)} of {len(entries)} classes, highest NFR first"
 
 
@@ -221,8 +71,6 @@ def render_report(
     """Print the headline table, the per-class table and the verdict hints to `console` (a
     traffic report's own tables for a traffic set)."""
     if report.get("traffic"):
-        from flipgate.reporting.traffic import render_traffic
-
         render_traffic(report, console, old_name=old_name, new_name=new_name)
         return
     console.print(_headline_table(report, old_name, new_name))
@@ -231,6 +79,30 @@ def render_report(
     hints = verdict_hints(report, old_name=old_name, new_name=new_name, class_names=class_names)
     for hint in hints:
         console.print(Text(f"• {hint}"))
+
+
+def _rows_table(title: str, header: list[str], rows) -> Table:
+    """A table of formatted rows, the first column left-aligned, the others right."""
+    table = Table(title=Text(title), title_justify="left")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def render_traffic(report: dict, console: Console, *, old_name: str, new_name: str) -> None:
+    """Print a traffic report's headline, its changed predictions, churn per group and why
+    the entries that need labels are null."""
+    console.print(_rows_table(f"{old_name} → {new_name} on traffic", ["Metric", "Value"],
+                              traffic_rows(report)))
+    console.print(_rows_table("Changed predictions (old → new)", CHANGE_HEADER,
+                              change_rows(report)))
+    if report.get("per_group_churn"):
+        console.print(_rows_table("Churn per group", GROUP_CHURN_HEADER,
+                                  group_churn_rows(report)))
+    if note := traffic_note(report):
+        console.print(Text(f"• {note}"))
 
 
 def render_matrix(matrix: dict, console: Console, *, title: str) -> None:
@@ -259,6 +131,6 @@ def render_decisions(decisions: list[dict], console: Console, *, title: str) -> 
             why.insert(0, f"repair of decision {decision['repair_of']}")
         table.add_row(decision["candidate"], decision["baseline"] or "—",
                       Text(decision["verdict"], style=style), fmt_pct(numbers.get("nfr")),
-                      _fmt_points(numbers.get("er_old"), numbers.get("er_new")),
+                      fmt_points(numbers.get("er_old"), numbers.get("er_new")),
                       "; ".join(why) or "within the policy")
     console.print(table)

@@ -1,7 +1,7 @@
 """The rows of a traffic report (flipgate.metrics.traffic) that the terminal and the HTML
 report show: churn, the NFR bounds and estimate, the changed predictions, churn per group."""
 
-from flipgate.reporting.terminal import _fmt_ci, fmt_int, fmt_num, fmt_pct
+from flipgate.reporting.rows import fmt_ci, fmt_int, fmt_num, fmt_pct
 
 MAX_CHANGE_ROWS = 20  # cells of the old × new table shown (the largest first)
 CHANGE_HEADER = ["Old class", "New class", "Samples"]
@@ -17,14 +17,14 @@ def traffic_rows(report: dict) -> list[tuple[str, str]]:
     return [
         ("Samples (N)", fmt_int(r("n"))),
         ("Churn (changed predictions)", f"{fmt_pct(r('churn'))} ({fmt_int(r('changed'))}; "
-                                        f"95% CI {_fmt_ci(r('churn_ci'))})"),
-        ("NFR bounds (sure)", _fmt_ci(r("nfr_bounds"))),
+                                        f"95% CI {fmt_ci(r('churn_ci'))})"),
+        ("NFR bounds (sure)", fmt_ci(r("nfr_bounds"))),
         ("Disagreements labelled", f"{labelled['labelled']} of {labelled['count']} "
                                    f"(prefix {labelled['labelled_prefix']})"),
         ("NFR", fmt_pct(r("nfr")) if labelled["complete"] else
-         f"≈ {fmt_pct(labelled['nfr_estimate'])} (95% CI {_fmt_ci(labelled['nfr_interval'])})"),
+         f"≈ {fmt_pct(labelled['nfr_estimate'])} (95% CI {fmt_ci(labelled['nfr_interval'])})"),
         ("PFR", fmt_pct(r("pfr")) if labelled["complete"] else
-         f"≈ {fmt_pct(labelled['pfr_estimate'])} (95% CI {_fmt_ci(labelled['pfr_interval'])})"),
+         f"≈ {fmt_pct(labelled['pfr_estimate'])} (95% CI {fmt_ci(labelled['pfr_interval'])})"),
         ("ER new − ER old", fmt_pct(r("er_difference"))),
         (f"SChurn (α={fmt_num(r('schurn_alpha'), 2)})", fmt_num(r("schurn"), 4)),
         ("Confidence gap of changed, old → new",
@@ -41,32 +41,9 @@ def change_rows(report: dict) -> list[list[str]]:
 def group_churn_rows(report: dict) -> list[list[str]]:
     """Churn per group (none without groups)."""
     return [[str(row["group"]), str(row["n"]), str(row["changed"]), fmt_pct(row["churn"]),
-             _fmt_ci(row["churn_ci"])] for row in report.get("per_group_churn") or []]
+             fmt_ci(row["churn_ci"])] for row in report.get("per_group_churn") or []]
 
 
 def traffic_note(report: dict) -> str | None:
     """Why the keys that need labels are null (None once every sample is labelled)."""
     return report.get("labels_missing")
-
-
-def render_traffic(report: dict, console, *, old_name: str, new_name: str) -> None:
-    """Print a traffic report's headline, its changed predictions, churn per group and why
-    the entries that need labels are null."""
-    from rich.table import Table
-    from rich.text import Text
-
-    def table(title: str, header: list[str], rows) -> Table:
-        shown = Table(title=Text(title), title_justify="left")
-        for i, name in enumerate(header):
-            shown.add_column(name, justify="left" if i == 0 else "right")
-        for row in rows:
-            shown.add_row(*(Text(cell) for cell in row))
-        return shown
-
-    console.print(table(f"{old_name} → {new_name} on traffic", ["Metric", "Value"],
-                        traffic_rows(report)))
-    console.print(table("Changed predictions (old → new)", CHANGE_HEADER, change_rows(report)))
-    if report.get("per_group_churn"):
-        console.print(table("Churn per group", GROUP_CHURN_HEADER, group_churn_rows(report)))
-    if note := traffic_note(report):
-        console.print(Text(f"• {note}"))

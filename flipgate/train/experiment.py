@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from flipgate.datasets import mnist_digits, split
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import count_flips
 from flipgate.progress import Progress

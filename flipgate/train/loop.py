@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.progress import Progress
 from flipgate.train.config import TrainConfig
 from flipgate.train.stack import ModelStack

@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from flipgate import __version__
 from flipgate.export import AveragedEnsemble, export_onnx, read_weights
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.progress import ProgressFactory
 from flipgate.train.config import TrainConfig
 from flipgate.train.loop import Batch, default_device, fit, stacked_cross_entropy

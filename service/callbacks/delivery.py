@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
 from flipgate.signing import HEADER, signature
@@ -59,6 +58,8 @@ def post_status(settings: Settings, url: str, body: bytes, secret: str | None, d
     """The HTTP status of one POST to the address checked just now (redirects are not
     followed), or None; the error is a fixed message, never the receiver's answer. The POST
     carries the gate request's id, if any, in X-Request-ID."""
+    import httpx  # here, not at the top: its package loads rich, which the server never needs
+
     try:
         target = check_callback_url(url, settings.callback_allowlist)
     except InvalidInput as refused:

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.metrics import PlotValues, compare_labels, measure_pair
 from flipgate.metrics.traffic import disagreement_order, traffic_report
 from flipgate.onnx_io import InputSpec

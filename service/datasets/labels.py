@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from flipgate.errors import InputError
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.metrics.traffic import UNLABELLED
 from flipgate.traffic import merge_labels, read_labels_file
 from service.datasets.models import Dataset, DatasetLabels

@@ -7,7 +7,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import check_labels, label_columns, load_evalset
+from flipgate.formats.evalsets import check_labels, label_columns, load_evalset
 from flipgate.metrics.traffic import UNLABELLED
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flipgate.metrics.cost import update_cost
-from flipgate.reporting.terminal import class_label
+from flipgate.reporting.rows import class_label
 from service.compare.models import PairMetrics
 from service.gate.models import Verdict
 from service.gate.traffic import check_traffic

@@ -9,17 +9,13 @@ import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import (
-    check_logits_head,
-    load_evalset,
-    load_logits,
-    row_chunks,
-)
+from flipgate.formats.evalsets import load_evalset
+from flipgate.formats.logits import check_logits_head, load_logits
 from flipgate.inference import OnnxClassifier, Progress
 from flipgate.labels import load_predicted_labels
 from flipgate.logits_scan import LogitsScan
 from flipgate.metrics import predicted_classes
-from flipgate.metrics.chunks import chunk_rows, release, sample_ranges
+from flipgate.metrics.chunks import chunk_rows, release, row_chunks, sample_ranges
 from flipgate.scores import PROBABILITIES, to_logits
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
-from flipgate.formats import external_data_names, inspect_onnx
+from flipgate.formats.onnx_models import external_data_names, inspect_onnx
 from flipgate.model_zip import unpack_model_zip
 from flipgate.onnx_io import InputSpec, OutputSpec
 from service.datasets.models import Dataset, DatasetRole

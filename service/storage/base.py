@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from flipgate.formats.files import file_sha256
 from flipgate.logits_scan import LogitsScan
 from service.errors import InvalidInput
 from service.storage.common import (
@@ -219,15 +220,6 @@ def upload_name(field: str, filename: str | None) -> str:
     base = re.split(r"[/\\]", filename or "")[-1]
     shown = "".join(c for c in base if c.isprintable())[:100]
     return f"{field} ({shown})" if shown else field
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes, read in chunks: its address in the store."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as readable:
-        while chunk := readable.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def model_sha256(files: dict[str, Path]) -> str:

@@ -13,11 +13,9 @@ expiry, nonce) before it upserts the Person. The provider's addresses are discov
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from authlib.integrations.base_client import OAuthError
-from authlib.integrations.httpx_client import OAuth2Client
 from authlib.oauth2.rfc6749 import OAuth2Error
 from authlib.oidc.core import CodeIDToken
 from joserfc import jwt
@@ -32,6 +30,9 @@ from service.db import utcnow
 from service.errors import ServiceError
 from service.projects.models import Person
 from service.ui.session import SignInRequired, signed, unsigned
+
+if TYPE_CHECKING:  # httpx is imported where a provider is called: its package loads rich
+    from authlib.integrations.httpx_client import OAuth2Client
 
 FLOW_COOKIE = "flipgate_oidc"
 FLOW_SECONDS = 600  # a sign-in must come back from the provider within this
@@ -87,6 +88,8 @@ def finish(settings: Settings, redirect_uri: str, cookie: str | None,
     """The validated ID token claims of the provider's answer `params` to the flow in
     `cookie`; SignInRefused when the flow is missing or expired, the state differs, the
     provider refused, the code is refused, or the ID token is not valid for us."""
+    import httpx
+
     flow = _flow(settings, cookie)
     if not secrets.compare_digest(params.get("state", "").encode(), flow["state"].encode()):
         raise SignInRefused("oidc_state_mismatch", "the sign-in's state is not the one this "
@@ -155,7 +158,9 @@ def _claims(settings: Settings, token: dict[str, Any], keys: dict[str, Any], non
     return dict(claims)
 
 
-def _client(settings: Settings, redirect_uri: str) -> OAuth2Client:
+def _client(settings: Settings, redirect_uri: str) -> "OAuth2Client":
+    from authlib.integrations.httpx_client import OAuth2Client
+
     secret = settings.oidc_client_secret
     return OAuth2Client(settings.oidc_client_id,
                         secret.get_secret_value() if secret else None,
@@ -164,7 +169,7 @@ def _client(settings: Settings, redirect_uri: str) -> OAuth2Client:
                         trust_env=False)
 
 
-def _metadata(client: OAuth2Client, settings: Settings) -> dict[str, Any]:
+def _metadata(client: "OAuth2Client", settings: Settings) -> dict[str, Any]:
     """The provider's discovery document; it must name the configured issuer."""
     issuer = (settings.oidc_issuer or "").rstrip("/")
     metadata = _get(client, f"{issuer}/.well-known/openid-configuration")
@@ -175,7 +180,9 @@ def _metadata(client: OAuth2Client, settings: Settings) -> dict[str, Any]:
     return metadata
 
 
-def _get(client: OAuth2Client, url: str) -> dict[str, Any]:
+def _get(client: "OAuth2Client", url: str) -> dict[str, Any]:
+    import httpx
+
     try:
         response = client.request("GET", url, withhold_token=True)
         response.raise_for_status()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flipgate.formats import label_columns, npz_headers
+from flipgate.formats.evalsets import label_columns
+from flipgate.formats.npy import npz_headers
 from flipgate.reporting.gallery import FlipSample, SampleView, by_new_confidence, flip_samples
 
 ZIP_LOCAL_HEADER_BYTES = 30

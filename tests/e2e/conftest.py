@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from flipgate.datasets import save_evalset
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.processes import free_port, stop_process
 from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train

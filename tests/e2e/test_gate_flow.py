@@ -13,7 +13,7 @@ from typing import ClassVar
 import httpx
 import pytest
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits
 from flipgate.processes import free_port

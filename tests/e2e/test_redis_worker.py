@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.inference import OnnxClassifier
 from service.config import Settings
 from service.datasets.service import get_dataset

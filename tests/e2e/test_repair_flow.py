@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from flipgate.datasets import mnist_digits, save_evalset, split
-from flipgate.formats import EvalSet, load_evalset
+from flipgate.formats.evalsets import EvalSet, load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits
 from flipgate.processes import free_port

@@ -4,7 +4,7 @@ import httpx
 import numpy as np
 import pytest
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits, pairwise_matrices
 from flipgate.processes import free_port

@@ -13,7 +13,7 @@ import pytest
 
 from flipgate.datasets import mnist_digits, split
 from flipgate.export import export_onnx
-from flipgate.formats import EvalSet, load_evalset
+from flipgate.formats.evalsets import EvalSet, load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits
 from flipgate.train.config import TrainConfig

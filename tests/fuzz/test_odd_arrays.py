@@ -10,7 +10,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from flipgate.formats import load_evalset, load_logits
+from flipgate.formats.evalsets import load_evalset
+from flipgate.formats.logits import load_logits
 from tests.fuzz.test_hand_cases import row_counts, stored_files
 from tests.service.api.conftest import error_code, measure, put_raw
 

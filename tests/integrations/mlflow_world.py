@@ -23,7 +23,7 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 
 from flipgate.datasets import save_evalset
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.processes import free_port, stop_process
 from tests.e2e.conftest import wait_for
 

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from mlflow import MlflowClient
 
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from service.integrations.mlflow.service import LINKS_LEFT_OUT
 from tests.e2e.conftest import served, wait_for
 from tests.integrations.mlflow_world import (

@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from flipgate.cli import main
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from tests.e2e.conftest import served
 from tests.integrations.mlflow_world import (
     classifier,

@@ -7,7 +7,7 @@ import torch
 
 from flipgate.datasets import mnist_digits, save_evalset, split
 from flipgate.export import export_onnx
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
 from flipgate.train.zoo import build_model

@@ -8,7 +8,7 @@ import pytest
 
 from flipgate.cli import main
 from flipgate.errors import InputError
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import count_flips
 from flipgate.repair import Limits, interpolate, interpolate_graph

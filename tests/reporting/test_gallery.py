@@ -11,7 +11,7 @@ from PIL import Image
 from sklearn.datasets import load_digits
 
 from flipgate.datasets import save_evalset
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.metrics import compare_logits
 from flipgate.metrics.probs import softmax
 from flipgate.reporting.gallery import (

@@ -10,8 +10,9 @@ from rich.console import Console
 
 from flipgate.metrics import compare_logits
 from flipgate.metrics.report import PairAnalysis
-from flipgate.reporting import render_html, render_report, verdict_hints
-from flipgate.reporting.html import report_body, stored_body
+from flipgate.reporting.html import render_html, report_body, stored_body
+from flipgate.reporting.rows import verdict_hints
+from flipgate.reporting.terminal import render_report
 
 CLASSES = ["cat", "dog", "bird"]
 # Samples 1 and 2 (class cat) are negative flips, 5-8 positive flips, 9 wrong under both.

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.metrics import compare_logits, count_flips, matrices_from_predictions
 from service.compare.matrix import line_matrix, matrix_inputs, store_pair_counts
 from service.compare.models import PairCounts, PairMetrics

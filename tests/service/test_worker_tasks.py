@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from sqlalchemy import Engine
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits
 from service.config import get_settings

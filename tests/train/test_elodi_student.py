@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import Elodi
 from flipgate.train.recipes import train

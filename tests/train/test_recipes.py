@@ -14,7 +14,7 @@ import onnx
 import pytest
 import torch
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.inference import OnnxClassifier
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS, AntiDistill, Paragon, resolve_options

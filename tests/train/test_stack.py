@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.train.config import TrainConfig
 from flipgate.train.loop import fit, stacked_cross_entropy
 from flipgate.train.stack import ModelStack, member_seeds

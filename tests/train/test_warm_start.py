@@ -8,7 +8,7 @@ from flipgate.cli import main
 from flipgate.datasets import mnist_digits, save_evalset, split
 from flipgate.errors import InputError
 from flipgate.export import read_weights
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import count_flips
 from flipgate.train.config import TrainConfig

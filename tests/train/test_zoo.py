@@ -154,7 +154,7 @@ def test_models_export_to_onnx(tmp_path, spec: str, sample_shape: tuple[int, ...
 def digits_split():
     """1,200 real MNIST training digits shaped (1, 28, 28) and 1,000 held-out ones."""
     from flipgate.datasets import mnist_digits, split
-    from flipgate.formats import EvalSet
+    from flipgate.formats.evalsets import EvalSet
 
     train, held_out = split(mnist_digits(), 1200, seed=0)
     as_images = [EvalSet(s.x.reshape(-1, 1, 28, 28), s.y) for s in (train, held_out)]

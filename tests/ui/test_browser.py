@@ -23,7 +23,7 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 
 from flipgate.datasets import save_evalset
-from flipgate.formats import EvalSet
+from flipgate.formats.evalsets import EvalSet
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits
 from flipgate.processes import free_port

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.metrics import compare_logits, matrices_from_predictions
 from service.compare.models import PairCounts
 from service.compare.service import find_pair_metrics, resolve_pair

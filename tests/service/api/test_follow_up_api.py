@@ -11,7 +11,7 @@ from celery import Celery
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, func, select
 
-from flipgate.formats import load_evalset
+from flipgate.formats.evalsets import load_evalset
 from flipgate.metrics import compare_logits
 from service import flows
 from service.celery_app import ROUTES

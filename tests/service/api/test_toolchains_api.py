@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from flipgate.formats import inspect_onnx
+from flipgate.formats.onnx_models import inspect_onnx
 from tests import toolchains
 from tests.conftest import save_graph
 from tests.service.api.conftest import error_code, measure, npy_bytes, run_task

@@ -1,0 +1,145 @@
+"""One comparison of two model files on an eval-set file, end to end (what `flipgate compare`
+and the demo run): both models scored, the pair or traffic report as a JSON-ready dict, and
+the files asked for (the HTML page; on a traffic set the disagreements' export and the
+labelling configuration) as bytes for the caller to write."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from flipgate.compare import (
+    LabelsAnalysis,
+    ReadAs,
+    Scores,
+    TrafficAnalysis,
+    analyse,
+    analyse_traffic,
+    score,
+    traffic_classes,
+)
+from flipgate.errors import InputError
+from flipgate.formats.evalsets import EvalSet, load_evalset
+from flipgate.formats.files import file_sha256
+from flipgate.inference import DEFAULT_BATCH_SIZE
+from flipgate.progress import ProgressFactory
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from flipgate.metrics.report import PairAnalysis
+
+
+@dataclass(frozen=True)
+class TrafficOutputs:
+    """What a comparison on a traffic set does beyond the report: the labels file it reads,
+    the disagreements' export (a file and its format) and the labelling configuration it
+    writes."""
+
+    labels: Path | None = None
+    disagreements: Path | None = None
+    export_format: str = "json"
+    label_config: Path | None = None
+
+    @property
+    def asked(self) -> bool:
+        """Whether any of them is asked for (they apply to traffic sets only)."""
+        return bool(self.labels or self.disagreements or self.label_config)
+
+    def analyse(self, scored: list[Scores], evalset_path: Path) -> TrafficAnalysis:
+        """The traffic comparison, with the labels of `labels` when given."""
+        labels = None if self.labels is None else self.read_labels(scored)
+        return analyse_traffic(*scored, set_sha256=file_sha256(evalset_path), labels=labels)
+
+    def read_labels(self, scored: list[Scores]) -> "np.ndarray":
+        """The labels file's labels as an (N,) array, UNLABELLED where none is given."""
+        import numpy as np
+
+        from flipgate.metrics.traffic import UNLABELLED
+        from flipgate.traffic import class_name_list, merge_labels, read_labels_file
+
+        evalset = scored[0].evalset
+        num_classes = traffic_classes(*scored, [side.predicted() for side in scored])
+        index, columns = read_labels_file(self.labels, evalset=evalset, num_classes=num_classes,
+                                          class_names=class_name_list(num_classes,
+                                                                      evalset.classes))
+        return merge_labels(np.full(evalset.n, UNLABELLED, np.int64), index, columns)[0]
+
+    def files(self, analysis: TrafficAnalysis, scored: list[Scores],
+              names: tuple[str, str]) -> dict[Path, bytes]:
+        """The disagreements' export and the labelling configuration, when asked for."""
+        from flipgate.traffic import (
+            class_name_list,
+            disagreement_rows,
+            label_studio_config,
+            top_probabilities,
+            write_export,
+        )
+
+        evalset = scored[0].evalset
+        classes = class_name_list(analysis.report["num_classes"], evalset.classes)
+        files = {}
+        if self.disagreements:
+            confidences = tuple(top_probabilities(side.logits, analysis.order) for side in scored)
+            rows = disagreement_rows(analysis.order, analysis.predictions, confidences,
+                                     evalset=evalset, class_names=classes)
+            files[self.disagreements] = write_export(rows, self.export_format,
+                                                     version_names=names)
+        if self.label_config:
+            files[self.label_config] = label_studio_config(
+                classes, image=evalset.text is None and evalset.images is not None).encode()
+        return files
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A comparison's report (JSON-ready) and the files it made, by path, in order."""
+
+    report: dict
+    files: dict[Path, bytes] = field(default_factory=dict)
+
+
+def compare_files(
+    old: Path, new: Path, evalset_path: Path, *, html: Path | None = None,
+    batch_size: int | None = None, device: str = "auto", gallery: bool = True,
+    reads: tuple[ReadAs, ReadAs] | None = None, traffic: TrafficOutputs = TrafficOutputs(),
+    progress: ProgressFactory | None = None,
+) -> Comparison:
+    """Score both models (each read as `reads` says, default as the graph tells, in batches
+    of `batch_size`, default DEFAULT_BATCH_SIZE; one `progress` callback each) and compare
+    them: the report, and the HTML page for `html` (with the flip gallery unless `gallery`
+    is false); on a traffic set, the traffic report and what `traffic` asks for."""
+    evalset = load_evalset(evalset_path, mmap=True)
+    if evalset.labeled and traffic.asked:
+        raise InputError("not_traffic", f"{evalset_path}: --labels, --disagreements and "
+                         "--label-config apply to traffic sets (eval sets without `y`)")
+    scored = _score_both((old, new), evalset, reads or (ReadAs(), ReadAs()),
+                         batch_size=batch_size or DEFAULT_BATCH_SIZE, device=device,
+                         progress=progress)
+    analysis = analyse(*scored) if evalset.labeled else traffic.analyse(scored, evalset_path)
+    classes = scored[0].evalset.classes or scored[1].evalset.classes
+    report = {**analysis.to_dict(), "class_names": list(classes) if classes else None,
+              "old": scored[0].describe(), "new": scored[1].describe()}
+    names = (str(old), str(new))
+    files = {} if evalset.labeled else traffic.files(analysis, scored, names)
+    if html:
+        files[html] = _html_page(analysis, report, evalset, names, gallery=gallery).encode()
+    return Comparison(report, files)
+
+
+def _score_both(sources: tuple[Path, Path], evalset: EvalSet, reads: tuple[ReadAs, ReadAs], *,
+                batch_size: int, device: str, progress: ProgressFactory | None) -> list[Scores]:
+    """Both models' scores on the eval set, a progress callback each."""
+    return [score(source, evalset, batch_size=batch_size, device=device, read=read,
+                  progress=progress(f"scoring {source.name}") if progress else None)
+            for source, read in zip(sources, reads, strict=True)]
+
+
+def _html_page(analysis: "PairAnalysis | LabelsAnalysis | TrafficAnalysis", report: dict,
+               evalset: EvalSet, names: tuple[str, str], *, gallery: bool) -> str:
+    """The comparison's HTML page, with its flip gallery when asked and there are values."""
+    from flipgate.reporting.html import flip_gallery, render_html
+
+    flips = flip_gallery(analysis, evalset, class_names=report["class_names"]) \
+        if gallery and analysis.values else ""
+    return render_html(analysis.values, report, old_name=names[0], new_name=names[1],
+                       gallery=flips, class_names=report["class_names"])
