@@ -15,7 +15,6 @@ from flipgate.formats.files import file_sha256
 from flipgate.logits_scan import LogitsScan
 from service.errors import InvalidInput
 from service.storage.common import (
-    CHUNK_BYTES,
     check_declared,
     check_intact,
     copy_hashing,
