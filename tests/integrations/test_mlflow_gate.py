@@ -6,6 +6,7 @@ flipgate, gated, tagged, and promoted only on an approval."""
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import onnx
@@ -30,6 +31,9 @@ TOKEN = "mlflow-gate-admin-token-0123456789"
 FLIPGATE_ACCOUNT = ("flipgate", "flipgate-mlflow-password-01")  # MLflow users of the recipe
 SCIENTIST = ("alice", "alice-mlflow-password-0123")
 pytestmark = pytest.mark.slow
+
+
+Capture = pytest.CaptureFixture[str]
 
 
 @dataclass
@@ -76,7 +80,19 @@ def world(tmp_path_factory) -> World:
         yield World(mlflow_url, url, client, MlflowClient(mlflow_url), evalset, models)
 
 
-def test_first_version_is_approved_promoted_and_tagged(world, capsys):
+def test_a_line_gated_through_mlflow_step_by_step(world, tmp_path, capsys):
+    """One story, in order: each step starts from the champion and tags the steps before it
+    left (the first version approved, a regressed challenger blocked, a better version
+    champion, then the cases around it)."""
+    first_version_is_approved_promoted_and_tagged(world, capsys)
+    regressed_challenger_is_blocked_and_champion_stays(world, capsys)
+    better_version_becomes_champion(world, capsys)
+    a_verdict_still_pending_at_the_timeout_is_exit_3_and_tags_nothing(world, capsys)
+    a_baseline_version_is_gated_against_in_the_given_line(world, capsys)
+    other_bytes_under_the_same_version_are_refused(world, tmp_path, capsys)
+
+
+def first_version_is_approved_promoted_and_tagged(world: World, capsys: Capture) -> None:
     assert world.gate("models:/digits/1", "--promote", "champion", "--json") == 0
     decision = json.loads(capsys.readouterr().out)
     assert decision["verdict"] == "approve" and decision["baseline"] is None
@@ -90,7 +106,7 @@ def test_first_version_is_approved_promoted_and_tagged(world, capsys):
         "run_id": world.mlflow.get_model_version("digits", "1").run_id}
 
 
-def test_regressed_challenger_is_blocked_and_champion_stays(world, capsys):
+def regressed_challenger_is_blocked_and_champion_stays(world: World, capsys: Capture) -> None:
     world.mlflow.set_registered_model_alias("digits", "challenger", "2")
     assert world.gate("models:/digits@challenger", "--promote", "champion", "--json") == 1
     decision = json.loads(capsys.readouterr().out)
@@ -107,7 +123,7 @@ def test_regressed_challenger_is_blocked_and_champion_stays(world, capsys):
     assert world.gate("models:/digits/2") == 1
 
 
-def test_better_version_becomes_champion(world, capsys):
+def better_version_becomes_champion(world: World, capsys: Capture) -> None:
     assert world.gate("models:/digits/3", "--promote", "champion") == 0
     assert "APPROVE" in capsys.readouterr().out
     assert world.tags("3")["flipgate.verdict"] == "approve"
@@ -117,7 +133,8 @@ def test_better_version_becomes_champion(world, capsys):
     assert world.production() == "3"
 
 
-def test_a_verdict_still_pending_at_the_timeout_is_exit_3_and_tags_nothing(world, capsys):
+def a_verdict_still_pending_at_the_timeout_is_exit_3_and_tags_nothing(world: World,
+                                                                     capsys: Capture) -> None:
     before = world.tags("3")
     assert world.gate("models:/digits/3", "--baseline", "models:/digits/1", "--line",
                       "digits-pending", "--promote", "champion", "--timeout", "0") == 3
@@ -126,7 +143,7 @@ def test_a_verdict_still_pending_at_the_timeout_is_exit_3_and_tags_nothing(world
     assert world.flipgate.get("/models/digits-pending").json()["aliases"] == []
 
 
-def test_a_baseline_version_is_gated_against_in_the_given_line(world, capsys):
+def a_baseline_version_is_gated_against_in_the_given_line(world: World, capsys: Capture) -> None:
     assert world.gate("models:/digits/2", "--baseline", "models:/digits/3",
                       "--line", "digits-pairs", "--promote", "champion", "--json") == 1
     decision = json.loads(capsys.readouterr().out)
@@ -140,7 +157,8 @@ def test_a_baseline_version_is_gated_against_in_the_given_line(world, capsys):
     assert world.mlflow.get_model_version_by_alias("digits", "champion").version == "3"
 
 
-def test_other_bytes_under_the_same_version_are_refused(world, tmp_path, capsys):
+def other_bytes_under_the_same_version_are_refused(world: World, tmp_path: Path,
+                                                   capsys: Capture) -> None:
     other = tmp_path / "other.onnx"
     onnx.save(world.models["2"], str(other))
     response = world.flipgate.post("/models", data={"name": "digits", "version": "4"},
