@@ -1,6 +1,7 @@
 """What the request benchmarks share: a `flipgate serve --api-only` on its own SQLite store
 with a line of three versions, and GET /models timed end to end."""
 
+import os
 import statistics
 import sys
 import time
@@ -75,3 +76,23 @@ def interleaved(clients: dict[str, httpx.Client], requests: int,
         for name in names if round_ % 2 == 0 else reversed(names):
             times[name].append(timed_get(clients[name]))
     return times
+
+
+def listening_pid(port: int) -> int:
+    """The id of the process that listens on the loopback TCP `port` (from /proc)."""
+    inodes = {fields[9] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+              if (fields := line.split())[3] == "0A" and int(fields[1].split(":")[1], 16) == port}
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            target = fd.readlink().name
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return int(fd.parts[2])
+    raise LookupError(f"no process listens on port {port}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The user and system CPU seconds process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -1,4 +1,7 @@
-"""Request dependencies: settings, the artifact store, one session per request, and auth."""
+"""Request dependencies: settings, the artifact store, one session per request, and auth.
+
+A dependency that does no I/O is an `async def`: FastAPI runs a plain `def` dependency in a
+pool thread, a hop that costs more than its work (docs/benchmarks.md, the request's steps)."""
 
 import functools
 import inspect
@@ -9,6 +12,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, Path, Query, Request
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -23,6 +27,7 @@ from service.auth.access import (
     acting_project,
     bootstrap_admin,
     held_projects,
+    knows_project,
     require_scope,
     require_server_scope,
 )
@@ -39,12 +44,12 @@ from service.storage import ArtifactStore, StagedFile, check_address
 bearer = HTTPBearer(auto_error=False, description="an API token, or FLIPGATE_ADMIN_TOKEN")
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     """The settings the app was created with."""
     return request.app.state.settings
 
 
-def get_store(request: Request) -> ArtifactStore:
+async def get_store(request: Request) -> ArtifactStore:
     """The app's artifact store."""
     return request.app.state.store
 
@@ -176,12 +181,17 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
-def current_token(request: Request, credentials: Credentials) -> ApiToken:
+def presented_token(request: Request, credentials: Credentials) -> ApiToken:
     """The token the request presents, checked by the Admission middleware from its headers
     (service.limits) before the body was read."""
     if credentials is None:
         raise Unauthorized("missing_token", "send an 'Authorization: Bearer <token>' header")
     return request.state.token
+
+
+async def current_token(request: Request, credentials: Credentials) -> ApiToken:
+    """The presented token, as a route dependency."""
+    return presented_token(request, credentials)
 
 
 def token_checker(state: State) -> Callable[[str], ApiToken]:
@@ -254,12 +264,12 @@ ProjectInPath = Annotated[str, Path(description="the project: a project-bound to
                                                "or any for the server admin")]
 
 
-def project_in_query(project: ProjectParam = None) -> str | None:
+async def project_in_query(project: ProjectParam = None) -> str | None:
     """The project a route names in its query (`?project=`), if any."""
     return project
 
 
-def project_in_path(project: ProjectInPath) -> str:
+async def project_in_path(project: ProjectInPath) -> str:
     """The project a route names in its path (`{project}`)."""
     return project
 
@@ -269,11 +279,15 @@ def require(scope: str, *alternatives: str, named_in: Callable[..., str | None] 
     """A route dependency that admits tokens with `scope`, one of `alternatives`, or admin,
     in the project the request acts in, named in its query (see ProjectParam) or, with
     `named_in=project_in_path`, its path; it binds the request's session to that project
-    and gives the route that Acting (see authorize)."""
+    and gives the route that Acting (see authorize). On the event loop when that needs no
+    query (a bound token, its project loaded with it), else in a pool thread."""
 
-    def check(request: Request, token: TokenDep, session: SessionDep,
-              project: Annotated[str | None, Depends(named_in)]) -> Acting:
-        return authorize(request, session, token, project, scope, *alternatives)
+    async def check(request: Request, token: TokenDep, session: SessionDep,
+                    project: Annotated[str | None, Depends(named_in)]) -> Acting:
+        arguments = (request, session, token, project, scope, *alternatives)
+        if knows_project(token):
+            return authorize(*arguments)
+        return await anyio.to_thread.run_sync(authorize, *arguments)
 
     return Depends(check)
 
@@ -282,7 +296,7 @@ def require_server(scope: str | None = None) -> Any:
     """A route dependency for what belongs to no project: the server admin, and with
     `scope`, tokens that hold `scope` wherever they are bound."""
 
-    def check(token: TokenDep) -> ApiToken:
+    async def check(token: TokenDep) -> ApiToken:
         require_server_scope(token, scope)
         return token
 

@@ -11,7 +11,7 @@ alike. The server admin (the bootstrap token, or a stored token bound to no proj
 
 from collections.abc import Collection, Mapping
 
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
 from service.auth.models import ApiToken
@@ -80,10 +80,22 @@ def acting_project(*, session: Session, token: ApiToken, named: str | None) -> P
     `named` one, `default` when it names none."""
     if token.project_id is None:
         return get_project(session=session, name=named or DEFAULT_PROJECT)
-    own = session.get_one(Project, token.project_id)
+    own = _loaded_project(token)
+    own = session.get_one(Project, token.project_id) if own is None else session.merge(
+        own, load=False)  # the session's own copy, without a query
     if named is not None and named != own.name:
         raise project_not_found(named)
     return own
+
+
+def knows_project(token: ApiToken) -> bool:
+    """Whether acting_project answers for `token` without reading the database: a bound
+    token whose project was loaded with it (service.auth.service.authenticate)."""
+    return token.project_id is not None and _loaded_project(token) is not None
+
+
+def _loaded_project(token: ApiToken) -> Project | None:
+    return inspect(token).dict.get("project")
 
 
 def held_projects(*, session: Session, token: ApiToken) -> list[tuple[Project, frozenset[str]]]:

@@ -3,10 +3,11 @@
 from datetime import datetime
 
 from sqlalchemy import ForeignKey, Index, String, UniqueConstraint, text
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, Json, Record
 from service.names import NAME_LENGTH
+from service.projects.models import Project
 
 
 class ApiToken(Record, Base):
@@ -27,6 +28,7 @@ class ApiToken(Record, Base):
     scopes: Mapped[list[str]] = mapped_column(Json)
     revoked_at: Mapped[datetime | None]
     expires_at: Mapped[datetime | None]
+    project: Mapped[Project | None] = relationship(lazy="raise")
 
 
 class EndedSession(Base):

@@ -5,7 +5,7 @@ import secrets
 from datetime import timedelta
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from service.auth.models import ApiToken
 from service.db import insert_or_conflict, one_or_not_found, utcnow
@@ -64,13 +64,14 @@ UNKNOWN_TOKEN = ("invalid_token", "the token is unknown or revoked")
 
 
 def authenticate(*, session: Session, token: str) -> ApiToken:
-    """The live token row for a presented token (Unauthorized for an unknown one,
-    TokenRefused for a revoked or expired one).
+    """The live token row for a presented token, with its project (Unauthorized for an
+    unknown one, TokenRefused for a revoked or expired one).
 
     The lookup compares sha256 digests, not the secret itself, so its timing tells an
     attacker nothing about a valid token.
     """
-    statement = select(ApiToken).where(ApiToken.token_hash == hash_token(token))
+    statement = (select(ApiToken).where(ApiToken.token_hash == hash_token(token))
+                 .options(joinedload(ApiToken.project)))
     found = session.scalars(statement).one_or_none()
     if found is None:
         raise Unauthorized(*UNKNOWN_TOKEN)

@@ -26,7 +26,7 @@ from service.deps import (
     TokenDep,
     act_signed,
     authorize,
-    current_token,
+    presented_token,
     reading,
     require,
 )
@@ -139,7 +139,7 @@ def gate(request: Request, body: RawBody, session: SessionDep, settings: Setting
     gate_request = parse_gate_request(body)
     with reading(request) as reader:
         if credentials is not None:
-            token = current_token(request, credentials)
+            token = presented_token(request, credentials)
             project = authorize(request, reader, token, gate_request.project, "gate").project
             caller, signed = token.name, None
         else:
