@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.traffic_digits import NAMES, Digits, digits_files
+from tests.traffic_digits import NAMES, Digits, annotated, digits_files
 
 
 @pytest.fixture(scope="module")
@@ -88,15 +88,6 @@ def test_the_label_studio_export_round_trips_through_label_studio(run_cli, digit
     report = compare(run_cli, digits, "--labels", tmp_path / "export.json")
     assert report["disagreements"]["labelled_prefix"] == half
     assert report["nfr_bounds"][0] <= report["disagreements"]["nfr_estimate"]
-
-
-def annotated(task: dict, number: int, choice: str) -> dict:
-    """The task as Label Studio's JSON export writes it once someone chose `choice`."""
-    result = {**task["predictions"][0]["result"][0], "value": {"choices": [choice]},
-              "id": f"r{number}", "origin": "manual"}
-    return {"id": number, "data": task["data"], "predictions": task["predictions"],
-            "annotations": [{"id": number, "completed_by": 1, "was_cancelled": False,
-                             "result": [result], "ground_truth": False}]}
 
 
 def test_labels_that_contradict_are_refused(run_cli, digits, tmp_path):
