@@ -204,5 +204,5 @@ def settings_problems(error: ValidationError) -> str:
     """What is wrong with the settings, one line: each problem with the variable it is about
     (the values are never shown: they may be secrets)."""
     return "; ".join(
-        (f"FLIPGATE_{'_'.join(map(str, problem['loc'])).upper()}: " if problem["loc"] else "")
+        (f"FLIPGATE_{str(problem['loc'][0]).upper()}: " if problem["loc"] else "")
         + problem["msg"].removeprefix("Value error, ") for problem in error.errors())
