@@ -85,8 +85,7 @@ class TrafficOutputs:
             files[self.disagreements] = write_export(rows, self.export_format,
                                                      version_names=names)
         if self.label_config:
-            files[self.label_config] = label_studio_config(
-                classes, image=evalset.text is None and evalset.images is not None).encode()
+            files[self.label_config] = label_studio_config(classes, evalset).encode()
         return files
 
 

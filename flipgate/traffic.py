@@ -7,6 +7,7 @@ import json
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,9 +17,12 @@ from flipgate.formats.npy import NUMPY_READ_ERRORS, npz_headers
 from flipgate.metrics.probs import softmax
 from flipgate.metrics.traffic import UNLABELLED
 
+if TYPE_CHECKING:
+    from flipgate.reporting.gallery import SampleView
+
 EXPORT_FORMATS = ("json", "csv", "label-studio")
 CHOICES_FROM, SAMPLE_TO = "label", "sample"  # the labelling configuration's tag names
-MAX_SHOWN_VALUES = 64  # a sample without text or image is shown as its values, up to this many
+MAX_SHOWN_VALUES = 64  # a sample shown as its input values: at most this many of each input
 
 
 def class_name_list(num_classes: int, class_names: Sequence[str] | None) -> list[str]:
@@ -156,27 +160,36 @@ def disagreement_rows(order: np.ndarray, predictions: tuple[np.ndarray, np.ndarr
     """One row per disagreement, in the export order: its position, index, id, both
     predictions (class names), both confidences (top probability) and what people look at."""
     old_pred, new_pred = predictions
+    view = sample_view(evalset)
     return [{"rank": rank, "index": int(i),
              "id": None if evalset.ids is None else str(evalset.ids[i]),
              "old": class_names[old_pred[i]], "new": class_names[new_pred[i]],
-             "old_confidence": old_conf, "new_confidence": new_conf, **shown(evalset, int(i))}
+             "old_confidence": old_conf, "new_confidence": new_conf,
+             **shown(evalset, int(i), view)}
             for rank, (i, old_conf, new_conf) in enumerate(zip(order, *confidences, strict=True))]
 
 
-def shown(evalset: EvalSet, index: int) -> dict[str, str]:
-    """What people look at for a sample: {"text": ...} or {"image": PNG data URI}; else its
-    input values as text (at most MAX_SHOWN_VALUES of them)."""
-    if evalset.text is not None:
-        return {"text": str(evalset.text[index])}
-    if evalset.images is not None:
-        from flipgate.reporting.gallery import png_data_uri
+def sample_view(evalset: EvalSet) -> "SampleView":
+    """How the export shows the set's samples: as the flip gallery does (its `text`, its
+    `images`, its only input when that is a float image, else the inputs' values)."""
+    from flipgate.reporting.gallery import SampleView
 
-        return {"image": png_data_uri(np.asarray(evalset.images[index]))}
-    values = {name: np.asarray(array[index]).ravel() for name, array in evalset.arrays().items()}
-    return {"text": "; ".join(
-        f"{name} = " + np.array2string(value, threshold=MAX_SHOWN_VALUES, precision=4,
-                                       max_line_width=1 << 20)
-        for name, value in values.items())}
+    return SampleView.of_arrays(evalset.shown_arrays())
+
+
+def shown(evalset: EvalSet, index: int, view: "SampleView") -> dict[str, str]:
+    """What people look at for a sample, as `view` shows it: {"image": PNG data URI} drawn
+    as the flip gallery draws it, {"text": the set's text}, or {"text": its input values}
+    (at most MAX_SHOWN_VALUES of each input)."""
+    from flipgate.reporting.gallery import IMAGE, png_data_uri, values_text
+
+    arrays = evalset.shown_arrays()
+    values = {name: np.asarray(arrays[name][index]) for name in view.arrays}
+    if view.kind == IMAGE:
+        return {"image": png_data_uri(values[view.arrays[0]])}
+    if view.arrays == ("text",):
+        return {"text": str(values["text"])}
+    return {"text": values_text(values, MAX_SHOWN_VALUES)}
 
 
 def write_export(rows: list[dict], export_format: str, *, version_names: tuple[str, str]) -> bytes:
@@ -213,12 +226,15 @@ def label_studio_tasks(rows: list[dict], version_names: tuple[str, str]) -> list
             for row in rows]
 
 
-def label_studio_config(class_names: Sequence[str], *, image: bool) -> str:
-    """The labelling configuration the tasks expect: the sample shown as text or image and
-    one single choice among the classes."""
+def label_studio_config(class_names: Sequence[str], evalset: EvalSet) -> str:
+    """The labelling configuration the tasks of `evalset` expect: the sample shown as text
+    or image (as the export shows it) and one single choice among the classes."""
     from xml.sax.saxutils import quoteattr
 
-    shown_tag = (f'<Image name="{SAMPLE_TO}" value="$image"/>' if image
+    from flipgate.reporting.gallery import IMAGE
+
+    shown_tag = (f'<Image name="{SAMPLE_TO}" value="$image"/>'
+                 if sample_view(evalset).kind == IMAGE
                  else f'<Text name="{SAMPLE_TO}" value="$text"/>')
     choices = "".join(f"\n    <Choice value={quoteattr(name)}/>" for name in class_names)
     return (f'<View>\n  {shown_tag}\n  <Choices name="{CHOICES_FROM}" toName="{SAMPLE_TO}" '

@@ -157,8 +157,17 @@ def logits_request(args: argparse.Namespace) -> Request:
 def evalset_request(args: argparse.Namespace) -> Request:
     """PUT /evalsets/{name}."""
     return (f"/evalsets/{quote(args.name, safe='')}", {},
-            lambda record: f"registered eval set {args.name}: {record.get('n')} samples, "
-                           f"{record.get('num_classes')} classes")
+            lambda record: evalset_summary(args.name, record))
+
+
+def evalset_summary(name: str, record: dict) -> str:
+    """What the server registered: a labeled eval set and its classes, or a traffic set (and
+    its classes when it names them)."""
+    classes = record.get("num_classes")
+    if record.get("labeled", True):
+        return f"registered eval set {name}: {record.get('n')} samples, {classes} classes"
+    named = "" if classes is None else f", {classes} classes"
+    return f"registered traffic set {name}: {record.get('n')} samples{named}, no labels yet"
 
 
 def model_request(args: argparse.Namespace) -> Request:
@@ -195,16 +204,18 @@ def add_upload_command(commands: argparse._SubParsersAction) -> None:
     logits.add_argument("--evalset", required=True, help="the eval set they score")
     logits.add_argument("--scores", choices=("logits", "probabilities"), default="logits",
                         help="what the file holds (probabilities are stored as their logs)")
-    evalset = _kind(kinds, "evalset", "register a labeled eval set (.npz)",
-                    "/evalsets/{name}", evalset_request)
+    evalset = _kind(kinds, "evalset", "register an eval set (.npz; without `y`, a traffic "
+                    "set whose labels come later)", "/evalsets/{name}", evalset_request)
     evalset.add_argument("name", metavar="NAME")
     evalset.add_argument("file", type=Path, metavar="FILE.npz",
-                         help="named arrays: y and the inputs (x, or one per model input)")
+                         help="named arrays: the inputs (x, or one per model input) and y "
+                              "(none for a traffic set)")
     model = _kind(kinds, "model", "register an ONNX version (.onnx, or .zip with its "
                   "external data)", "/models/{line}/versions/{version}", model_request)
     model.add_argument("version", metavar="LINE:VERSION")
     model.add_argument("file", type=Path, metavar="FILE.onnx|FILE.zip")
-    model.add_argument("--parent", help="LINE:VERSION or LINE@ALIAS it replaces")
+    model.add_argument("--parent", help="the version it replaces: VERSION (of the same line), "
+                                        "LINE:VERSION or LINE@ALIAS")
     model.add_argument("--metadata", metavar="JSON", help="a JSON object kept with the version")
     model.add_argument("--output", help="the output that holds the scores (default: chosen "
                                         "from the graph)")

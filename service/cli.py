@@ -53,15 +53,16 @@ def run_serve(args: argparse.Namespace) -> int:
     subprocess unless --api-only; SIGTERM stops them all within about
     FLIPGATE_SHUTDOWN_GRACE_SECONDS, whatever their clients do (the worker's own shutdown runs
     meanwhile)."""
+    from service.config import get_settings
+
+    settings = get_settings()  # refused settings leave no metrics folder behind
     own_metrics_dir = prepare_metrics_dir()  # before anything imports prometheus_client
     import uvicorn
 
-    from service.config import get_settings
     from service.integrations.mlflow.service import report_link_note
     from service.migrate import upgrade
     from service.observability.logs import configure_logging
 
-    settings = get_settings()
     if note := report_link_note(settings):
         print(f"flipgate serve: {note}", file=sys.stderr)
     configure_logging(settings.log_format, "api")

@@ -5,9 +5,11 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
+
+from flipgate.errors import InputError
 
 PLACEHOLDER_SECRETS = frozenset({"", "changethis", "changeme", "change-me", "secret", "admin",
                                  "password", "token", "placeholder"})
@@ -189,5 +191,18 @@ class Settings(BaseSettings):
 
 @cache
 def get_settings() -> Settings:
-    """The process-wide settings, read from the environment on first use."""
-    return Settings()
+    """The process-wide settings, read from the environment on first use; settings the
+    environment gets wrong are an InputError `invalid_settings` that names them in one line
+    (the `flipgate` command prints it as its error)."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise InputError("invalid_settings", settings_problems(error)) from error
+
+
+def settings_problems(error: ValidationError) -> str:
+    """What is wrong with the settings, one line: each problem with the variable it is about
+    (the values are never shown: they may be secrets)."""
+    return "; ".join(
+        (f"FLIPGATE_{str(problem['loc'][0]).upper()}: " if problem["loc"] else "")
+        + problem["msg"].removeprefix("Value error, ") for problem in error.errors())

@@ -275,3 +275,8 @@ def test_upload_model_and_evalset_put_the_files_as_raw_bodies(gate, run_cli, tmp
     again = run_cli("upload", "evalset", "more", evalset, "--server", gate.url, "--token",
                     ADMIN_TOKEN)
     assert again.code == 2 and "dataset_exists" in again.err
+    np.savez(tmp_path / "traffic.npz", x=rng.normal(size=(9, FEATURES)).astype(np.float32))
+    traffic = run_cli("upload", "evalset", "traffic", tmp_path / "traffic.npz", "--server",
+                      gate.url, "--token", ADMIN_TOKEN)
+    assert traffic.code == 0, traffic.err
+    assert traffic.out.strip() == "registered traffic set traffic: 9 samples, no labels yet"

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from service.config import Settings
 from tests.s3server import weed_binary
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
+COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+COMPOSE = yaml.safe_load(COMPOSE_TEXT)
 SERVICES = COMPOSE["services"]
 FLIPGATE = sorted(name for name, service in SERVICES.items()
                   if service.get("image", "").startswith("flipgate"))
@@ -64,3 +66,19 @@ def test_the_object_store_runs_as_the_tested_seaweedfs_would():
     for flag in flags:
         assert re.search(rf"^\s+{re.escape(flag.split('=')[0])}\b", usage, re.M), flag
     assert "/healthz" in " ".join(store["healthcheck"]["test"])
+
+
+def test_the_api_has_single_sign_on_ready_to_uncomment():
+    """Every FLIPGATE_OIDC_* setting is in the api's environment, commented out (sign-on is
+    off as shipped); uncommented, with the secret given, they are settings the server takes."""
+    oidc = {f"FLIPGATE_{name.upper()}" for name in Settings.model_fields
+            if name.startswith("oidc_")}
+    assert not oidc & set(SERVICES["api"]["environment"])
+    uncommented = re.sub(r"^(\s*)# (FLIPGATE_OIDC_\w+:)", r"\1\2", COMPOSE_TEXT, flags=re.M)
+    environment = yaml.safe_load(uncommented)["services"]["api"]["environment"]
+    given = {name: re.sub(r"\$\{(\w+):\?[^}]*\}", "given-in-the-environment", value)
+             for name, value in environment.items() if name.startswith("FLIPGATE_OIDC_")}
+    assert set(given) == oidc
+    settings = Settings(**{name.removeprefix("FLIPGATE_").lower(): value
+                           for name, value in given.items()})
+    assert settings.oidc_issuer.startswith("https://") and settings.oidc_client_secret

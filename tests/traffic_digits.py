@@ -44,3 +44,12 @@ def digits_files(folder: Path) -> Digits:
     np.savez(folder / "labeled.npz", x=rest, y=truth, **shown)
     return Digits(folder, folder / "old.npy", folder / "new.npy", folder / "traffic.npz",
                   folder / "labeled.npz", truth, *(values.argmax(1) for values in logits))
+
+
+def annotated(task: dict, number: int, choice: str) -> dict:
+    """The task as Label Studio's JSON export writes it once someone chose `choice`."""
+    result = {**task["predictions"][0]["result"][0], "value": {"choices": [choice]},
+              "id": f"r{number}", "origin": "manual"}
+    return {"id": number, "data": task["data"], "predictions": task["predictions"],
+            "annotations": [{"id": number, "completed_by": 1, "was_cancelled": False,
+                             "result": [result], "ground_truth": False}]}

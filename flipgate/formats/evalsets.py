@@ -58,6 +58,13 @@ class EvalSet:
         """Every input array by name, `x` included."""
         return {**({"x": self.x} if self.x is not None else {}), **self.inputs}
 
+    def shown_arrays(self) -> dict[str, np.ndarray]:
+        """What people may look at, by name: every input, and `text` and `images` when the
+        set has them (flipgate.reporting.gallery.SampleView chooses among them)."""
+        return {**self.arrays(), **{name: array for name, array in
+                                    (("text", self.text), ("images", self.images))
+                                    if array is not None}}
+
     @property
     def labels_named(self) -> bool:
         """Whether y holds class names rather than column indices."""

@@ -193,14 +193,20 @@ def _shown(values: Mapping[str, np.ndarray], view: SampleView) -> str:
         text = str(values[view.arrays[0]]) if view.arrays == ("text",) else " ".join(
             str(v) for v in values[view.arrays[0]].ravel())
         return text[:MAX_TEXT_CHARS] + ("…" if len(text) > MAX_TEXT_CHARS else "")
+    return values_text(values)
+
+
+def values_text(values: Mapping[str, np.ndarray], max_values: int = MAX_TABLE_VALUES) -> str:
+    """A sample's feature values as text: the first `max_values` of each array's row, named
+    by the array unless the only one is `x`."""
     named = len(values) > 1 or "x" not in values
-    return ", ".join(f"{name}={_values(row)}" if named else _values(row)
-                     for name, row in values.items())
+    return ", ".join(f"{name}={_values(row, max_values)}" if named
+                     else _values(row, max_values) for name, row in values.items())
 
 
-def _values(row: np.ndarray) -> str:
-    """The first MAX_TABLE_VALUES values of a sample's row of one array."""
+def _values(row: np.ndarray, max_values: int) -> str:
+    """The first `max_values` values of a sample's row of one array ("…" for the rest)."""
     flat = np.asarray(row).ravel()
-    shown = [v if isinstance(v, str) else f"{v:.3g}" for v in flat[:MAX_TABLE_VALUES].tolist()]
-    text = ", ".join(shown) + (", …" if flat.size > MAX_TABLE_VALUES else "")
+    shown = [v if isinstance(v, str) else f"{v:.3g}" for v in flat[:max_values].tolist()]
+    text = ", ".join(shown) + (", …" if flat.size > max_values else "")
     return text if flat.size == 1 else f"[{text}]"

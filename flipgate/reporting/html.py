@@ -230,9 +230,7 @@ def flip_gallery(analysis: PairAnalysis, evalset: EvalSet, limit: int = GALLERY_
                  class_names: list[str] | None = None) -> str:
     """The gallery section of a comparison held in memory: its `limit` most confident
     negative flips."""
-    arrays = {**evalset.arrays(), **{name: array for name, array in
-                                     (("text", evalset.text), ("images", evalset.images))
-                                     if array is not None}}
+    arrays = evalset.shown_arrays()
     view = SampleView.of_arrays(arrays)
     samples, total = gallery_from_arrays(analysis.old_logits, analysis.new_logits,
                                          analysis.labels, {name: arrays[name] for name in

@@ -53,7 +53,8 @@ def add_labels(*, session: Session, store: ArtifactStore, dataset: Dataset, labe
     """Add the labels of a file (an .npz of `index` or `ids` and `y`, or a Label Studio
     export) to a traffic set as a new revision; None when every label was known already
     (the same label again changes nothing). Class names map to columns by the set's
-    `classes`, else by `line_class_names` (those the lines measured on it agree on, if any).
+    `classes`, else by `line_class_names` (the names the exports of the lines measured on it
+    give the classes, column numbers for a line without names, when those lines agree).
     A different label for a labelled sample is a Conflict `label_conflict` naming it;
     nothing is stored on a refusal."""
     if dataset.labeled:

@@ -17,6 +17,7 @@ from flipgate.logits_scan import LogitsScan
 from flipgate.metrics import predicted_classes
 from flipgate.metrics.chunks import chunk_rows, release, row_chunks, sample_ranges
 from flipgate.scores import PROBABILITIES, to_logits
+from flipgate.traffic import class_name_list
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, library_input
@@ -291,10 +292,11 @@ def measured_datasets(*, session: Session, line_id: int) -> list[Dataset]:
 
 
 def measured_class_names(*, session: Session, dataset: Dataset) -> list[str] | None:
-    """The class names of the lines with predictions on the set, when they name their
-    classes alike (the names its exports show); None otherwise."""
+    """The names the set's exports give the classes (a line's class names, else its column
+    numbers as strings), when every line with predictions on the set names them alike;
+    None otherwise."""
     lines = session.scalars(select(ModelLine).where(ModelLine.id.in_(
         select(ModelVersion.line_id).join(Prediction, Prediction.version_id == ModelVersion.id)
         .where(Prediction.dataset_id == dataset.id)))).all()
-    named = {tuple(line.class_names) for line in lines if line.class_names}
+    named = {tuple(class_name_list(line.num_classes, line.class_names)) for line in lines}
     return list(named.pop()) if len(named) == 1 else None

@@ -94,10 +94,12 @@ def register_external_version(
 
 
 def _parent(session: Session, reference: str | None, line: ModelLine) -> ModelVersion | None:
-    """The version `reference` names, which must be of `line` (a parent is an earlier
-    version of the same line)."""
+    """The version `reference` names ("line:version", "line@alias", or a bare version of
+    `line`), which must be of `line` (a parent is an earlier version of the same line)."""
     if reference is None:
         return None
+    if VERSION.fullmatch(reference):
+        return get_named_version(session=session, line_name=line.name, version=reference)
     parent = resolve_reference(session=session, reference=reference)
     if parent.line_id != line.id:
         raise InvalidInput("parent_not_in_line", f"parent {reference!r} is not a version of "

@@ -75,7 +75,7 @@ class LocalStore(ArtifactStore):
     def check(self) -> str:
         self.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=self.root):
-            return "writable"
+            return "local"
 
     def put_file(self, path: Path, sha256: str | None = None) -> StoredArtifact:
         """Linked when the file lies on the store's file system, else copied."""

@@ -1,6 +1,8 @@
 """The traffic report (flipgate.metrics.traffic): churn exact without labels, the export
 order, and NFR/PFR from the labelled disagreements (exact, or an interval)."""
 
+import hashlib
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -58,6 +60,34 @@ def test_the_export_order_is_seeded_by_the_predictions_and_the_set():
     assert np.array_equal(order, disagreement_order(old.copy(), new.copy(), SET_SHA))
     assert not np.array_equal(order, disagreement_order(old, new, "1e" * 32))
     assert not np.array_equal(order, np.sort(order))
+
+
+class SplitMix64:
+    """Vigna's splitmix64.c as written there, one 64-bit output per call."""
+
+    MASK, GAMMA = (1 << 64) - 1, 0x9E3779B97F4A7C15
+
+    def __init__(self, seed: int):
+        self.state = seed
+
+    def next(self) -> int:
+        self.state = (self.state + self.GAMMA) & self.MASK
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & self.MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & self.MASK
+        return z ^ (z >> 31)
+
+
+def test_the_export_order_is_the_one_docs_traffic_md_describes():
+    """The seed from SHA-256 as described, and each disagreeing index's key the (index + 1)-th
+    output of a SplitMix64 generator seeded with it; sorted by key, ties by index."""
+    old, new, _ = synthetic(n=300)
+    digest = hashlib.sha256(b"flipgate disagreements v1\n" + SET_SHA.encode()
+                            + old.astype("<i8").tobytes() + new.astype("<i8").tobytes())
+    generator = SplitMix64(int.from_bytes(digest.digest()[:8], "big"))
+    key = [generator.next() for _ in range(old.size)]
+    documented = sorted(np.flatnonzero(old != new).tolist(), key=lambda i: (key[i], i))
+    assert disagreement_order(old, new, SET_SHA).tolist() == documented
 
 
 def test_nfr_and_pfr_are_exact_once_every_disagreement_is_labelled():

@@ -59,12 +59,17 @@ def test_single_sign_on_needs_a_client_id(monkeypatch):
     assert (Settings().oidc_groups_claim, Settings().oidc_admin_group) == ("groups", None)
 
 
-def test_flipgate_serve_refuses_to_start_on_s3_without_the_keys(tmp_path):
+@pytest.mark.parametrize("command", [["serve", "--port", str(free_port())], ["migrate"],
+                                     ["worker"]], ids=lambda command: command[0])
+def test_server_commands_refuse_to_start_on_s3_without_the_keys_in_one_line(tmp_path,
+                                                                             command):
     env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path), FLIPGATE_ARTIFACT_STORE="s3://bucket",
                        FLIPGATE_SECRET_KEY="secret-key-" + "k" * 21)
-    started = subprocess.run([sys.executable, "-m", "flipgate.cli", "serve", "--port",
-                              str(free_port())], env=env, capture_output=True, text=True,
-                             timeout=30)
-    assert started.returncode != 0
-    assert "FLIPGATE_SESSION_KEY" in started.stderr and "FLIPGATE_SECRET_KEY" in started.stderr
+    started = subprocess.run([sys.executable, "-m", "flipgate.cli", *command], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert started.returncode == 2
+    assert started.stderr.count("\n") == 1, started.stderr  # no traceback
+    assert started.stderr.startswith(f"flipgate {command[0]}: error: FLIPGATE_SECRET_KEY and ")
+    assert "(missing: FLIPGATE_SESSION_KEY)" in started.stderr
     assert "secret-key-" not in started.stderr  # the refusal shows no key
+    assert not (tmp_path / "flipgate.db").exists()

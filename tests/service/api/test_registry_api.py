@@ -35,6 +35,18 @@ def test_a_parent_must_be_a_version_of_the_same_line(client, upload_model):
     assert client.get("/models/symbols").status_code == 404
 
 
+def test_a_parent_may_be_named_by_its_bare_version(client, upload_model):
+    """docs/server.md: `parent` is "a version of the same line", named with or without it."""
+    first = upload_model("digits", "1").json()
+    second = upload_model("digits", "2", seed=1, parent="1")
+    assert second.status_code == 201, second.text
+    assert second.json()["parent_id"] == first["id"]
+    external = client.post("/models", data={"name": "digits", "version": "3", "parent": "2"})
+    assert external.status_code == 201, external.text
+    assert external.json()["parent_id"] == second.json()["id"]
+    assert error_code(upload_model("digits", "4", parent="9"), 404) == "version_not_found"
+
+
 def test_lines_and_versions_are_listed_and_read(client, upload_model):
     first = upload_model("digits", "1.0").json()
     upload_model("digits", "1.1", seed=1)

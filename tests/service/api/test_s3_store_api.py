@@ -49,6 +49,12 @@ def test_healthz_tells_upload_clients_that_a_declared_digest_saves_a_copy(client
     assert client.get("/healthz").headers.get(DIGEST_WANTED_HEADER) == "1"
 
 
+def test_readyz_names_the_store_by_its_kind(client):
+    """As docs/server.md says, and as the local folder answers `local`."""
+    assert client.get("/readyz").json()["checks"]["artifacts"] == {"status": "ok",
+                                                                   "detail": "s3"}
+
+
 def test_a_raw_put_of_logits_streams_into_the_bucket_once(client, registered, s3, s3_prefix,
                                                           settings):
     logits = np.random.default_rng(0).normal(size=(30, 3)).astype(np.float32)

@@ -33,7 +33,7 @@ from tests.service.api.conftest import (
     run_task,
 )
 from tests.service.conftest import write_npz
-from tests.traffic_digits import NAMES, digits_files
+from tests.traffic_digits import NAMES, annotated, digits_files
 
 OLD, NEW, TRAFFIC = "digits:old", "digits:new", "traffic"
 
@@ -291,6 +291,45 @@ def test_a_set_without_classes_takes_the_names_its_export_shows(client, traffic_
                          files={"labels": ("export.json", json.dumps(export).encode())})
     assert answer.status_code == 201, answer.text
     assert answer.json()["added"] == 3
+
+
+def test_the_export_of_a_line_without_class_names_imports_back_as_it_is(client, traffic_line,
+                                                                       run_cli, tmp_path):
+    """A line without class names: its export's choices are the column numbers "0"…"9", and
+    the export imports back as it is, unannotated (nothing new) and annotated by Label
+    Studio, on the server as `flipgate compare --labels` reads it."""
+    digits = traffic_line
+    with np.load(digits.traffic) as arrays:
+        np.savez(tmp_path / "bare.npz", x=arrays["x"], images=arrays["images"])
+    assert client.post("/evalsets", data={"name": "bare"}, files={
+        "data": ("bare.npz", (tmp_path / "bare.npz").read_bytes())}).status_code == 201
+    for version, logits in (("old", digits.old), ("new", digits.new)):
+        assert client.post("/models", data={"name": "bare", "version": version,
+                                            "num_classes": "10"}).status_code == 201
+        assert post_logits(client, f"bare:{version}", "bare", np.load(logits)).status_code == 201
+    measure(client, "bare:old", "bare:new", "bare")
+    exported = client.get("/compare/bare:old/bare:new/disagreements",
+                          params={"evalset": "bare", "format": "label-studio"}).content
+    tasks = json.loads(exported)
+    assert {p["result"][0]["value"]["choices"][0] for task in tasks
+            for p in task["predictions"]} <= {str(column) for column in range(10)}
+
+    def post(content: bytes):
+        return client.post("/evalsets/bare/labels", files={"labels": ("export.json", content)})
+
+    as_exported = post(exported)
+    assert as_exported.status_code == 200, as_exported.text
+    assert as_exported.json()["added"] == 0
+    export = [annotated(task, number, str(digits.truth[task["data"]["index"]]))
+              for number, task in enumerate(tasks[:4], start=1)]
+    (tmp_path / "export.json").write_text(json.dumps(export))
+    imported = post(json.dumps(export).encode())
+    assert imported.status_code == 201, imported.text
+    assert imported.json()["added"] == 4
+    read = run_cli("compare", digits.old, digits.new, "--evalset", tmp_path / "bare.npz",
+                   "--labels", tmp_path / "export.json", "--json")
+    assert read.code == 0, read.err
+    assert json.loads(read.out)["disagreements"]["labelled_prefix"] == 4
 
 
 def test_two_limits_waiting_on_one_set_count_its_unlabelled_disagreements_once(client,
