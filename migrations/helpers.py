@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
@@ -69,3 +69,10 @@ def _rewrite_sqlite_check(old: str, new: str) -> None:
     stored = bind.execute(sa.text("SELECT sql FROM sqlite_schema WHERE name = 'jobs'")).scalar()
     if new not in stored:
         raise RuntimeError(f"jobs has no CHECK {old!r} to rewrite: {stored}")
+
+
+def operator_agreed(option: str) -> bool:
+    """Whether the operator passed `option`: `flipgate migrate`'s flag (service.migrate sets
+    it in the configuration's attributes) or alembic's `-x option=yes`."""
+    return (bool(op.get_context().config.attributes.get(option))
+            or context.get_x_argument(as_dictionary=True).get(option) == "yes")

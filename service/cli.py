@@ -30,12 +30,20 @@ if TYPE_CHECKING:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    """Create or upgrade the server's database to the newest schema and print its revision."""
+    """Create or upgrade the server's database to the newest schema (or move it to the
+    revision --to names) and print its revision."""
+    from alembic.util import CommandError
+
     from service.config import get_settings
-    from service.migrate import upgrade
+    from service.migrate import MigrationRefused, migrate_to
 
     settings = get_settings()
-    revision = upgrade(settings)
+    try:
+        revision = migrate_to(settings, args.to, merge_projects=args.merge_projects)
+    except MigrationRefused as error:
+        raise InputError(error.code, error.message) from error
+    except CommandError as error:  # no such revision
+        raise InputError("invalid_revision", str(error)) from error
     print(f"{settings.safe_database_url}: at revision {revision}")
     return 0
 
@@ -319,6 +327,12 @@ def add_migrate_command(commands: argparse._SubParsersAction) -> None:
         "migrate", help="create or upgrade the server's database to the newest schema",
         description="Applies the Alembic migrations to $FLIPGATE_DATABASE_URL (default: the "
                     "SQLite file flipgate.db in $FLIPGATE_DATA_DIR or ./flipgate-data).")
+    migrate.add_argument("--to", default="head", metavar="REVISION",
+                         help="upgrade or downgrade to this revision (default: the newest)")
+    migrate.add_argument("--merge-projects", action="store_true",
+                         help="let a downgrade below 0017_projects merge every project into "
+                              "the one namespace of older releases, where every token acts on "
+                              "every project's lines and data sets (refused without it)")
     migrate.set_defaults(run=run_migrate)
 
 

@@ -154,7 +154,7 @@ class CommittingRoute(APIRoute):
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, _committing(endpoint), **kwargs)
-        self.audited = is_audited(self.methods, endpoint)
+        self.audited = is_audited(self.methods)
 
 
 def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,6 +9,8 @@ Each event calls its flow from one place per origin:
 - logits are stored: POST .../predictions (service.predictions.router) and an inference job
   (worker.tasks) call `logits_stored` (pair reports against the baselines, and the line's
   matrix job);
+- a pair's report is measured: the metrics job (worker.tasks) stores it with
+  `pair_measured`;
 - a job ends: the worker runtime (worker.runtime) ends it with `finish_job`, POST
   /jobs/{id}/cancel (service.jobs.router) with `cancel_job`;
 - a job's lease expires (its worker was lost): the worker's sweeper (worker.sweeper) calls
@@ -21,6 +23,11 @@ Registering an eval set queues nothing: no line has been measured on it yet.
 
 The domains below (service.compare, service.predictions, service.jobs) know how to queue a
 measurement; this module decides when. Nothing else sends waiting jobs or settles decisions.
+
+A job's changes that a person would ask about (a decision it settled, the version a repair
+registered and the decision on it, a traffic report measured again with new labels) are
+audit events of the job, written here in the transaction that makes them
+(service.audit.service.record_job_change).
 """
 
 from pathlib import Path
@@ -29,9 +36,16 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service import urls
+from service.audit.service import record_job_change
 from service.compare.matrix import queue_matrix
 from service.compare.models import PairMetrics
-from service.compare.service import Pair, queue_measurement
+from service.compare.service import (
+    Pair,
+    find_pair_metrics,
+    queue_measurement,
+    store_pair_metrics,
+)
 from service.config import Settings
 from service.datasets.labels import add_labels, label_revision
 from service.datasets.models import Dataset, DatasetLabels, DatasetRole
@@ -49,7 +63,7 @@ from service.predictions.service import (
     versions_with_predictions,
 )
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import get_version, production_version_id
+from service.registry.service import get_version, production_version_id, qualified_name
 from service.storage import ArtifactStore
 
 
@@ -75,8 +89,15 @@ def repair_trained(*, session: Session, settings: Settings, store: ArtifactStore
     job = jobs.get_job(session=session, job_id=job_id)
     version = register_repaired(session=session, store=store, job=job, path=path,
                                 produced_by=produced_by, metadata=metadata)
+    record_job_change(session, job=job, action="register_version",
+                      resource=urls.version(session.get_one(ModelLine, version.line_id).name,
+                                            version.version),
+                      details={"repair_of": version.produced_by["repair_of"]})
     version_registered(session=session, version=version)
-    return version, gate_repaired(session=session, settings=settings, job=job, version=version)
+    decision = gate_repaired(session=session, settings=settings, job=job, version=version)
+    record_job_change(session, job=job, action="gate", resource=urls.decision(decision.id),
+                      details={"decision_id": decision.id, "verdict": decision.verdict})
+    return version, decision
 
 
 def logits_stored(*, session: Session, version: ModelVersion, dataset: Dataset) -> list[Job]:
@@ -91,6 +112,26 @@ def logits_stored(*, session: Session, version: ModelVersion, dataset: Dataset) 
     line = session.get_one(ModelLine, version.line_id)
     matrix = queue_matrix(session=session, line_name=line.name, dataset=dataset)
     return [*measuring, *filter(None, [matrix])]
+
+
+def pair_measured(*, session: Session, job_id: int, pair: Pair, report: dict[str, Any],
+                  html_sha256: str | None) -> PairMetrics:
+    """Store the report the metrics job `job_id` measured (a report stored meanwhile is
+    kept); a pair measured again with a newer label revision of its traffic set is the
+    job's audit event."""
+    earlier = find_pair_metrics(session=session, old=pair.old, new=pair.new,
+                                dataset=pair.dataset)
+    row = store_pair_metrics(session=session, old=pair.old, new=pair.new, dataset=pair.dataset,
+                             report=report, html_sha256=html_sha256)
+    if earlier is not None and earlier.label_revision < row.label_revision:
+        record_job_change(
+            session, job=jobs.get_job(session=session, job_id=job_id),
+            action="measure_with_labels", resource=urls.compare(
+                *(qualified_name(session=session, version=side) for side in (pair.old, pair.new)),
+                pair.dataset.name),
+            details={"label_revision": row.label_revision,
+                     "previous_revision": earlier.label_revision})
+    return row
 
 
 def _measure(session: Session, baselines: list[ModelVersion], version: ModelVersion,
@@ -142,7 +183,11 @@ def finish_job(*, session: Session, settings: Settings, job: Job, state: JobStat
     jobs.mark_finished(session=session, job=job, state=state, result=result, error=error)
     if state == JobState.SUCCEEDED:
         release_waiting(session=session, job=job)
-    _settle(session, settings, job)
+    for decision in _settle(session, settings, job):
+        if decision.verdict != Verdict.PENDING:
+            record_job_change(session, job=job, action="settle_decision",
+                              resource=urls.decision(decision.id),
+                              details={"decision_id": decision.id, "verdict": decision.verdict})
     return job
 
 

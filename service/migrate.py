@@ -20,8 +20,19 @@ from service.db import create_db_engine
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
+MERGE_PROJECTS = "merge_projects"  # the operator's consent to a downgrade that merges projects
+
+
 class DatabaseNotCurrent(RuntimeError):
     """The database schema is not the one this code expects."""
+
+
+class MigrationRefused(RuntimeError):
+    """A revision refused to run, before changing anything (`code` says why)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -75,15 +86,34 @@ def _check_foreign_keys(connection: Connection) -> None:
 
 def upgrade(settings: Settings) -> str:
     """Bring the database of `settings` to the newest revision and return that revision."""
+    return migrate_to(settings, "head")
+
+
+def migrate_to(settings: Settings, revision: str, *, merge_projects: bool = False) -> str:
+    """Upgrade or downgrade the database of `settings` to `revision` and return the revision
+    it is at; a downgrade below 0017 merges projects only with `merge_projects`."""
     engine = create_db_engine(settings, bound_round_trips=False)
     try:
         with migrating(engine) as connection:
             config = alembic_config(connection)
             config.attributes["settings"] = settings  # revisions that need the server key
-            command.upgrade(config, "head")
+            config.attributes[MERGE_PROJECTS] = merge_projects
+            below = _is_below(revision, current_revision(connection))
+            (command.downgrade if below else command.upgrade)(config, revision)
             return current_revision(connection)
     finally:
         engine.dispose()
+
+
+def _is_below(revision: str, current: str | None) -> bool:
+    """Whether reaching `revision` from `current` is a downgrade (CommandError when
+    migrations/ has no such revision)."""
+    if current is None or revision == "base":
+        return current is not None
+    script = ScriptDirectory.from_config(alembic_config())
+    target = script.get_revision(revision).revision
+    return target != current and target in {
+        step.revision for step in script.iterate_revisions(current, "base")}
 
 
 def check_current(engine: Engine) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from service import flows, urls
 from service.celery_app import INFERENCE_TASK, MATRIX_TASK, METRICS_TASK
 from service.compare.matrix import matrix_inputs, store_pair_counts
-from service.compare.service import pair_from_params, pair_inputs, store_pair_metrics
+from service.compare.service import pair_from_params, pair_inputs
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.jobs.enqueue import split_job
@@ -140,8 +140,8 @@ def compare_pair(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> Non
     with finishing(ctx, job_id) as (session, result):
         pair = pair_from_params(session=session, params=params)
         give_classes(session=session, predictions=[inputs.old, inputs.new], classes=classes)
-        row = store_pair_metrics(session=session, old=pair.old, new=pair.new,
-                                 dataset=pair.dataset, report=report, html_sha256=html_sha256)
+        row = flows.pair_measured(session=session, job_id=job_id, pair=pair, report=report,
+                                  html_sha256=html_sha256)
         result.update(nfr=row.nfr, churn=row.churn, compare_url=urls.compare(
             qualified_name(session=session, version=pair.old),
             qualified_name(session=session, version=pair.new), pair.dataset.name))

@@ -17,7 +17,15 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-from migrations.helpers import JSON, NAME, TIMESTAMP, foreign_key, record_table
+from migrations.helpers import (
+    JSON,
+    NAME,
+    TIMESTAMP,
+    foreign_key,
+    operator_agreed,
+    record_table,
+)
+from service.migrate import MERGE_PROJECTS, MigrationRefused
 
 revision: str = "0017_projects"
 down_revision: str | Sequence[str] | None = "0016_traffic_sets"
@@ -103,9 +111,12 @@ def _create_membership_and_audit() -> None:
 
 def downgrade() -> None:
     """Back to one namespace: every project's lines, data sets and tokens in it; refused,
-    before any change, while two projects (or a project and the server) hold the same name.
-    The projects, their members, the people and the audit trail are dropped."""
+    before any change, while two projects (or a project and the server) hold the same name,
+    and while two projects hold anything unless the operator agreed to merge them
+    (MERGE_PROJECTS). The projects, their members, the people and the audit trail are
+    dropped."""
     _refuse_shared_names()
+    _refuse_merging_projects()
     op.drop_table("audit_events")
     op.drop_table("people")
     op.drop_table("project_members")
@@ -132,5 +143,23 @@ def _refuse_shared_names() -> None:
     if any(shared.values()):
         held = "; ".join(f"{table}: {', '.join(map(repr, names))}"
                          for table, names in shared.items() if names)
-        raise RuntimeError(f"cannot downgrade below {revision}: rename or delete what would "
-                           f"share a name first; held by several projects: {held}")
+        raise MigrationRefused("names_shared", f"cannot downgrade below {revision}: rename or "
+                               "delete what would share a name first; held by several "
+                               f"projects: {held}")
+
+
+def _refuse_merging_projects() -> None:
+    """Raise, unless the operator agreed, while more than one project holds a line, a data
+    set, a job, a decision or a token: below this revision they would be one namespace, and
+    every token would act on every project's objects."""
+    holding = " UNION ".join(f"SELECT project_id FROM {table}" for table in (*OWNED,
+                                                                            "api_tokens"))
+    projects = op.get_bind().execute(sa.text(
+        f"SELECT name FROM projects WHERE id IN ({holding}) ORDER BY name")).scalars().all()
+    if len(projects) > 1 and not operator_agreed(MERGE_PROJECTS):
+        raise MigrationRefused("projects_would_merge", (
+            f"cannot downgrade below {revision} without merging projects: the projects "
+            f"{', '.join(map(repr, projects))} would be merged into one namespace, every "
+            "project's lines, data sets, jobs and decisions in it and every project's tokens "
+            f"acting on all of them; to merge them, run `flipgate migrate --to {down_revision} "
+            f"--merge-projects` (alembic: -x {MERGE_PROJECTS}=yes)"))

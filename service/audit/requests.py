@@ -1,9 +1,12 @@
 """The audit trail of HTTP requests, written in one place for every route.
 
-- A change: when an audited route's endpoint (every non-safe method's, but those marked
-  `changes_nothing`) returns without raising, service.deps adds one `ok` event to the
-  request's session before it commits, so the event and the change commit together or not
-  at all. Its action is the route's name, its resource the request's path.
+- A change: when an audited route's endpoint (every non-safe method's) returns without
+  raising, having written a row in the request's transaction, service.deps adds one `ok`
+  event to the request's session before it commits, so the event and the change commit
+  together or not at all. Its action is the route's name, its resource the request's path.
+  A request that writes no row changed nothing and writes no event, whatever its route: a
+  dry run, a measurement stored or queued already (POST /compare, POST .../matrix asked
+  again), a delivery received before.
 - A refusal: a 403 or 404 answered to a known caller (a checked bearer token, or a caller
   a route has identified: `request.state.acting`), and a stored token refused because it was
   revoked or expired, write one `denied` event in a transaction of their own. A bearer that
@@ -23,13 +26,12 @@ refusals of that form (the caller a `request.state.acting` with auth `oidc`:
 record_change, record_page_refusal), and a sign-in with a revoked or expired token
 (record_sign_in_refusal)."""
 
-from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import inspect
+from sqlalchemy import event, inspect
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
 from starlette.requests import HTTPConnection, Request
 from starlette.types import Scope
 
@@ -43,23 +45,39 @@ from service.observability.context import current_request_id
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 DENIED_STATUSES = frozenset({403, 404})
 AUDITED = "flipgate_audited"  # session.info: the request's change event was added
+WROTE = "flipgate_wrote"  # session.info: the session's transaction has flushed a written row
 AUTHENTICATE = "authenticate"  # the action of a token refused before any route was chosen
 SIGN_IN = "sign_in"  # the action of a dashboard sign-in (a person's, or a token's refused)
 CLIENT_LENGTH = 64
 DETAILS = "audit_details"  # request.state: what an endpoint adds to its change's details
 
 
-def changes_nothing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark an endpoint of a non-safe method that stores nothing (a dry run): its successful
-    requests write no audit event."""
-    endpoint.changes_nothing = True  # type: ignore[attr-defined]
-    return endpoint
+def is_audited(methods: set[str] | None) -> bool:
+    """Whether a route's successful requests that write a row are changes that write an
+    event."""
+    return bool(set(methods or ()) - SAFE_METHODS)
 
 
-def is_audited(methods: set[str] | None, endpoint: Callable[..., Any]) -> bool:
-    """Whether a route's successful requests are changes that write an event."""
-    return bool(set(methods or ()) - SAFE_METHODS) and not getattr(endpoint, "changes_nothing",
-                                                                   False)
+def wrote_rows(session: Session) -> bool:
+    """Whether `session`'s transaction has written a row, or will at its next flush."""
+    return session.info.get(WROTE, False) or _changes_pending(session)
+
+
+def _changes_pending(session: Session) -> bool:
+    return bool(session.new or session.deleted) or any(session.is_modified(row)
+                                                        for row in session.dirty)
+
+
+@event.listens_for(Session, "before_flush")
+def _note_flushed_changes(session: Session, _context: Any, _instances: Any) -> None:
+    if _changes_pending(session):
+        session.info[WROTE] = True
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _note_written_statement(state: ORMExecuteState) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        state.session.info[WROTE] = True
 
 
 def token_auth(token: ApiToken) -> str:
@@ -96,9 +114,10 @@ def client_of(connection: HTTPConnection) -> str | None:
 
 def record_change(request: Request, session: Session) -> None:
     """Add the `ok` event of a request whose endpoint returned to its session (once), if its
-    route is audited and its caller known."""
+    route is audited, its caller known and its transaction wrote a row."""
     route = request.scope.get("route")
-    if session.info.get(AUDITED) or not getattr(route, "audited", False):
+    if (session.info.get(AUDITED) or not getattr(route, "audited", False)
+            or not wrote_rows(session)):
         return
     caller = caller_of(request)
     if caller is None:

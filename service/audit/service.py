@@ -8,7 +8,7 @@ import logging
 import os
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Select, event, select
 from sqlalchemy.orm import Session
@@ -19,6 +19,7 @@ from service.projects.models import Project
 
 OK, DENIED = "ok", "denied"
 CLI = "cli"
+JOB = "job"  # the auth of a change a worker's job made
 PENDING = "flipgate_audit_pending"  # session.info: the events its transaction will commit
 CURSOR_PREFIX = "before:"
 logger = logging.getLogger("flipgate.audit")
@@ -59,6 +60,25 @@ def record_cli(session: Session, *, action: str, resource: str, project_id: int 
     caller = Caller(actor=os_user(), auth=CLI, project_id=project_id)
     return record_event(session, caller=caller, action=action, resource=resource,
                         details=details)
+
+
+class JobOrigin(Protocol):
+    """What the event of a job's change reads of the job (a service.jobs.models.Job)."""
+
+    id: int
+    kind: str
+    project_id: int
+    request_id: str | None
+
+
+def record_job_change(session: Session, *, job: JobOrigin, action: str, resource: str,
+                      details: dict[str, Any] | None = None) -> AuditEvent:
+    """The event of a change a worker's job made: its actor the job (`job 42`, auth `job`),
+    in the job's project, under the id of the request that queued the job."""
+    caller = Caller(actor=f"job {job.id}", auth=JOB, project_id=job.project_id)
+    return record_event(session, caller=caller, action=action, resource=resource,
+                        request_id=job.request_id,
+                        details={"job_id": job.id, "kind": str(job.kind), **(details or {})})
 
 
 def os_user() -> str:

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from service import urls
-from service.audit.requests import changes_nothing
 from service.datasets.models import DatasetRole
 from service.datasets.service import get_dataset_of_role
 from service.deps import (
@@ -87,7 +86,6 @@ def read_policy(name: str, session: SessionDep,
 
 
 @router.post("/models/{name}/policy/dry-run", response_model=DryRun, dependencies=[READ])
-@changes_nothing
 def dry_run_policy(name: str, policy: Policy, session: SessionDep,
                    settings: SettingsDep) -> DryRun:
     """Replay a draft policy on the line's past final decisions (their eval sets and stored

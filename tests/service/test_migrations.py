@@ -11,11 +11,24 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, column, inspect, select, table, text
 from sqlalchemy.exc import IntegrityError
 
+from service.auth.service import create_token
 from service.config import Settings
-from service.db import Json, create_db_engine, utcnow
-from service.migrate import DatabaseNotCurrent, alembic_config, check_current, head_revision
+from service.db import Json, create_db_engine, create_session_factory, utcnow
+from service.migrate import (
+    DatabaseNotCurrent,
+    MigrationRefused,
+    alembic_config,
+    check_current,
+    current_revision,
+    head_revision,
+    migrate_to,
+)
+from service.projects.service import create_project
+from service.registry.service import create_line
 from service.tables import metadata
-from tests.service.conftest import postgres_schema
+from tests.service.conftest import default_session, postgres_schema
+
+BEFORE_PROJECTS = "0016_traffic_sets"
 
 
 def test_migrated_schema_equals_the_models(engine):
@@ -139,3 +152,45 @@ def test_0012_backfills_each_versions_inputs_from_its_single_input(backend, tmp_
         command.downgrade(alembic_config(connection), "0011")
         assert connection.execute(select(versions.c.id, versions.c.input_name)
                                   .order_by(versions.c.id)).all() == [(1, "pixels"), (2, None)]
+
+
+def projects_holding(engine: Engine, *, team_b_token: bool) -> Settings:
+    """The database migrated to the newest revision: a line in `default` and the project
+    team-b, holding a token when `team_b_token`; the settings that reach it."""
+    settings = Settings(database_url=engine.url.render_as_string(hide_password=False))
+    migrate_to(settings, "head")
+    with default_session(create_session_factory(engine)) as session:
+        create_line(session=session, name="fraud", num_classes=2)
+        create_project(session=session, name="team-b")
+        if team_b_token:
+            create_token(session=session, name="b-ci", scopes=["read"], project="team-b")
+    return settings
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_downgrade_that_merges_projects_needs_the_operators_consent(backend, tmp_path):
+    """Below 0017 there are no projects: two projects that each hold something, whatever its
+    name, would become one namespace, team-b's token reading default's line. Refused before
+    anything changes; done with merge_projects (`flipgate migrate --merge-projects`)."""
+    with empty_database(backend, tmp_path) as engine:
+        settings = projects_holding(engine, team_b_token=True)
+        with pytest.raises(MigrationRefused, match=r"the projects 'default', 'team-b' would be "
+                           r"merged into one namespace.*--merge-projects") as refused:
+            migrate_to(settings, BEFORE_PROJECTS)
+        assert refused.value.code == "projects_would_merge"
+        with engine.connect() as connection:
+            assert current_revision(connection) == head_revision()
+        assert migrate_to(settings, BEFORE_PROJECTS, merge_projects=True) == BEFORE_PROJECTS
+        with engine.connect() as connection:
+            assert "projects" not in inspect(connection).get_table_names()
+            assert connection.execute(text("SELECT name FROM api_tokens")).scalars().all() == [
+                "b-ci"]
+        assert migrate_to(settings, "head") == head_revision()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_downgrade_that_merges_nothing_needs_no_consent(backend, tmp_path):
+    """One project holds everything (team-b is empty): nothing is merged."""
+    with empty_database(backend, tmp_path) as engine:
+        settings = projects_holding(engine, team_b_token=False)
+        assert migrate_to(settings, BEFORE_PROJECTS) == BEFORE_PROJECTS

@@ -20,10 +20,18 @@ from service.auth.models import ApiToken
 from service.auth.service import create_token, revoke_token
 from service.db import utcnow
 from service.deps import AdminAccess, SessionDep, TokenDep
+from service.jobs.models import Job, JobKind, JobState
 from service.main import ROUTERS
 from service.projects.service import create_project
 from tests.integrations.mlflow_world import alias_event, signed
-from tests.service.api.conftest import ADMIN_TOKEN, bearer, error_code, npy_bytes
+from tests.service.api.conftest import (
+    ADMIN_TOKEN,
+    bearer,
+    error_code,
+    npy_bytes,
+    post_model,
+    run_task,
+)
 from tests.service.conftest import write_npz, write_onnx
 
 N, CLASSES = 30, 3
@@ -149,6 +157,64 @@ def test_an_mlflow_alias_move_is_mlflows_event_in_the_connectors_project(client,
     assert found[0]["details"] == {"method": "POST", "delivery_id": "d-1",
                                    "job_id": queued.json()["job_id"], "model": "fraud",
                                    "alias": "challenger", "version": "2"}
+
+
+def queued_jobs(db) -> list[int]:
+    with db() as session:
+        return list(session.scalars(select(Job.id).where(Job.state == JobState.QUEUED)
+                                    .order_by(Job.id)))
+
+
+def test_a_measurement_asked_for_again_writes_no_event(client, db, tmp_path):
+    """POST /compare is a change when it queues jobs; asked again while they are open, or
+    once the report is stored, it changes nothing; so does POST .../matrix while the matrix
+    job the new logits queued waits, and once the matrix is complete."""
+    run(client, uploads(tmp_path)[:2])
+    assert post_model(client, "fraud", "2",
+                      write_onnx(tmp_path, CLASSES, seed=2).read_bytes()).status_code == 201
+    compare, matrix = "/compare/fraud:1/fraud:2", "/models/fraud/matrix"
+    asked = [tagged(client, "POST", compare, f"compare-{number}", params={"evalset": "ev"})
+             for number in range(2)]
+    assert [answer.status_code for answer in asked] == [202, 202]
+    for job_id in asked[0].json()["job_ids"]:
+        run_task(client, job_id)
+    assert tagged(client, "POST", matrix, "matrix-0", params={"evalset": "ev"}
+                  ).status_code == 202  # the matrix job the logits queued, still queued
+    for job_id in queued_jobs(db):
+        run_task(client, job_id)
+    assert tagged(client, "POST", matrix, "matrix-1", params={"evalset": "ev"}
+                  ).status_code == 200
+    assert tagged(client, "POST", compare, "compare-2", params={"evalset": "ev"}
+                  ).status_code == 200
+    assert [(event["action"], event["request_id"]) for event in events(client, limit=1)] == [
+        ("measure", "compare-0")]
+
+
+def test_a_decision_settled_by_its_measurement_is_the_jobs_event(client, db, tmp_path):
+    """The metrics job that ends a pending decision's wait settles it: its event has the job
+    as actor (auth `job`) and the id of the request that queued the job, POST /gate."""
+    run(client, uploads(tmp_path)[:2])
+    assert post_model(client, "fraud", "2",
+                      write_onnx(tmp_path, CLASSES, seed=2).read_bytes()).status_code == 201
+    run(client, [("POST", "/gate", {"json": {"model": "fraud", "candidate": "1"}}),
+                 ("POST", "/models/fraud/aliases/production", {"json": {"version": "1"}}),
+                 ("PUT", "/models/fraud/policy", {"json": {"max_nfr": 0.5,
+                                                           "evalsets": ["ev"]}})])
+    asked = tagged(client, "POST", "/gate", "gate-2", json={"model": "fraud", "candidate": "2"})
+    assert asked.status_code == 202, asked.text
+    decision_id = asked.json()["decision_id"]
+    for job_id in queued_jobs(db):  # the inference of each version, then the pair's metrics
+        run_task(client, job_id)
+    final = client.get(f"/gate/decisions/{decision_id}").json()
+    assert final["verdict"] != "pending"
+    with db() as session:
+        metrics_job = session.scalar(select(Job.id).where(Job.kind == JobKind.METRICS))
+    (settled,) = events(client, action="settle_decision")
+    assert summary([settled]) == [(f"job {metrics_job}", "job", "default", "settle_decision",
+                                   "ok", None, "gate-2")]
+    assert settled["resource"] == f"/gate/decisions/{decision_id}"
+    assert settled["details"] == {"job_id": metrics_job, "kind": "metrics",
+                                  "decision_id": decision_id, "verdict": final["verdict"]}
 
 
 def test_a_change_that_fails_writes_no_event(client, tmp_path):
@@ -296,27 +362,36 @@ def test_a_route_added_later_is_audited_with_nothing_but_its_route_class(client,
     """A new route that changes something (as POST /projects, a membership, POST /tokens)
     writes its event from the route class and the caller: a synchronous endpoint through
     CommittingRoute, a coroutine through the request's session; a server-level one (no
-    acting project) under the token's own project (none for the server admin)."""
+    acting project) under the token's own project (none for the server admin). One that
+    writes no row writes no event."""
 
-    def change_in_project(acting: AdminAccess) -> dict:
+    def change_in_project(acting: AdminAccess, session: SessionDep) -> dict:
+        create_token(session=session, name="scratch", scopes=["read"],
+                     project=acting.project.name)
         return {"project": acting.project.name}
 
     async def change_on_server(session: SessionDep, token: TokenDep) -> dict:
+        create_project(session=session, name="scratch")
         return {"token": token.name}
+
+    def change_nothing(acting: AdminAccess) -> dict:
+        return {"project": acting.project.name}
 
     client.app.add_api_route("/scratch/{name}", change_in_project, methods=["PUT"])
     client.app.add_api_route("/scratch", change_on_server, methods=["POST"])
+    client.app.add_api_route("/scratch/nothing", change_nothing, methods=["POST"])
     assert client.put("/scratch/a", params={"project": "beta"}).is_success
     assert client.post("/scratch").is_success
+    assert client.post("/scratch/nothing").is_success  # wrote no row: no event
     assert summary(events(client)) == [
         ("admin", "admin_token", None, "change_on_server", "ok", None, ANY),
         ("admin", "admin_token", "beta", "change_in_project", "ok", None, ANY)]
 
 
-def test_every_route_of_a_non_safe_method_is_audited_but_the_dry_run():
-    """A change needs no listing: what a route of POST, PUT, PATCH or DELETE does is an
-    event unless its endpoint is marked changes_nothing."""
+def test_every_route_of_a_non_safe_method_is_audited():
+    """A change needs no listing: what a route of POST, PUT, PATCH or DELETE writes is an
+    event (and a dry run, which writes nothing, none: the scripted session above)."""
     routes = [route for router in ROUTERS for route in router.routes
               if set(route.methods) - SAFE_METHODS]
-    assert {route.name for route in routes if not route.audited} == {"dry_run_policy"}
+    assert all(route.audited for route in routes)
     assert len(routes) > 20

@@ -171,6 +171,22 @@ def test_the_job_registers_the_repair_with_its_curve_and_gates_it_again(line, wo
     assert again["baseline"] == "1" and again["evalsets"] == ["ev"]
 
 
+def test_the_repaired_version_and_its_decision_are_the_jobs_events(line, worker):
+    """Actor the repair job (auth `job`), under the id of the request that asked for it."""
+    decision_id = blocked(line, "2")
+    job = line.post(f"/gate/decisions/{decision_id}/repair", headers={"X-Request-ID": "fix-2"},
+                    json={"method": "ensemble", "calibration": "cal", "max_nfr": 0.0}
+                    ).json()["job"]
+    training.train(job["id"])
+    result = line.get(f"/jobs/{job['id']}").json()["result"]
+    found = line.get("/audit-events", params={"actor": f"job {job['id']}"}).json()["events"]
+    assert [(event["action"], event["resource"], event["auth"], event["project"],
+             event["request_id"]) for event in found] == [
+        ("gate", f"/gate/decisions/{result['decision_id']}", "job", "default", "fix-2"),
+        ("register_version", "/models/digits/versions/2-ensemble", "job", "default", "fix-2")]
+    assert found[1]["details"] == {"job_id": job["id"], "kind": "train", "repair_of": "2"}
+
+
 def test_a_mismatch_found_by_the_job_fails_it_and_keeps_the_decision(line, worker,
                                                                      monkeypatch):
     monkeypatch.setattr(repair_requests, "STRUCTURE_CHECK_MAX_BYTES", 0)  # too large to check

@@ -202,6 +202,37 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
     assert final["callback"]["state"] == "queued"
 
 
+def test_labels_measure_again_and_settle_as_the_jobs_of_the_labels_request(client,
+                                                                          traffic_line):
+    """The metrics job the labels queued writes the traffic report measured again and the
+    decision it settles to the audit trail, as the job, under the labels request's id."""
+    digits = traffic_line
+    promote_old(client)
+    churn = measure(client, OLD, NEW, TRAFFIC)["churn"]
+    assert client.put("/models/digits/policy", json={
+        "max_nfr": round(churn / 2, 6), "evalsets": [TRAFFIC]}).is_success
+    asked = client.post("/gate", json={"model": "digits", "candidate": "new"})
+    assert asked.status_code == 202 and asked.json()["labels_needed"]
+    decision = asked.json()["decision_id"]
+    every = np.arange(digits.truth.size)
+    posted = client.post(f"/evalsets/{TRAFFIC}/labels", headers={"X-Request-ID": "labels-1"},
+                         files={"labels": ("l.npz", npz_bytes(index=every,
+                                                              y=digits.truth[every]))})
+    (job_id,) = posted.json()["job_ids"]
+    run_task(client, job_id)
+    verdict = client.get(f"/gate/decisions/{decision}").json()["verdict"]
+    assert verdict != "pending"
+    found = [event for event in client.get("/audit-events").json()["events"]
+             if event["auth"] == "job"]
+    assert [(event["actor"], event["action"], event["resource"], event["request_id"],
+             event["details"]) for event in found] == [
+        (f"job {job_id}", "settle_decision", f"/gate/decisions/{decision}", "labels-1",
+         {"job_id": job_id, "kind": "metrics", "decision_id": decision, "verdict": verdict}),
+        (f"job {job_id}", "measure_with_labels", f"/compare/{OLD}/{NEW}?evalset={TRAFFIC}",
+         "labels-1", {"job_id": job_id, "kind": "metrics", "label_revision": 1,
+                      "previous_revision": 0})]
+
+
 def dashboard_page(client, mint, path: str) -> str:
     """A dashboard page as a signed-in person (a read-only token's session) sees it."""
     assert client.post("/ui/signin", data={"token": mint("read")},
