@@ -17,6 +17,7 @@ HTTP. Printed: p50 and p99 of each, and flipgate / floor against the goal p50 <=
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,15 @@ from sqlalchemy import create_engine, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gate_bench import EVALSET, GATE_REQUEST, LINE, client_tokens, measured_pair, server
+from gate_bench import (
+    EVALSET,
+    GATE_REQUEST,
+    LINE,
+    client_tokens,
+    flipgate,
+    measured_pair,
+    wait_until_up,
+)
 from request_bench import TOKEN_SQL
 from serving import percentile
 
@@ -175,17 +184,33 @@ def serve_floor(database: str, port: str) -> None:
 
 
 @contextmanager
-def floor_server(database: Path) -> Iterator[str]:
-    """The floor app under uvicorn in a process of its own, on `database`: its URL."""
+def flipgate_server(settings: Settings) -> Iterator[tuple[str, int]]:
+    """`flipgate serve --api-only` with `settings` (one process): its URL and process id."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with flipgate(settings, "serve", "--api-only", "--port", url.rsplit(":", 1)[1]) as process:
+        wait_until_up(url, process, settings.data_dir / "serve.log")
+        yield url, process.pid
+
+
+@contextmanager
+def floor_server(database: Path) -> Iterator[tuple[str, int]]:
+    """The floor app under uvicorn in a process of its own, on `database`: its URL and
+    process id."""
     port = free_port()
     process = subprocess.Popen([sys.executable, __file__, "--serve-floor", str(database),
                                 str(port)])
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: answers(url), "the floor app")
-        yield url
+        yield url, process.pid
     finally:
         stop_process(process)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def answers(url: str) -> bool:
@@ -236,8 +261,11 @@ def http_call(client: httpx.Client, method: str, path: str, options: dict) -> Ca
     return call
 
 
+WARM_UP = 100  # untimed rounds before the timed ones
+
+
 def interleaved(calls: dict[str, Callable[[], Any]], requests: int,
-                warm_up: int = 100) -> dict[str, list[float]]:
+                warm_up: int = WARM_UP) -> dict[str, list[float]]:
     """Each call's times over `requests` rounds, the order alternating every round."""
     for _ in range(warm_up):
         for call in calls.values():
@@ -250,17 +278,16 @@ def interleaved(calls: dict[str, Callable[[], Any]], requests: int,
     return times
 
 
-def same_answers(flipgate: httpx.Client, floor: httpx.Client,
+def same_answers(ours: httpx.Client, floor: httpx.Client,
                  requests: dict[str, tuple[str, str, dict]]) -> None:
     """The floor answers the report flipgate answers, and the decision's numbers."""
     method, path, options = requests["GET /compare"]
-    assert (flipgate.request(method, path, **options).json()
+    assert (ours.request(method, path, **options).json()
             == floor.request(method, path, **options).json())
     method, path, options = requests["GET /gate/decisions/{id}"]
-    ours, theirs = (client.request(method, path, **options).json() for client in (flipgate,
-                                                                                   floor))
-    assert {key: value for key, value in ours["metrics"][EVALSET].items()
-            if key != "report_url"}.items() >= theirs["metrics"][EVALSET].items()
+    answered, least = (client.request(method, path, **options).json()["metrics"][EVALSET]
+                       for client in (ours, floor))
+    assert answered.items() >= least.items()
 
 
 def main() -> int:
@@ -273,32 +300,37 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="reads-bench-") as folder, ExitStack() as stack:
         settings = Settings(data_dir=Path(folder))
         tokens = client_tokens(settings)
-        url = stack.enter_context(server(settings, free_port()))
+        url, server_pid = stack.enter_context(flipgate_server(settings))
         decision = measured_pair(url, tokens["gate"], settings)
         requests = reads(tokens, decision["decision_id"])
         database = Path(folder) / "flipgate.db"
-        floor_url = stack.enter_context(floor_server(database))
-        flipgate = stack.enter_context(httpx.Client(base_url=url, timeout=30))
+        floor_url, floor_pid = stack.enter_context(floor_server(database))
+        ours = stack.enter_context(httpx.Client(base_url=url, timeout=30))
         floor = stack.enter_context(httpx.Client(base_url=floor_url, timeout=30))
-        same_answers(flipgate, floor, requests)
+        same_answers(ours, floor, requests)
         local = in_process(database, requests, decision["decision_id"])
-        results = {}
+        results, cpu = {}, {}
         for name, (method, path, options) in requests.items():
+            before = cpu_seconds(server_pid), cpu_seconds(floor_pid)
             results[name] = interleaved({
-                "flipgate": http_call(flipgate, method, path, options),
+                "flipgate": http_call(ours, method, path, options),
                 "floor": http_call(floor, method, path, options),
                 "sql": local[name]}, args.requests)
+            cpu[name] = [(cpu_seconds(pid) - start) / (args.requests + WARM_UP)
+                         for pid, start in zip((server_pid, floor_pid), before, strict=True)]
     print(f"one sequential keep-alive client, {args.requests} interleaved requests each; "
           "floor: the same SQL through SQLAlchemy in a bare FastAPI app; sql: that SQL alone, "
-          "in this process")
-    print(f"{'':<26} {'flipgate p50/p99 ms':>20} {'floor p50/p99 ms':>18} {'sql p50 ms':>11} "
-          f"{'p50 ratio':>10}")
+          "in this process; cpu: the server process's CPU time per request")
+    print(f"{'':<24} {'flipgate p50/p99 ms':>19} {'floor p50/p99 ms':>17} {'sql p50':>8} "
+          f"{'p50 ratio':>9} {'cpu ms':>13} {'cpu ratio':>9}")
     worst = 0.0
     for name, times in results.items():
         ratio = percentile(times["flipgate"], 50) / percentile(times["floor"], 50)
         worst = max(worst, ratio)
-        print(f"{name:<26} {ms(times['flipgate']):>20} {ms(times['floor']):>18} "
-              f"{percentile(times['sql'], 50) * 1000:>11.3f} {ratio:>9.2f}x")
+        ours_cpu, floor_cpu = cpu[name]
+        print(f"{name:<24} {ms(times['flipgate']):>19} {ms(times['floor']):>17} "
+              f"{percentile(times['sql'], 50) * 1000:>8.3f} {ratio:>8.2f}x "
+              f"{ours_cpu * 1000:>6.2f}/{floor_cpu * 1000:<6.2f} {ours_cpu / floor_cpu:>8.2f}x")
     print(f"worst p50 flipgate / floor: {worst:.2f}x (goal <= {GOAL:.1f}x)")
     return 0 if worst <= GOAL else 1
 
