@@ -127,11 +127,13 @@ def client_tokens(settings: Settings) -> dict[str, str]:
 
 @contextmanager
 def flipgate(settings: Settings, *args: str) -> Iterator[subprocess.Popen]:
-    """`flipgate ARGS` with `settings`, logging to ARGS[0].log in the data dir; stopped after."""
+    """`flipgate ARGS` with `settings` (and its broker, when it names Redis), logging to
+    ARGS[0].log in the data dir; stopped after."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("FLIPGATE_")},
            "FLIPGATE_DATA_DIR": str(settings.data_dir),
            "FLIPGATE_DATABASE_URL": settings.database_url,
-           "FLIPGATE_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": str(ROOT)}
+           "FLIPGATE_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": str(ROOT),
+           **({"FLIPGATE_REDIS_URL": settings.redis_url} if settings.redis_url else {})}
     with (settings.data_dir / f"{args[0]}.log").open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "flipgate.cli", *args], env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
@@ -142,10 +144,12 @@ def flipgate(settings: Settings, *args: str) -> Iterator[subprocess.Popen]:
 
 
 @contextmanager
-def server(settings: Settings, port: int) -> Iterator[str]:
-    """`flipgate serve --api-only` with `settings`; yields its URL once /healthz answers."""
+def server(settings: Settings, port: int, *serve_args: str) -> Iterator[str]:
+    """`flipgate serve --api-only` (with `serve_args`) with `settings`; yields its URL once
+    /healthz answers."""
     url = f"http://127.0.0.1:{port}"
-    with flipgate(settings, "serve", "--api-only", "--port", str(port)) as process:
+    with flipgate(settings, "serve", "--api-only", "--port", str(port),
+                  *serve_args) as process:
         wait_until_up(url, process, settings.data_dir / "serve.log")
         yield url
 

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session, defer
 
 from flipgate.formats.evalsets import load_evalset
 from flipgate.metrics import PlotValues, compare_labels, measure_pair
@@ -95,13 +95,33 @@ def find_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion,
                       dataset: Dataset, label_revision: int | None = None) -> PairMetrics | None:
     """The stored pair metrics of old → new on a data set, if any: measured with the label
     revision `label_revision`, or the newest when None (a labeled set has only 0)."""
+    return session.scalars(_pair_metrics(old, new, dataset, label_revision)).one_or_none()
+
+
+def find_report_parts(*, session: Session, old: ModelVersion, new: ModelVersion,
+                      dataset: Dataset, keys: tuple[str, ...]
+                      ) -> tuple[PairMetrics, dict[str, Any]] | None:
+    """The newest stored pair metrics of old → new on a data set, if any, with only the
+    `keys` of its report (None where it has none), read in the query: a report holds the
+    index of every flipped sample, which the gate never reads."""
+    statement = (_pair_metrics(old, new, dataset).options(defer(PairMetrics.report))
+                 .add_columns(*(PairMetrics.report[key] for key in keys)))
+    found = session.execute(statement).one_or_none()
+    if found is None:
+        return None
+    row, *values = found
+    return row, dict(zip(keys, values, strict=True))
+
+
+def _pair_metrics(old: ModelVersion, new: ModelVersion, dataset: Dataset,
+                  label_revision: int | None = None) -> Select[tuple[PairMetrics]]:
+    """The statement of find_pair_metrics."""
     statement = select(PairMetrics).where(
         PairMetrics.dataset_id == dataset.id, PairMetrics.old_version_id == old.id,
         PairMetrics.new_version_id == new.id)
     if label_revision is not None:
         statement = statement.where(PairMetrics.label_revision == label_revision)
-    return session.scalars(statement.order_by(PairMetrics.label_revision.desc()).limit(1)
-                           ).one_or_none()
+    return statement.order_by(PairMetrics.label_revision.desc()).limit(1)
 
 
 def resolve_pair(*, session: Session, old: str, new: str, evalset: str) -> Pair:

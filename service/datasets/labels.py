@@ -34,6 +34,8 @@ def label_revision(*, session: Session, dataset: Dataset) -> int:
 
 def get_labels(*, session: Session, dataset: Dataset, revision: int) -> DatasetLabels | None:
     """The label revision `revision` of a traffic set (None for revision 0: no labels)."""
+    if revision == 0:
+        return None
     return session.scalars(select(DatasetLabels).where(
         DatasetLabels.dataset_id == dataset.id, DatasetLabels.revision == revision)
     ).one_or_none()

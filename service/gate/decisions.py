@@ -17,7 +17,7 @@ from service.config import Settings
 from service.datasets.labels import label_revision
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
-from service.db import insert_or_conflict, one_or_not_found
+from service.db import insert_or_conflict, one_or_not_found, utcnow
 from service.errors import Conflict, InvalidInput, ServiceError, Unauthorized
 from service.gate.evidence import HistoryRead, history_plan, pair_evidence
 from service.gate.history import HistoryInputs
@@ -25,7 +25,7 @@ from service.gate.models import Decision, DecisionJob, GatePolicy, Verdict
 from service.gate.policies import current_policy
 from service.gate.rules import DEFAULT_POLICY, Policy, check
 from service.gate.schemas import GateRequest
-from service.gate.verdicts import decide, finalize, note
+from service.gate.verdicts import announce, judge, note
 from service.jobs.models import Job
 from service.predictions.service import measured_datasets
 from service.registry.models import ModelLine, ModelVersion
@@ -55,6 +55,7 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
     stored_policy = current_policy(session=session, line=line)
     policy = _rules(stored_policy)
     decision = Decision(
+        created_at=utcnow(),  # not after a verdict given before the row is inserted
         line_id=line.id, candidate_id=candidate.id, verdict=Verdict.PENDING, reasons=[],
         baseline_id=None if baseline is None else baseline.id, metrics={}, evalsets=[],
         policy_version=stored_policy and stored_policy.version, policy=policy.model_dump(
@@ -65,16 +66,30 @@ def gate(*, session: Session, settings: Settings, request: GateRequest, requeste
         repair_of_id=repair_of and repair_of.id)
     datasets = _gate_datasets(session, line, policy, request.evalsets,
                               settings.min_gate_samples) if _compares(candidate, baseline) else []
+    judged = _judge(session, settings, decision, line, candidate, baseline, policy, datasets,
+                    known_history)
     try:
-        insert_or_conflict(session, decision, code="delivery_exists", message="")
+        _insert(session, decision)
     except Conflict:  # the same delivery, or signed request, arrived twice at once
         earlier = delivery_id and _delivered(session, line, delivery_id)
         if not earlier:
             raise replayed_signature() from None
         return _replayed(earlier, request_sha256)
-    _measure_or_decide(session, settings, decision, line, candidate, baseline, policy,
-                       datasets, known_history)
+    if judged:
+        announce(session=session, decision=decision)
+    else:
+        _measure(session, decision, baseline, candidate, datasets)
     return decision
+
+
+def _insert(session: Session, decision: Decision) -> None:
+    """Insert the decision; Conflict when its delivery id or signature is taken (in a
+    savepoint, needed only then: nothing else of a decision is unique)."""
+    if decision.delivery_id is None and decision.signature_digest is None:
+        session.add(decision)
+        session.flush()
+    else:
+        insert_or_conflict(session, decision, code="delivery_exists", message="")
 
 
 def history_plan_of(*, session: Session, settings: Settings,
@@ -154,26 +169,35 @@ def _compares(candidate: ModelVersion, baseline: ModelVersion | None) -> bool:
     return baseline is not None and baseline.id != candidate.id
 
 
-def _measure_or_decide(session: Session, settings: Settings, decision: Decision,
-                       line: ModelLine, candidate: ModelVersion, baseline: ModelVersion | None,
-                       policy: Policy, datasets: list[Dataset],
-                       known_history: HistoryRead | None) -> None:
-    """Decide now, or queue the missing measurements and leave the decision pending."""
+def _judge(session: Session, settings: Settings, decision: Decision, line: ModelLine,
+           candidate: ModelVersion, baseline: ModelVersion | None, policy: Policy,
+           datasets: list[Dataset], known_history: HistoryRead | None) -> bool:
+    """Give the decision, before it is inserted (one write), the verdict it can have now: a
+    first version or the baseline itself, or every pair's metrics stored; False when it
+    waits for measurements."""
     if baseline is None:
-        return finalize(session=session, decision=decision, verdict=Verdict.APPROVE,
-                        reasons=[note("first_version", "the line has no production version; "
-                                      "the candidate may be the first")])
+        judge(decision, verdict=Verdict.APPROVE, reasons=[note(
+            "first_version", "the line has no production version; the candidate may be the "
+            "first")])
+        return True
     if not _compares(candidate, baseline):
-        return finalize(session=session, decision=decision, verdict=Verdict.APPROVE,
-                        reasons=[note("already_baseline", "the candidate is the baseline")])
+        judge(decision, verdict=Verdict.APPROVE,
+              reasons=[note("already_baseline", "the candidate is the baseline")])
+        return True
     decision.evalsets = [dataset.name for dataset in datasets]
     measured = pair_evidence(session=session, settings=settings, policy=policy, line=line,
                              baseline=baseline, candidate=candidate, datasets=datasets,
                              known=known_history)
-    if measured is not None:
-        verdict, reasons = check(policy, measured)
-        return decide(session=session, decision=decision, verdict=verdict, reasons=reasons,
-                      metrics=measured)
+    if measured is None:
+        return False
+    verdict, reasons = check(policy, measured)
+    judge(decision, verdict=verdict, reasons=reasons, metrics=measured)
+    return True
+
+
+def _measure(session: Session, decision: Decision, baseline: ModelVersion,
+             candidate: ModelVersion, datasets: list[Dataset]) -> None:
+    """Queue the measurements a stored pending decision waits for."""
     for dataset in datasets:  # an external version's predictions can only be uploaded
         check_scorable(session=session, pair=_pair(session, baseline, candidate, dataset))
     jobs = [job for dataset in datasets

@@ -2,20 +2,21 @@
 when the policy has a history limit, the candidate's breaks against earlier production
 versions (read from their stored predictions)."""
 
+import functools
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from service.compare.models import PairMetrics
-from service.compare.service import find_pair_metrics
+from service.compare.service import find_report_parts
 from service.config import Settings
 from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.gate.history import HistoryInputs, history_inputs
 from service.gate.models import Decision
-from service.gate.rules import Policy, measured_metrics
-from service.gate.traffic import traffic_metrics
+from service.gate.rules import MEASURED_REPORT_KEYS, Policy, measured_metrics
+from service.gate.traffic import TRAFFIC_REPORT_KEYS, traffic_metrics
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version
 from service.storage import ArtifactStore, open_store
@@ -28,25 +29,26 @@ def pair_evidence(*, session: Session, settings: Settings, policy: Policy,
                   datasets: list[Dataset], before: datetime | None = None,
                   known: HistoryRead | None = None) -> dict[str, dict[str, Any]] | None:
     """The policy's numbers per eval set; None while a pair's metrics are not stored.
-    `settings` locate the artifact store for a history limit, whose breaks are read from it
-    unless `known` (read_history of history_plan, before the transaction) holds them;
+    `settings` locate the artifact store for a history limit (opened only when it is read),
+    whose breaks are read from it unless `known` (read_history of history_plan, before the
+    transaction) holds them;
     `before`: the production history as it was then (for replaying a past decision)."""
     rows = _rows(session, baseline, candidate, datasets)
     if not all(rows):
         return None
-    limit, store = policy.max_nfr_vs_history, open_store(settings)
+    limit, store = policy.max_nfr_vs_history, functools.cache(lambda: open_store(settings))
 
     def history(dataset: Dataset) -> dict[str, Any] | None:
         if not limit:
             return None
         inputs = history_inputs(session=session, line=line, candidate=candidate,
                                 dataset=dataset, limit=limit, before=before)
-        return (known or {}).get(inputs.key) or inputs.breaks(store)
+        return (known or {}).get(inputs.key) or inputs.breaks(store())
 
-    return {dataset.name: measured_metrics(row, policy, history(dataset),
+    return {dataset.name: measured_metrics(row, report, policy, history(dataset),
                                            class_names=line.class_names)
-            if dataset.labeled else traffic_metrics(row)
-            for dataset, row in zip(datasets, rows, strict=True)}
+            if dataset.labeled else traffic_metrics(row, report)
+            for dataset, (row, report) in zip(datasets, rows, strict=True)}
 
 
 def history_plan(*, session: Session, policy: Policy, line: ModelLine, baseline: ModelVersion,
@@ -66,10 +68,15 @@ def read_history(store: ArtifactStore, plan: list[HistoryInputs]) -> HistoryRead
     return {inputs.key: inputs.breaks(store) for inputs in plan}
 
 
+REPORT_KEYS = MEASURED_REPORT_KEYS + TRAFFIC_REPORT_KEYS
+
+
 def _rows(session: Session, baseline: ModelVersion, candidate: ModelVersion,
-          datasets: list[Dataset]) -> list[PairMetrics | None]:
-    return [find_pair_metrics(session=session, old=baseline, new=candidate, dataset=dataset)
-            for dataset in datasets]
+          datasets: list[Dataset]) -> list[tuple[PairMetrics, dict[str, Any]] | None]:
+    """Each data set's stored pair metrics, with the parts of its report that a policy
+    reads."""
+    return [find_report_parts(session=session, old=baseline, new=candidate, dataset=dataset,
+                              keys=REPORT_KEYS) for dataset in datasets]
 
 
 def decision_evidence(*, session: Session, settings: Settings, decision: Decision,

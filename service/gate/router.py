@@ -181,10 +181,11 @@ def parse_gate_request(body: bytes) -> GateRequest:
 
 @router.get("/gate/decisions/{decision_id}", response_model=DecisionRead,
             dependencies=[require("read", "gate")])
-def read_decision(decision_id: DecisionId, session: SessionDep) -> DecisionRead:
-    """A decision; poll it while it is pending (it is settled when its jobs end)."""
+def read_decision(decision_id: DecisionId, session: SessionDep) -> JSONResponse:
+    """A decision; poll it while it is pending (it is settled when its jobs end). Rendered
+    in the endpoint's thread, as POST /gate's answer is (not validated again in another)."""
     decision = decisions.get_decision(session=session, decision_id=decision_id)
-    return decision_view(session=session, decision=decision)
+    return JSONResponse(decision_view(session=session, decision=decision).model_dump(mode="json"))
 
 
 @router.get("/models/{name}/decisions", response_model=list[DecisionRead], dependencies=[READ])

@@ -135,12 +135,16 @@ GROUP_LIMITS = {
 }
 
 
-def measured_metrics(row: PairMetrics, policy: Policy, history: dict[str, Any] | None = None,
-                     *, class_names: list[str] | None = None) -> dict[str, Any]:
-    """The numbers a policy is checked against, from one stored pair report (and the
-    history measurement, when the policy has a history limit); the worst class is named by
-    the line's `class_names` where it has them."""
-    worst = max(row.report["per_class"], key=lambda entry: entry["nfr"] or 0.0)
+MEASURED_REPORT_KEYS = ("per_class", "nfr_mc", "per_group")  # what measured_metrics reads
+
+
+def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
+                     history: dict[str, Any] | None = None, *,
+                     class_names: list[str] | None = None) -> dict[str, Any]:
+    """The numbers a policy is checked against, from one stored pair's columns and the
+    MEASURED_REPORT_KEYS of its report (and the history measurement, when the policy has a
+    history limit); the worst class is named by the line's `class_names` where it has them."""
+    worst = max(report["per_class"], key=lambda entry: entry["nfr"] or 0.0)
     measured = {
         "n": row.n, "er_old": row.er_old, "er_new": row.er_new,
         "er_increase": row.er_new - row.er_old, "er_decrease": row.er_old - row.er_new,
@@ -149,12 +153,12 @@ def measured_metrics(row: PairMetrics, policy: Policy, history: dict[str, Any] |
         "positive_flips": row.positive_flips, "mcnemar_p": row.mcnemar_p,
         "worst_class": worst["class"], "worst_class_nfr": worst["nfr"] or 0.0,
         "worst_class_name": class_label(worst["class"], class_names),
-        "nfr_mc": row.report.get("nfr_mc"),
+        "nfr_mc": report.get("nfr_mc"),
     }
     if policy.weighs_costs:
         measured.update(_cost(row, policy))
-    if "per_group" in row.report:
-        measured["groups"] = _groups(row.report["per_group"], policy.min_group_size or 1)
+    if report.get("per_group") is not None:
+        measured["groups"] = _groups(report["per_group"], policy.min_group_size or 1)
     return {**measured, **(history or {})}
 
 

@@ -13,7 +13,7 @@ from service.gate.decisions import waited_jobs
 from service.gate.evidence import decision_evidence
 from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.rules import Policy, check
-from service.gate.verdicts import decide, finalize, note
+from service.gate.verdicts import decide, note
 from service.jobs.models import Job, JobState
 from service.jobs.service import OPEN_STATES
 
@@ -41,7 +41,7 @@ def _decide(session: Session, settings: Settings, decision: Decision) -> None:
     failed = [job for job in waited_jobs(session=session, decision=decision)
               if job.state != JobState.SUCCEEDED]
     if failed:
-        return finalize(session=session, decision=decision, verdict=Verdict.BLOCK, reasons=[
+        return decide(session=session, decision=decision, verdict=Verdict.BLOCK, reasons=[
             note("measurement_failed", f"job {job.id} ({job.kind}) {job.state}: "
                  f"{job.error or 'no error recorded'}", blocking=True) for job in failed])
     policy = Policy.model_validate(decision.policy)

@@ -15,12 +15,17 @@ NOT_LIMITS = ("evalsets", "negative_flip_cost", "positive_flip_gain", "significa
               "min_group_size")
 
 
-def traffic_metrics(row: PairMetrics) -> dict[str, Any]:
-    """The numbers a policy is checked against on a traffic set, from its stored report."""
-    report, labelled = row.report, row.report["disagreements"]
+TRAFFIC_REPORT_KEYS = ("disagreements", "nfr_ci", "changed", "label_revision",
+                       "er_difference")  # what traffic_metrics reads of a report
+
+
+def traffic_metrics(row: PairMetrics, report: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a policy is checked against on a traffic set, from its stored pair's
+    columns and the TRAFFIC_REPORT_KEYS of its report."""
+    labelled = report["disagreements"]
     interval = report["nfr_ci"] if labelled["complete"] else labelled["nfr_interval"]
     return {"traffic": True, "n": row.n, "churn": row.churn, "changed": report["changed"],
-            "label_revision": report.get("label_revision", 0), "nfr": row.nfr,
+            "label_revision": report.get("label_revision") or 0, "nfr": row.nfr,
             "nfr_estimate": labelled["nfr_estimate"], "nfr_interval": interval,
             "er_increase": report["er_difference"], "disagreements": labelled["count"],
             "labelled": labelled["labelled"], "labelled_prefix": labelled["labelled_prefix"],

@@ -1,4 +1,4 @@
-"""Making a decision final: its verdict, reasons and metrics, and the callback it queues."""
+"""Giving a decision its verdict, reasons and metrics, and the callback a final one queues."""
 
 from typing import Any
 
@@ -9,12 +9,19 @@ from service.db import utcnow
 from service.gate.models import Decision, Verdict
 
 
-def finalize(*, session: Session, decision: Decision, verdict: Verdict, reasons: list[dict],
-             metrics: dict[str, Any] | None = None) -> None:
-    """Record the final verdict; its callback, if any, is queued (service.callbacks.scheduling)."""
+def judge(decision: Decision, *, verdict: Verdict, reasons: list[dict],
+          metrics: dict[str, Any] | None = None) -> None:
+    """Give the decision a verdict: final, decided now, unless it is pending (a traffic set
+    that needs labels: its reasons and metrics say how many); nothing is written yet."""
     decision.verdict, decision.reasons, decision.metrics = verdict, reasons, metrics or {}
-    decision.decided_at = utcnow()
-    if decision.callback_url is not None:
+    if verdict != Verdict.PENDING:
+        decision.decided_at = utcnow()
+
+
+def announce(*, session: Session, decision: Decision) -> None:
+    """Queue the callback of a stored decision that is final, if it has one
+    (service.callbacks.scheduling)."""
+    if decision.verdict != Verdict.PENDING and decision.callback_url is not None:
         queue_callback(session=session, decision_id=decision.id)
     session.flush()
 
@@ -25,11 +32,8 @@ def note(code: str, message: str, *, blocking: bool = False) -> dict[str, Any]:
 
 
 def decide(*, session: Session, decision: Decision, verdict: Verdict, reasons: list[dict],
-           metrics: dict[str, Any]) -> None:
-    """Record a checked verdict: final, or, when a traffic set needs labels, still pending
-    with its reasons and metrics (how many labels are needed); no callback until final."""
-    if verdict != Verdict.PENDING:
-        return finalize(session=session, decision=decision, verdict=verdict, reasons=reasons,
-                        metrics=metrics)
-    decision.reasons, decision.metrics = reasons, metrics
-    session.flush()
+           metrics: dict[str, Any] | None = None) -> None:
+    """Record a verdict on a stored decision (see judge); a final one's callback is queued,
+    a pending one's waits until it is final."""
+    judge(decision, verdict=verdict, reasons=reasons, metrics=metrics)
+    announce(session=session, decision=decision)

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Select, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, contains_eager
 
 from flipgate.formats.onnx_models import external_data_names, inspect_onnx
 from flipgate.model_zip import unpack_model_zip
@@ -217,8 +217,9 @@ def get_version(*, session: Session, version_id: int) -> ModelVersion:
 
 
 def get_named_version(*, session: Session, line_name: str, version: str) -> ModelVersion:
-    """The version `line_name:version`."""
+    """The version `line_name:version`, with its line loaded."""
     statement = (select(ModelVersion).join(ModelVersion.line)
+                 .options(contains_eager(ModelVersion.line))
                  .where(ModelLine.name == line_name, ModelVersion.version == version))
     return one_or_not_found(session, statement, code="version_not_found",
                             message=f"no model version {line_name}:{version}")
@@ -315,9 +316,10 @@ def qualified_name(*, session: Session, version: ModelVersion) -> str:
 
 
 def get_alias_target(*, session: Session, line_name: str, alias: str) -> ModelVersion:
-    """The version that `line_name@alias` points at."""
+    """The version that `line_name@alias` points at, with its line loaded."""
     statement = (select(ModelVersion).join(Alias, Alias.version_id == ModelVersion.id)
-                 .join(ModelVersion.line).where(ModelLine.name == line_name, Alias.name == alias))
+                 .join(ModelVersion.line).options(contains_eager(ModelVersion.line))
+                 .where(ModelLine.name == line_name, Alias.name == alias))
     return one_or_not_found(session, statement, code="alias_not_found",
                             message=f"no alias {line_name}@{alias}")
 

@@ -217,6 +217,7 @@ def test_decisions_form_an_audit_log_newest_first(line):
     assert [(entry["candidate"], entry["verdict"]) for entry in log] == [
         ("2", "approve"), ("1", "approve")]  # the default policy: significance 0.05
     assert all(entry["requested_by"] == "admin" and entry["decided_at"] for entry in log)
+    assert all(entry["created_at"] <= entry["decided_at"] for entry in log)  # decided at once
     only_2 = line.get("/models/digits/decisions", params={"candidate": "2"}).json()
     assert [entry["decision_id"] for entry in only_2] == [log[0]["decision_id"]]
 

@@ -224,7 +224,7 @@ def test_the_worst_class_is_one_with_samples_when_the_eval_set_lacks_a_class():
     """A class the eval set has no sample of has no NFR; it is never the worst class."""
     classes = np.eye(3, dtype=np.float32)
     row = stored_row(classes[[0, 0, 1, 1]], classes[[0, 2, 1, 1]], np.array([0, 0, 1, 1]))
-    numbers = measured_metrics(row, Policy())
+    numbers = measured_metrics(row, row.report, Policy())
     assert (numbers["worst_class"], numbers["worst_class_nfr"]) == (0, 0.5)
 
 
@@ -233,7 +233,7 @@ def test_without_negative_flips_the_worst_class_nfr_is_zero_and_every_group_is_g
     logits = np.eye(3, dtype=np.float32)[[0, 1, 2, 2]]
     row = stored_row(logits, logits, np.array([0, 1, 2, 2]),
                      groups=np.array(["one", "rest", "rest", "rest"]))
-    numbers = measured_metrics(row, Policy())
+    numbers = measured_metrics(row, row.report, Policy())
     assert numbers["worst_class_nfr"] == 0.0
     assert {group["group"]: (group["n"], group["gated"]) for group in numbers["groups"]} == {
         "one": (1, True), "rest": (3, True)}
