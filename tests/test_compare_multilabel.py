@@ -23,8 +23,6 @@ from flipgate.formats.evalsets import load_evalset
 from tests.conftest import save_graph
 from tests.multilabel_reference import assert_matches, reference
 
-pytestmark = pytest.mark.slow
-
 
 @dataclass(frozen=True)
 class DigitModels:
@@ -85,6 +83,7 @@ def compare(run_cli, old: Path, new: Path, evalset: Path, *flags: str) -> dict:
 
 @pytest.mark.parametrize(("old", "new"), [("ovr_zipmap", "multioutput"),
                                           ("multioutput", "ovr_tensor")])
+@pytest.mark.slow
 def test_skl2onnx_exports_give_numpys_figures_of_their_own_outputs(run_cli, digits, old, new):
     report = compare(run_cli, digits.models[old], digits.models[new], digits.evalset)
     (old_p, old_label), (new_p, new_label) = (own_outputs(digits.models[name], digits.x)
@@ -104,6 +103,7 @@ def with_thresholds(source: Path, target: Path, thresholds: list[float]) -> Path
     return target
 
 
+@pytest.mark.slow
 def test_thresholds_come_from_the_models_metadata_or_the_command(run_cli, digits, tmp_path):
     declared = [0.3, 0.7] * 5
     new = with_thresholds(digits.models["ovr_tensor"], tmp_path / "declared.onnx", declared)
@@ -135,6 +135,7 @@ def sigmoid_model(path: Path, weight: np.ndarray, *, sigmoid: bool) -> Path:
     return save_graph(graph, path)
 
 
+@pytest.mark.slow
 def test_logits_a_sigmoid_npy_scores_and_decisions(run_cli, digits, tmp_path):
     weight = np.random.default_rng(0).normal(0, 0.05, (digits.x.shape[1], 10))
     logits = sigmoid_model(tmp_path / "logits.onnx", weight, sigmoid=False)
@@ -161,6 +162,7 @@ def test_logits_a_sigmoid_npy_scores_and_decisions(run_cli, digits, tmp_path):
     assert as_probabilities["per_label"] == labels_only["per_label"]
 
 
+@pytest.mark.slow
 def test_terminal_and_html_reports_put_the_worst_label_first(run_cli, digits, tmp_path):
     page = tmp_path / "report.html"
     old, new = digits.models["ovr_zipmap"], digits.models["multioutput"]
@@ -182,6 +184,7 @@ def test_terminal_and_html_reports_put_the_worst_label_first(run_cli, digits, tm
     assert "<img src=\"data:image/png;base64," in first_card
 
 
+@pytest.mark.slow
 def test_label_name_sets_mapped_by_classes_equal_the_matrix(run_cli, digits, tmp_path):
     evalset = load_evalset(digits.evalset, multilabel=True)
     names = np.array([[str(d) for d in np.flatnonzero(row)] + [""] * (3 - row.sum())
@@ -199,6 +202,7 @@ def refused(run_cli, old: Path, new: Path, evalset: Path, *flags: str) -> str:
     return json.loads(result.out)["error"]["code"] + ": " + result.err
 
 
+@pytest.mark.slow
 def test_what_disagrees_with_the_set_is_refused_clearly(run_cli, digits, tmp_path):
     evalset = load_evalset(digits.evalset, multilabel=True)
     old, new = digits.models["ovr_zipmap"], digits.models["multioutput"]
@@ -223,6 +227,7 @@ def test_what_disagrees_with_the_set_is_refused_clearly(run_cli, digits, tmp_pat
                                              digits.evalset)
 
 
+@pytest.mark.slow
 def test_a_softmax_is_no_multilabel_output_and_thresholds_need_one(run_cli, digits, tmp_path,
                                                                   torch_export_pair):
     weight = np.zeros((digits.x.shape[1], 10))
@@ -240,9 +245,13 @@ def test_a_softmax_is_no_multilabel_output_and_thresholds_need_one(run_cli, digi
         run_cli, pair.old_onnx, pair.new_onnx, pair.evalset_path, "--thresholds", "0.5")
 
 
-def test_the_server_and_training_still_refuse_a_label_matrix(digits):
+def test_only_a_caller_that_asks_reads_a_label_matrix(tmp_path):
+    """The server and training read eval sets without `multilabel`: they refuse y (N, L)."""
+    path = tmp_path / "e.npz"
+    np.savez(path, x=np.zeros((4, 3), np.float32), y=np.eye(4, 2, dtype=np.int64))
     with pytest.raises(InputError, match="y must be a 1-D array of integer or string labels"):
-        load_evalset(digits.evalset)
+        load_evalset(path)
+    assert load_evalset(path, multilabel=True).y.tolist() == np.eye(4, 2, dtype=bool).tolist()
 
 
 def test_digit_composites_are_deterministic_and_labelled_by_their_digits():
