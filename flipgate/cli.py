@@ -43,12 +43,35 @@ def run_compare(args: argparse.Namespace) -> int:
     from flipgate.comparison import TrafficOutputs
 
     reads = tuple(ReadAs(getattr(args, f"{side}_output") or args.output,
-                         getattr(args, f"{side}_scores") or args.scores) for side in ("old", "new"))
+                         getattr(args, f"{side}_scores") or args.scores,
+                         read_thresholds(getattr(args, f"{side}_thresholds") or args.thresholds))
+                  for side in ("old", "new"))
     traffic = TrafficOutputs(args.labels, args.disagreements, args.format, args.label_config)
     compare_and_print(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
                       batch_size=args.batch_size, device=args.device,
                       gallery=not args.no_gallery, reads=reads, traffic=traffic)
     return 0
+
+
+def read_thresholds(given: str | None) -> tuple[float, ...] | None:
+    """A multi-label version's thresholds: numbers separated by commas, or a .json file
+    holding their list."""
+    from flipgate.onnx_io import check_thresholds
+
+    if given is None:
+        return None
+    if given.endswith(".json"):
+        try:
+            values = json.loads(Path(given).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise InputError("invalid_thresholds", f"cannot read thresholds from {given}: "
+                             f"{error}") from error
+    else:
+        try:
+            values = [float(value) for value in given.split(",")]
+        except ValueError:
+            values = given
+    return check_thresholds(values, f"thresholds {given}")
 
 
 def compare_and_print(old: Path, new: Path, evalset: Path, *, as_json: bool = False,
@@ -70,7 +93,7 @@ def compare_and_print(old: Path, new: Path, evalset: Path, *, as_json: bool = Fa
         from flipgate.reporting.terminal import render_report
 
         render_report(report, Console(), old_name=str(old), new_name=str(new),
-                      class_names=report["class_names"])
+                      class_names=report.get("class_names"))
 
 
 def write_bytes(path: Path, data: bytes) -> None:
@@ -234,7 +257,8 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("old", type=Path, metavar="OLD")
     compare.add_argument("new", type=Path, metavar="NEW")
     compare.add_argument("--evalset", type=Path, required=True, metavar="E.npz",
-                         help="eval set: .npz with x (float32, N first) and y (int labels)")
+                         help="eval set: .npz with x (float32, N first) and y (int labels, "
+                              "or a 0/1 matrix (N, L) of labels for multi-label models)")
     compare.add_argument("--json", action="store_true", help="print one JSON object")
     compare.add_argument("--html", type=Path, metavar="FILE", help="write an HTML report")
     compare.add_argument("--no-gallery", action="store_true",
@@ -250,6 +274,10 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
     traffic.add_argument("--label-config", type=Path, metavar="FILE.xml",
                          help="write the Label Studio labelling configuration of the export")
     add_read_as_flags(compare)
+    for side, whose in (("", "both models"), ("old-", "OLD"), ("new-", "NEW")):
+        compare.add_argument(f"--{side}thresholds", metavar="T,T,…|FILE.json",
+                             help=f"multi-label eval sets: the decision threshold of each label "
+                                  f"for {whose} (default: the model's metadata, else 0.5)")
     compare.add_argument("--device", choices=DEVICES, default="auto",
                          help="where ONNX Runtime runs the models (default: CUDA if usable)")
     compare.set_defaults(run=run_compare)

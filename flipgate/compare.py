@@ -41,10 +41,12 @@ class Scores:
 @dataclass(frozen=True)
 class ReadAs:
     """Which output of an ONNX model holds its scores and what they are (logits or
-    probabilities); None: chosen and detected from the graph (see flipgate.onnx_io)."""
+    probabilities); None: chosen and detected from the graph (see flipgate.onnx_io). A
+    multi-label model's `thresholds` (one per label) override those it declares."""
 
     output: str | None = None
     scores: str | None = None
+    thresholds: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, eq=False)

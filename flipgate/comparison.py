@@ -107,11 +107,20 @@ def compare_files(
     of `batch_size`, default DEFAULT_BATCH_SIZE; one `progress` callback each) and compare
     them: the report, and the HTML page for `html` (with the flip gallery unless `gallery`
     is false); on a traffic set, the traffic report and what `traffic` asks for."""
-    evalset = load_evalset(evalset_path, mmap=True)
+    evalset = load_evalset(evalset_path, mmap=True, multilabel=True)
+    reads = reads or (ReadAs(), ReadAs())
     if evalset.labeled and traffic.asked:
         raise InputError("not_traffic", f"{evalset_path}: --labels, --disagreements and "
                          "--label-config apply to traffic sets (eval sets without `y`)")
-    scored = _score_both((old, new), evalset, reads or (ReadAs(), ReadAs()),
+    if evalset.multilabel:
+        return _compare_multilabel((old, new), evalset, reads, html=html, gallery=gallery,
+                                   batch_size=batch_size or DEFAULT_BATCH_SIZE, device=device,
+                                   progress=progress)
+    if any(read.thresholds for read in reads):
+        raise InputError("thresholds_need_multilabel", f"{evalset_path}: thresholds apply to "
+                         "multi-label eval sets (y of shape (N, L)); this one has one label "
+                         "per sample")
+    scored = _score_both((old, new), evalset, reads,
                          batch_size=batch_size or DEFAULT_BATCH_SIZE, device=device,
                          progress=progress)
     analysis = analyse(*scored) if evalset.labeled else traffic.analyse(scored, evalset_path)
@@ -131,6 +140,27 @@ def _score_both(sources: tuple[Path, Path], evalset: EvalSet, reads: tuple[ReadA
     return [score(source, evalset, batch_size=batch_size, device=device, read=read,
                   progress=progress(f"scoring {source.name}") if progress else None)
             for source, read in zip(sources, reads, strict=True)]
+
+
+def _compare_multilabel(sources: tuple[Path, Path], evalset: EvalSet,
+                        reads: tuple[ReadAs, ReadAs], *, html: Path | None, gallery: bool,
+                        batch_size: int, device: str,
+                        progress: ProgressFactory | None) -> Comparison:
+    """`compare_files` on a multi-label eval set: its report and its HTML page."""
+    from flipgate.compare_multilabel import analyse_multilabel, score_labels
+
+    scored = [score_labels(source, evalset, read=read, batch_size=batch_size, device=device,
+                           progress=progress(f"scoring {source.name}") if progress else None)
+              for source, read in zip(sources, reads, strict=True)]
+    analysis = analyse_multilabel(*scored, evalset)
+    if not html:
+        return Comparison(analysis.report)
+    from flipgate.reporting.html import multilabel_gallery, render_html
+
+    flips = multilabel_gallery(analysis, evalset) if gallery else ""
+    page = render_html(None, analysis.report, old_name=str(sources[0]),
+                       new_name=str(sources[1]), gallery=flips)
+    return Comparison(analysis.report, {html: page.encode()})
 
 
 def _html_page(analysis: "PairAnalysis | LabelsAnalysis | TrafficAnalysis", report: dict,

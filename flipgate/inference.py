@@ -17,7 +17,7 @@ from flipgate.formats.evalsets import EvalSet, cast_input, check_labels
 from flipgate.formats.onnx_models import OnnxSpec, check_input_shape, inspect_onnx
 from flipgate.onnx_io import InputSpec, OutputSpec
 from flipgate.progress import Progress
-from flipgate.scores import to_logits
+from flipgate.scores import label_probabilities, to_logits
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -80,10 +80,14 @@ class OnnxClassifier:
     """A validated ONNX classifier: named inputs in, float32 logits (N, C) out, whatever its
     scores output holds (see flipgate.onnx_io and flipgate.scores)."""
 
+    multilabel = False  # one score per label (MultiLabelOnnx)
+    dtype = np.float32  # of what `predict` returns
+
     def __init__(self, path: str | Path, device: str = "auto", *, output: str | None = None,
                  scores: str | None = None) -> None:
         self.path = Path(path)
-        self.spec: OnnxSpec = inspect_onnx(self.path, output=output, scores=scores)
+        self.spec: OnnxSpec = inspect_onnx(self.path, output=output, scores=scores,
+                                           multilabel=self.multilabel)
         self.session = create_session(self.path, device)
 
     @property
@@ -130,7 +134,7 @@ class OnnxClassifier:
     ) -> np.ndarray:
         """Logits (N, C) as float32, computed `batch_size` samples at a time."""
         feeds = self._named(data)
-        logits = np.empty((_length(feeds), self.num_classes), dtype=np.float32)
+        logits = np.empty((_length(feeds), self.num_classes), dtype=self.dtype)
         for start, batch in self.batches(feeds, batch_size, progress):
             logits[start : start + batch.shape[0]] = batch
         return logits
@@ -188,6 +192,10 @@ class OnnxClassifier:
         except Exception as error:  # ORT's own exception types: a node fails on this input
             raise InputError("onnx_run_failed", f"{self.path}: ONNX Runtime failed to run the "
                              f"model ({str(error).strip().splitlines()[0]})") from error
+        return self._converted(out, rows)
+
+    def _converted(self, out: object, rows: int) -> np.ndarray:
+        """The scores output of a batch of `rows` samples as float32 logits (N, C)."""
         scores = self._zipmap_columns(out) if self.spec.output.zipmap else np.asarray(out)
         if scores.shape[0] != rows or scores.ndim > 2:
             raise InputError("onnx_output_shape", f"{self.path}: the model returned shape "
@@ -211,6 +219,53 @@ class OnnxClassifier:
             (self.spec.fixed_batch - rows, *array.shape[1:]), array.dtype)])
             for name, array in feeds.items()}
         return self._run_batch(padded)[:rows]
+
+
+class MultiLabelOnnx(OnnxClassifier):
+    """A validated multi-label ONNX classifier: named inputs in, float64 probabilities (N, L)
+    out, one per label, whatever its scores output holds (see flipgate.onnx_io and
+    flipgate.scores.label_probabilities)."""
+
+    multilabel = True
+    dtype = np.float64
+
+    def check_evalset(self, evalset: EvalSet) -> EvalSet:
+        """The multi-label eval set, checked to fit the model's inputs and label count (and
+        its label names, where the model names them)."""
+        self.feeds(evalset)
+        if evalset.y.shape[1] != self.num_classes:
+            raise InputError("label_count_mismatch", f"{self.path}: the model scores "
+                               f"{self.num_classes} labels but the eval set's y has "
+                               f"{evalset.y.shape[1]} label columns")
+        names = self.spec.output.class_labels
+        if names and not self.spec.output.int_labels and evalset.classes \
+                and names != evalset.classes:
+            raise InputError("class_names_mismatch", f"{self.path}: the model names its "
+                               f"labels {list(names)}, the eval set's `classes` are "
+                               f"{list(evalset.classes)}")
+        return evalset
+
+    def _converted(self, out: object, rows: int) -> np.ndarray:
+        """The scores output of a batch as probabilities (N, L): a tensor (N, L), a ZipMap's
+        maps or a sequence of L tensors (N, 2) (column 1: the label's score)."""
+        if self.spec.output.per_label:
+            scores = np.stack([self._positive_column(np.asarray(t), rows) for t in out], axis=1)
+        else:
+            scores = self._zipmap_columns(out) if self.spec.output.zipmap else np.asarray(out)
+        if scores.shape != (rows, self.num_classes):
+            raise InputError("onnx_output_shape", f"{self.path}: the model returned shape "
+                               f"{scores.shape} for a batch of {rows} samples and "
+                               f"{self.num_classes} labels")
+        return label_probabilities(scores, self.spec.output.kind, source=f"{self.path}: the "
+                                   f"model's output {self.spec.output_name!r}")
+
+    def _positive_column(self, tensor: np.ndarray, rows: int) -> np.ndarray:
+        """Column 1 (the label present) of one label's tensor (N, 2)."""
+        if tensor.shape != (rows, 2):
+            raise InputError("onnx_output_shape", f"{self.path}: a label's tensor in output "
+                               f"{self.spec.output_name!r} has shape {tensor.shape}, not "
+                               f"({rows}, 2)")
+        return tensor[:, 1]
 
 
 def _as_input(batch: np.ndarray, spec: InputSpec) -> np.ndarray:

@@ -7,8 +7,16 @@ ZipMap (a sequence of maps, skl2onnx's and onnxmltools' default). The scores are
 probabilities for a ZipMap, a final Softmax or Sigmoid, an ai.onnx.ml classifier op whose
 post_transform makes probabilities (or an L1 Normalizer after one), or a float output named
 probabilities / output_probability beside a label output; logits otherwise.
+
+A multi-label model (an eval set whose y is a matrix (N, L)) is read the same way, with one
+score per label: a float output (N, L), a ZipMap of L keys (skl2onnx's OneVsRestClassifier)
+or a sequence of L tensors (N, 2) whose column 1 is each label's probability (skl2onnx's
+MultiOutputClassifier); a final Softmax is refused there (its scores are not per label). Its
+decision thresholds, one per label, are the JSON list `thresholds` of the model's metadata
+when it has one.
 """
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -74,6 +82,7 @@ class OutputSpec:
     zipmap: bool = False
     class_labels: tuple[str, ...] | None = None
     int_labels: bool = False
+    per_label: bool = False  # a sequence of L tensors (N, 2), column 1 each label's score
 
 
 def model_inputs(model: "onnx.ModelProto", source: str) -> tuple[InputSpec, ...]:
@@ -109,7 +118,7 @@ def scores_output(model: "onnx.ModelProto", source: str, *, output: str | None =
     """The output to read as scores (`output`, else chosen as the module says) and what its
     scores are (`scores`, else detected from the graph)."""
     graph = _Graph(model)
-    name = _chosen_output(graph, source, output)
+    name = _chosen_output(graph, source, output, multilabel=False)
     kind = check_score_kind(scores) if scores else graph.kind_of(name)
     labels, int_labels = graph.class_labels(name)
     num_classes = len(labels) if graph.is_zipmap(name) else graph.columns(name, labels, source)
@@ -118,8 +127,58 @@ def scores_output(model: "onnx.ModelProto", source: str, *, output: str | None =
     return OutputSpec(name, kind, num_classes, graph.is_zipmap(name), labels, int_labels)
 
 
-def _chosen_output(graph: "_Graph", source: str, output: str | None) -> str:
-    candidates = [name for name in graph.outputs if graph.is_candidate(name)]
+def label_scores_output(model: "onnx.ModelProto", source: str, *, output: str | None = None,
+                        scores: str | None = None) -> OutputSpec:
+    """A multi-label model's output of one score per label (`output`, else chosen as the
+    module says), what its scores are (`scores`, else detected) and its label count."""
+    graph = _Graph(model)
+    name = _chosen_output(graph, source, output, multilabel=True)
+    node = graph.source_node(name)
+    if node is not None and node.op_type == "Softmax" and scores is None:
+        raise InputError("multilabel_softmax", f"{source}: output {name!r} ends in a Softmax, "
+                           "whose scores share one distribution over the labels; a multi-label "
+                           "model gives one score per label (a sigmoid or a logit)")
+    per_label = graph.is_label_sequence(name)
+    probabilities = graph.is_zipmap(name) or per_label
+    kind = check_score_kind(scores) if scores else PROBABILITIES if probabilities \
+        else graph.kind_of(name)
+    labels, int_labels = graph.class_labels(name) if graph.is_zipmap(name) else (None, False)
+    num_labels = (len(labels) if graph.is_zipmap(name) else len(node.input) if per_label
+                  else graph.columns(name, None, source))
+    return OutputSpec(name, kind, num_labels, graph.is_zipmap(name), labels, int_labels,
+                      per_label)
+
+
+def model_thresholds(model: "onnx.ModelProto", source: str) -> tuple[float, ...] | None:
+    """The decision threshold of each label that the model's metadata `thresholds` declares
+    (a JSON list of numbers in (0, 1)), or None."""
+    declared = {prop.key: prop.value for prop in model.metadata_props}.get("thresholds")
+    if declared is None:
+        return None
+    try:
+        values = json.loads(declared)
+    except ValueError:
+        values = None
+    return check_thresholds(values, f"{source}: metadata `thresholds`")
+
+
+def check_thresholds(values: object, source: str) -> tuple[float, ...]:
+    """`values` as thresholds: a non-empty list of numbers strictly between 0 and 1."""
+    fits = isinstance(values, list | tuple) and values and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1 for v in values)
+    if not fits:
+        raise InputError("invalid_thresholds", f"{source}: thresholds must be a list of "
+                           f"numbers strictly between 0 and 1, one per label, got {values!r}")
+    return tuple(float(v) for v in values)
+
+
+SHAPES = {False: "(N, C), (N, 1) or (N,)", True: "(N, L) or a sequence of (N, 2) per label"}
+
+
+def _chosen_output(graph: "_Graph", source: str, output: str | None, *,
+                   multilabel: bool) -> str:
+    fits = graph.is_label_candidate if multilabel else graph.is_candidate
+    candidates = [name for name in graph.outputs if fits(name)]
     if output is not None:
         if output not in candidates:
             raise InputError("onnx_output_unknown", f"{source}: no float scores output named "
@@ -127,7 +186,7 @@ def _chosen_output(graph: "_Graph", source: str, output: str | None) -> str:
         return output
     if not candidates:
         raise InputError("onnx_output_shape", f"{source}: no output holds float scores of "
-                           f"shape (N, C), (N, 1) or (N,) (its outputs: {list(graph.outputs)})")
+                           f"shape {SHAPES[multilabel]} (its outputs: {list(graph.outputs)})")
     named = [name for name in candidates if name in SCORE_NAMES]
     chosen = named if len(named) == 1 else candidates
     if len(chosen) != 1:
@@ -156,6 +215,22 @@ class _Graph:
             return True
         return kind.HasField("tensor_type") and kind.tensor_type.elem_type in FLOAT_TYPES \
             and len(kind.tensor_type.shape.dim) in (1, 2)
+
+    def is_label_candidate(self, name: str) -> bool:
+        """A ZipMap, a float tensor of shape (N, L) or a sequence of per-label tensors."""
+        kind = self.outputs[name]
+        if self.is_zipmap(name) or self.is_label_sequence(name):
+            return True
+        return kind.HasField("tensor_type") and kind.tensor_type.elem_type in FLOAT_TYPES \
+            and len(kind.tensor_type.shape.dim) == 2
+
+    def is_label_sequence(self, name: str) -> bool:
+        """A sequence of float tensors built by SequenceConstruct (one tensor per label)."""
+        kind = self.outputs[name]
+        node = self.producers.get(name)
+        return kind.HasField("sequence_type") and node is not None \
+            and node.op_type == "SequenceConstruct" \
+            and kind.sequence_type.elem_type.tensor_type.elem_type in FLOAT_TYPES
 
     def columns(self, name: str, labels: tuple[str, ...] | None, source: str) -> int:
         """The number of classes of a tensor output: C of (N, C); 2 for (N, 1) and (N,)."""

@@ -2,7 +2,7 @@
 their headers checked before anything is allocated."""
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,7 +25,8 @@ class EvalSet:
     """An evaluation set: the model inputs (`x` for single-input models, else in `inputs` by
     name; each possibly memory-mapped, samples on the first axis), labels y (N,) (int64
     column indices, or strings until `indexed` maps them to columns; None for a traffic set,
-    docs/traffic.md), and optionally a group (slice) per sample, the class names, what people
+    docs/traffic.md) or, multi-label, a bool matrix (N, L) of the labels each sample has,
+    and optionally a group (slice) per sample, the class names, what people
     look at (text, images) and an id per sample (a serving system's request id)."""
 
     x: np.ndarray | None
@@ -40,13 +41,18 @@ class EvalSet:
     @property
     def n(self) -> int:
         if self.y is not None:
-            return int(self.y.size)
+            return int(self.y.shape[0])
         return int(next(iter(self.arrays().values())).shape[0])
 
     @property
     def labeled(self) -> bool:
         """Whether the set has labels (False: a traffic set)."""
         return self.y is not None
+
+    @property
+    def multilabel(self) -> bool:
+        """Whether y is a matrix (N, L) of labels that each sample has or not."""
+        return self.y is not None and self.y.ndim == 2
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -101,8 +107,10 @@ def label_columns(labels: np.ndarray, class_names: Sequence[str] | None, *,
 
 
 def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,
-                 mmap: bool = False, source: str | None = None) -> EvalSet:
-    """Load an eval set .npz: `y` (integer or string labels; without it, a traffic set), the
+                 mmap: bool = False, source: str | None = None,
+                 multilabel: bool = False) -> EvalSet:
+    """Load an eval set .npz: `y` (integer or string labels; without it, a traffic set; with
+    `multilabel`, also a 0/1 matrix (N, L) or label-name sets, see `label_sets_matrix`), the
     inputs (`x`, or one array per model input named as the input) and optionally `classes`
     (C names), `groups` (one integer or string per sample), `text` (one string per sample),
     `images` and `ids` (one unique string per sample).
@@ -115,14 +123,14 @@ def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,
     source = source or str(path)
     try:
         headers = npz_headers(path, source=source)
-        _check_evalset_headers(headers, max_decompressed_bytes, source)
+        _check_evalset_headers(headers, max_decompressed_bytes, source, multilabel)
         arrays = {name: _read_member(path, name, header, mmap=mmap)
                   for name, header in headers.items()}
     except InputError:
         raise
     except NUMPY_READ_ERRORS as error:
         raise unreadable(error, source, "evalset_corrupt", "a readable .npz archive") from error
-    return evalset_of(arrays, source=source)
+    return evalset_of(arrays, source=source, multilabel=multilabel)
 
 
 def load_training_set(path: str | Path, *, source: str | None = None) -> EvalSet:
@@ -135,12 +143,13 @@ def load_training_set(path: str | Path, *, source: str | None = None) -> EvalSet
     return data
 
 
-def evalset_of(arrays: Mapping[str, np.ndarray], *, source: str = "eval set") -> EvalSet:
+def evalset_of(arrays: Mapping[str, np.ndarray], *, source: str = "eval set",
+               multilabel: bool = False) -> EvalSet:
     """An eval set from its named arrays, checked (see load_evalset)."""
     inputs = {name: array for name, array in arrays.items()
               if name not in ("y", "x", *OPTIONAL_ARRAYS)}
     evalset = validate_evalset(arrays.get("x"), arrays.get("y"), groups=arrays.get("groups"),
-                               inputs=inputs, source=source)
+                               inputs=inputs, source=source, multilabel=multilabel)
     shown = {name: arrays.get(name) for name in ("text", "images", "ids")}
     for name, array in shown.items():
         if array is not None:
@@ -148,19 +157,24 @@ def evalset_of(arrays: Mapping[str, np.ndarray], *, source: str = "eval set") ->
     evalset = replace(evalset, **shown)
     if "classes" in arrays:
         evalset = _with_classes(evalset, arrays["classes"], source)
+    elif evalset.multilabel and evalset.labels_named:
+        raise InputError("labels_need_class_names", f"{source}: y holds label names; add an "
+                           "array `classes` that names the L labels")
     return evalset
 
 
 def validate_evalset(x: np.ndarray | None, y: np.ndarray | None, *,
                      groups: np.ndarray | None = None,
                      inputs: Mapping[str, np.ndarray] | None = None,
-                     source: str = "eval set") -> EvalSet:
+                     source: str = "eval set", multilabel: bool = False) -> EvalSet:
     """Check shapes, dtypes and values of an eval set (arrays in memory or memory-mapped);
-    without `y`, of a traffic set."""
+    without `y`, of a traffic set; with `multilabel`, y may be a label matrix (N, L)."""
     named = {**({"x": x} if x is not None else {}), **(inputs or {})}
     _check_arrays({name: NpyHeader.of(array) for name, array in named.items()},
-                  None if y is None else NpyHeader.of(y), source)
-    if y is not None and y.dtype.kind != "U":
+                  None if y is None else NpyHeader.of(y), source, multilabel)
+    if y is not None and y.ndim == 2 and y.dtype.kind != "U":
+        y = _label_matrix(y, source)
+    elif y is not None and y.dtype.kind != "U":
         check_labels(y, None, source=source)
         y = y.astype(np.int64)
     if groups is not None:
@@ -170,17 +184,53 @@ def validate_evalset(x: np.ndarray | None, y: np.ndarray | None, *,
     return EvalSet(x=x, y=y, groups=groups, inputs=dict(inputs or {}))
 
 
+def _label_matrix(y: np.ndarray, source: str) -> np.ndarray:
+    """A multi-label y of 0s and 1s (or bools) as a bool matrix (N, L)."""
+    if y.dtype.kind != "b" and not np.isin(y, (0, 1)).all():
+        raise InputError("labels_not_binary", f"{source}: a multi-label y (N, L) must hold "
+                           "only 0 and 1 (whether each sample has each label)")
+    return y.astype(bool)
+
+
+def label_sets_matrix(label_sets: "Sequence[Iterable[str]] | np.ndarray",
+                      class_names: Sequence[str], *, source: str = "eval set") -> np.ndarray:
+    """Label-name sets as a multi-label y: a bool matrix (N, L) whose column j says whether a
+    sample's set holds class_names[j]. The sets are a list of sets of names, or (as an .npz
+    stores them) a string array (N, K) of names padded with empty strings."""
+    if isinstance(label_sets, np.ndarray):
+        label_sets = [[name for name in row.tolist() if name] for row in label_sets]
+    rows = [(row, name) for row, names in enumerate(label_sets) for name in set(names)]
+    matrix = np.zeros((len(label_sets), len(class_names)), dtype=bool)
+    if rows:
+        columns = label_columns(np.array([name for _, name in rows]), class_names,
+                                source=source)
+        matrix[[row for row, _ in rows], columns] = True
+    return matrix
+
+
 def _with_classes(evalset: EvalSet, classes: np.ndarray, source: str) -> EvalSet:
-    """The eval set naming its C columns `classes` (unique strings), string labels mapped."""
+    """The eval set naming its C columns `classes` (unique strings), string labels mapped;
+    a multi-label set's L label columns."""
     if classes.ndim != 1 or classes.dtype.kind not in "iU" or not 2 <= classes.size <= MAX_CLASSES:
         raise InputError("evalset_classes", f"{source}: classes must be a 1-D array of 2 to "
                            f"{MAX_CLASSES} names, got {classes.dtype} {classes.shape}")
     names = tuple(str(name) for name in classes.tolist())
     if len(set(names)) != len(names):
         raise InputError("evalset_classes", f"{source}: classes must be unique, got {names}")
+    if evalset.multilabel:
+        return _with_label_names(evalset, names, source)
     if evalset.labeled and not evalset.labels_named:
         check_labels(evalset.y, len(names), source=source)
     return replace(evalset.indexed(names, source=source), classes=names)
+
+
+def _with_label_names(evalset: EvalSet, names: tuple[str, ...], source: str) -> EvalSet:
+    """A multi-label set whose L columns `names` names, label-name sets mapped to columns."""
+    y = label_sets_matrix(evalset.y, names, source=source) if evalset.labels_named else evalset.y
+    if y.shape[1] != len(names):
+        raise InputError("evalset_classes", f"{source}: classes names {len(names)} labels "
+                           f"but y has {y.shape[1]} label columns")
+    return replace(evalset, y=y, classes=names)
 
 
 SHOWN_SHAPES = {"text": "one string per sample", "ids": "one unique string per sample of "
@@ -232,14 +282,14 @@ def _cast(array: np.ndarray, dtype: np.dtype, source: str) -> np.ndarray:
 
 
 def _check_evalset_headers(headers: dict[str, NpyHeader], max_decompressed_bytes: int | None,
-                           source: str) -> None:
+                           source: str, multilabel: bool = False) -> None:
     """Arrays present, of the right kinds and shapes, compressed ones within the limit."""
     inputs = {name: header for name, header in headers.items()
               if name not in ("y", *OPTIONAL_ARRAYS)}
     if not inputs:
         raise InputError("evalset_missing_array", f"{source}: the archive has no array 'x' "
                            f"(or one array per model input) (it has {sorted(headers)})")
-    _check_arrays(inputs, headers.get("y"), source)
+    _check_arrays(inputs, headers.get("y"), source, multilabel)
     total = sum(header.nbytes for header in headers.values() if header.data_offset is None)
     if max_decompressed_bytes is not None and total > max_decompressed_bytes:
         raise InputError("evalset_too_large", f"{source}: its compressed arrays expand to "
@@ -247,13 +297,17 @@ def _check_evalset_headers(headers: dict[str, NpyHeader], max_decompressed_bytes
                            "large eval sets uncompressed (np.savez)")
 
 
-def _check_arrays(inputs: Mapping[str, NpyHeader], y: NpyHeader | None, source: str) -> None:
-    """y (absent in a traffic set): one integer or string label per sample; every input:
-    samples on the first axis, as many as labels, of a dtype a model input can take,
-    non-empty samples of bounded size."""
-    if y is not None and (len(y.shape) != 1 or y.dtype.kind not in "iuU"):
+def _check_arrays(inputs: Mapping[str, NpyHeader], y: NpyHeader | None, source: str,
+                  multilabel: bool = False) -> None:
+    """y (absent in a traffic set): one integer or string label per sample (with
+    `multilabel`, or a row of L 0/1 labels or of label names); every input: samples on the
+    first axis, as many as labels, of a dtype a model input can take, non-empty samples of
+    bounded size."""
+    if y is not None and not (_single_label_y(y) or (multilabel and _multilabel_y(y))):
+        also = " (or, multi-label, an (N, L) matrix of 0/1 or of label names)" \
+            if multilabel else ""
         raise InputError("evalset_y_dtype", f"{source}: y must be a 1-D array of integer "
-                           f"or string labels, got {y.dtype} with shape {y.shape}")
+                           f"or string labels{also}, got {y.dtype} with shape {y.shape}")
     first = y if y is not None else next(iter(inputs.values()))
     if not first.shape or first.shape[0] == 0:
         raise InputError("empty", f"{source}: the eval set has no samples")
@@ -269,6 +323,14 @@ def _check_arrays(inputs: Mapping[str, NpyHeader], y: NpyHeader | None, source: 
             raise InputError("length_mismatch", f"{source}: {name} has {header.shape[0]} "
                                f"samples but {counted}")
         check_sample_size(header.shape[1:] or (1,), f"{source}: {name}")
+
+
+def _single_label_y(y: NpyHeader) -> bool:
+    return len(y.shape) == 1 and y.dtype.kind in "iuU"
+
+
+def _multilabel_y(y: NpyHeader) -> bool:
+    return len(y.shape) == 2 and y.dtype.kind in "iubU" and 1 <= y.shape[1] <= MAX_CLASSES
 
 
 def check_sample_size(shape: tuple[int, ...], source: str) -> None:

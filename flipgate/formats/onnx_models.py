@@ -10,7 +10,14 @@ from flipgate import onnx_bytes as proto
 from flipgate.errors import InputError
 from flipgate.formats.evalsets import check_sample_size
 from flipgate.formats.files import existing_file, first_line
-from flipgate.onnx_io import InputSpec, OutputSpec, model_inputs, scores_output
+from flipgate.onnx_io import (
+    InputSpec,
+    OutputSpec,
+    label_scores_output,
+    model_inputs,
+    model_thresholds,
+    scores_output,
+)
 
 if TYPE_CHECKING:  # imported where a model is read: 45 ms that .npy files never need
     import onnx
@@ -22,10 +29,12 @@ INPUT_NAME, OUTPUT_NAME = "input", "logits"  # what flipgate's own exports call 
 
 @dataclass(frozen=True)
 class OnnxSpec:
-    """The interface of an ONNX classifier: its named inputs and the output read as scores."""
+    """The interface of an ONNX classifier: its named inputs, the output read as scores and,
+    for a multi-label model, the thresholds its metadata declares (None: none)."""
 
     inputs: tuple[InputSpec, ...]
     output: OutputSpec
+    thresholds: tuple[float, ...] | None = None
 
     @property
     def input_name(self) -> str:
@@ -71,10 +80,10 @@ def check_input_shape(spec: InputSpec, sample_shape: tuple[int, ...], *, source:
 
 
 def inspect_onnx(path: str | Path, *, source: str | None = None, output: str | None = None,
-                 scores: str | None = None) -> OnnxSpec:
+                 scores: str | None = None, multilabel: bool = False) -> OnnxSpec:
     """Parse and validate an ONNX classifier without running it; `output` and `scores`
     override the chosen scores output and what its scores are (see flipgate.onnx_io);
-    messages name it `source`."""
+    `multilabel` reads one score per label; messages name it `source`."""
     import onnx
 
     path = existing_file(path, "model", source)
@@ -92,6 +101,9 @@ def inspect_onnx(path: str | Path, *, source: str | None = None, output: str | N
     inputs = model_inputs(model, source)
     for spec in inputs:
         _check_input_dims(spec.shape, f"{source}: input {spec.name!r}")
+    if multilabel:
+        return OnnxSpec(inputs, label_scores_output(model, source, output=output, scores=scores),
+                        model_thresholds(model, source))
     return OnnxSpec(inputs, scores_output(model, source, output=output, scores=scores))
 
 

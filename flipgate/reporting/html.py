@@ -6,6 +6,7 @@ The page loads nothing: CSS is inline and the plots are SVG drawn by flipgate.re
 
 import html
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,13 @@ from flipgate.reporting.gallery import (
     gallery_from_arrays,
     gallery_html,
 )
+from flipgate.reporting.multilabel import (
+    LABEL_HEADER,
+    label_row,
+    multilabel_headline_rows,
+    multilabel_hints,
+    worst_labels_first,
+)
 from flipgate.reporting.rows import (
     CLASS_HEADER,
     GROUP_HEADER,
@@ -48,9 +56,15 @@ from flipgate.reporting.traffic import (
     traffic_rows,
 )
 
+if TYPE_CHECKING:
+    from flipgate.compare_multilabel import MultiLabelAnalysis
+
 REGRESS, PROGRESS, COMMON, KEPT = "#d62728", "#2ca02c", "#8c8c8c", "#1f77b4"
 MAX_PLOT_CLASSES = 30
 GALLERY_LIMIT = 200  # negative flips drawn in a report file
+GALLERY_LABELS = 10  # labels of a multi-label comparison whose flips are drawn
+LABEL_GALLERY_LIMIT = 24  # negative flips drawn per label
+PRESENCE = ["absent", "present"]  # a label's two values, as a multi-label gallery names them
 
 REPORT_CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
@@ -192,6 +206,8 @@ def report_body(values: PlotValues | None, report: dict, *, old_name: str, new_n
     own sections for a traffic set."""
     if report.get("traffic"):
         return traffic_body(report)
+    if report.get("multilabel"):
+        return multilabel_body(report, old_name=old_name, new_name=new_name)
     hints = verdict_hints(report, old_name=old_name, new_name=new_name, class_names=class_names)
     hint_items = "".join(f"<li>{html.escape(hint)}</li>" for hint in hints)
     return "\n".join([
@@ -217,6 +233,63 @@ def traffic_body(report: dict) -> str:
     ])
 
 
+def multilabel_body(report: dict, *, old_name: str, new_name: str) -> str:
+    """A multi-label report's sections: headline, hints and the per-label table, the worst
+    labels first."""
+    hints = multilabel_hints(report, old_name=old_name, new_name=new_name)
+    hint_items = "".join(f"<li>{html.escape(hint)}</li>" for hint in hints)
+    rows = [label_row(entry) for entry in worst_labels_first(report)]
+    return "\n".join([
+        f"<h2>Headline (multi-label)</h2>"
+        f"{_table(['Metric', 'Value'], multilabel_headline_rows(report))}",
+        f"<h2>Verdict hints</h2><ul>{hint_items}</ul>",
+        f'<h2>Per label, highest NFR first</h2><div class="classes">'
+        f"{_table(LABEL_HEADER, rows)}</div>",
+    ])
+
+
+def multilabel_gallery(analysis: "MultiLabelAnalysis", evalset: EvalSet) -> str:
+    """The negative flips of the GALLERY_LABELS worst labels, a gallery each, the new
+    version's most confident decisions first; nothing when a side has no probabilities."""
+    old, new = (side.probabilities for side in analysis.sides)
+    if old is None or new is None:
+        return ""
+    view, arrays = _shown_arrays(evalset)
+    flipped = analysis.report["flipped_indices"]
+    sections = []
+    for entry in worst_labels_first(analysis.report)[:GALLERY_LABELS]:
+        indices = np.asarray(flipped[entry["name"]], dtype=np.int64)
+        if not indices.size:
+            break
+        j = entry["label"]
+        confidence = np.abs(new[indices, j] - 0.5)
+        shown = indices[np.argsort(-confidence, kind="stable")][:LABEL_GALLERY_LIMIT]
+        samples = [_label_flip(int(i), j, evalset.y, old, new, arrays) for i in shown]
+        sections.append(f"<h3>Label {html.escape(entry['name'])}: {indices.size} negative "
+                        f"flips</h3>" + gallery_html(samples, view, PRESENCE))
+    return ("<h2>Negative flips by label</h2><p class=\"sub\">Per label, samples on which the "
+            "old version decided it right and the new one wrong (the most confident first; "
+            "the worst labels first).</p>" + "".join(sections)) if sections else ""
+
+
+def _label_flip(index: int, label: int, y: np.ndarray, old: np.ndarray, new: np.ndarray,
+                arrays: dict[str, np.ndarray]) -> FlipSample:
+    """A negative flip of one label as a gallery entry: its true value, both decisions and
+    each version's probability of its decision."""
+    truth = int(y[index, label])
+    return FlipSample(index, truth, truth, 1 - truth,
+                      float(old[index, label] if truth else 1 - old[index, label]),
+                      float(1 - new[index, label] if truth else new[index, label]),
+                      {name: np.asarray(array[index]) for name, array in arrays.items()})
+
+
+def _shown_arrays(evalset: EvalSet) -> tuple[SampleView, dict[str, np.ndarray]]:
+    """How the gallery shows the eval set's samples, and the arrays it reads for that."""
+    arrays = evalset.shown_arrays()
+    view = SampleView.of_arrays(arrays)
+    return view, {name: arrays[name] for name in view.arrays}
+
+
 def gallery_section(samples: Sequence[FlipSample], total: int, view: SampleView,
                     class_names: list[str] | None = None) -> str:
     """The flip gallery with a heading that says how many of the negative flips it shows."""
@@ -230,11 +303,9 @@ def flip_gallery(analysis: PairAnalysis, evalset: EvalSet, limit: int = GALLERY_
                  class_names: list[str] | None = None) -> str:
     """The gallery section of a comparison held in memory: its `limit` most confident
     negative flips."""
-    arrays = evalset.shown_arrays()
-    view = SampleView.of_arrays(arrays)
+    view, arrays = _shown_arrays(evalset)
     samples, total = gallery_from_arrays(analysis.old_logits, analysis.new_logits,
-                                         analysis.labels, {name: arrays[name] for name in
-                                                           view.arrays}, limit)
+                                         analysis.labels, arrays, limit)
     return gallery_section(samples, total, view, class_names)
 
 

@@ -7,6 +7,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from flipgate.reporting.multilabel import (
+    TERMINAL_LABEL_HEADER,
+    multilabel_headline_rows,
+    multilabel_hints,
+    terminal_label_row,
+    worst_labels_first,
+)
 from flipgate.reporting.rows import (
     CLASS_HEADER,
     class_row,
@@ -73,6 +80,9 @@ def render_report(
     if report.get("traffic"):
         render_traffic(report, console, old_name=old_name, new_name=new_name)
         return
+    if report.get("multilabel"):
+        render_multilabel(report, console, old_name=old_name, new_name=new_name)
+        return
     console.print(_headline_table(report, old_name, new_name))
     console.print(_class_table(report, class_names))
     console.print(Text("Verdict hints", style="bold"))
@@ -89,6 +99,23 @@ def _rows_table(title: str, header: list[str], rows) -> Table:
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
     return table
+
+
+def render_multilabel(report: dict, console: Console, *, old_name: str, new_name: str) -> None:
+    """Print a multi-label report's headline, its per-label table (the worst labels first,
+    at most MAX_TERMINAL_CLASSES of them) and its hints."""
+    console.print(_rows_table(f"{old_name} → {new_name} (multi-label)", ["Metric", "Value"],
+                              multilabel_headline_rows(report)))
+    labels = worst_labels_first(report)
+    shown = labels[:MAX_TERMINAL_CLASSES]
+    table = _rows_table("Per label, highest NFR first (pos: samples with the label)",
+                        TERMINAL_LABEL_HEADER, map(terminal_label_row, shown))
+    if len(shown) < len(labels):
+        table.caption = f"{len(shown)} of {len(labels)} labels"
+    console.print(table)
+    console.print(Text("Verdict hints", style="bold"))
+    for hint in multilabel_hints(report, old_name=old_name, new_name=new_name):
+        console.print(Text(f"• {hint}"))
 
 
 def render_traffic(report: dict, console: Console, *, old_name: str, new_name: str) -> None:

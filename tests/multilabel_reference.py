@@ -1,0 +1,105 @@
+"""The multi-label figures of docs/metrics.md §Multi-label pair metrics computed the plain way:
+whole-array numpy, one label at a time, nothing shared with flipgate.metrics.multilabel."""
+
+import numpy as np
+
+
+def bernoulli_scaled(p: np.ndarray) -> np.ndarray:
+    """(1 − p, p) divided by its larger entry, per sample: (N, 2)."""
+    q = np.stack([1.0 - p, p], axis=1)
+    return q / q.max(axis=1, keepdims=True)
+
+
+def f1(pred: np.ndarray, truth: np.ndarray) -> float | None:
+    tp, fp, fn = np.sum(pred & truth), np.sum(pred & ~truth), np.sum(~pred & truth)
+    return None if 2 * tp + fp + fn == 0 else float(2 * tp / (2 * tp + fp + fn))
+
+
+def label_rows(y, old, new, old_p, new_p) -> list[dict]:
+    rows = []
+    for j in range(y.shape[1]):
+        t, o, w = y[:, j], old[:, j], new[:, j]
+        negative, positive = (o == t) & (w != t), (o != t) & (w == t)
+        row = {"support": int(t.sum()), "negative_flips": int(negative.sum()),
+               "lost_positives": int(np.sum(t & o & ~w)),
+               "new_false_alarms": int(np.sum(~t & ~o & w)),
+               "positive_flips": int(positive.sum()), "nfr": float(negative.mean()),
+               "pfr": float(positive.mean()), "churn": float(np.mean(o != w)),
+               "er_old": float(np.mean(o != t)), "er_new": float(np.mean(w != t)),
+               "f1_old": f1(o, t), "f1_new": f1(w, t), "schurn": None,
+               "prediction_difference": None}
+        if old_p is not None:
+            gap = np.abs(bernoulli_scaled(old_p[:, j]) - bernoulli_scaled(new_p[:, j]))
+            row["schurn"] = float(0.5 * gap.sum(axis=1).mean())
+            row["prediction_difference"] = float(np.abs(old_p[:, j] - new_p[:, j]).mean())
+        rows.append(row)
+    return rows
+
+
+def quality(pred: np.ndarray, y: np.ndarray) -> dict:
+    f1s = [f1(pred[:, j], y[:, j]) for j in range(y.shape[1])]
+    defined = [value for value in f1s if value is not None]
+    return {"hamming_loss": float(np.mean(pred != y)),
+            "subset_accuracy": float(np.mean((pred == y).all(axis=1))),
+            "micro_f1": f1(pred.ravel(), y.ravel()),
+            "macro_f1": float(np.mean(defined)) if defined else None}
+
+
+def reference(y, old, new, old_p=None, new_p=None) -> dict:
+    """Every figure of the report but the intervals, from decisions `old`, `new` (N, L) and,
+    where given, their probabilities."""
+    y, old, new = (np.asarray(a).astype(bool) for a in (y, old, new))
+    old_right, new_right = old == y, new == y
+    negative, positive = old_right & ~new_right, ~old_right & new_right
+    hit = negative.any(axis=1)
+    return {
+        "per_label": label_rows(y, old, new, old_p, new_p),
+        "per_sample": {
+            "nfr": float(hit.mean()), "pfr": float(positive.any(axis=1).mean()),
+            "churn": float((old != new).any(axis=1).mean()),
+            "exact_match_flips": float(np.mean(old_right.all(axis=1) & ~new_right.all(axis=1))),
+            "exact_match_gains": float(np.mean(~old_right.all(axis=1) & new_right.all(axis=1))),
+            "samples_with_negative_flips": int(hit.sum()),
+            "mean_labels_lost": float(negative.sum(axis=1).mean()),
+            "mean_labels_lost_when_hit": float(negative.sum(axis=1)[hit].mean())
+            if hit.any() else None,
+            "mean_lost_positives": float((negative & y).sum(axis=1).mean()),
+        },
+        "pooled": {
+            "pairs": y.size, "negative_flips": int(negative.sum()),
+            "positive_flips": int(positive.sum()), "changed": int(np.sum(old != new)),
+            "lost_positives": int(np.sum(y & old & ~new)),
+            "new_false_alarms": int(np.sum(~y & ~old & new)),
+            "nfr": float(negative.mean()), "pfr": float(positive.mean()),
+            "churn": float(np.mean(old != new)),
+            "schurn": None if old_p is None else float(np.mean(
+                [0.5 * np.abs(bernoulli_scaled(old_p[:, j]) - bernoulli_scaled(new_p[:, j]))
+                 .sum(axis=1) for j in range(y.shape[1])])),
+            "prediction_difference": None if old_p is None
+            else float(np.abs(old_p - new_p).mean()),
+        },
+        "quality": {"old": quality(old, y), "new": quality(new, y)},
+        "flipped_indices": [np.flatnonzero(negative[:, j]).tolist() for j in range(y.shape[1])],
+    }
+
+
+def close(actual: object, expected: object) -> bool:
+    """Equal, floats to 1e-9 relative; None only where None is expected."""
+    import pytest
+
+    return actual is None if expected is None else \
+        actual == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def assert_matches(report: dict, expected: dict) -> None:
+    """The report's figures equal the reference's."""
+    for section in ("per_sample", "pooled"):
+        for key, value in expected[section].items():
+            assert close(report[section][key], value), (section, key)
+    for model in ("old", "new"):
+        for key, value in expected["quality"][model].items():
+            assert close(report["quality"][model][key], value), (model, key)
+    for row, want in zip(report["per_label"], expected["per_label"], strict=True):
+        for key, value in want.items():
+            assert close(row[key], value), (row["name"], key)
+    assert list(report["flipped_indices"].values()) == expected["flipped_indices"]
