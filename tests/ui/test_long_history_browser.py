@@ -363,7 +363,8 @@ def test_the_ci_link_opens_the_decision_page_for_a_signed_in_user(site, page, br
         stranger.wait_for_url(re.compile(r"/ui/signin"))
         stranger.fill("#token", site.token)
         stranger.get_by_role("button", name="Sign in").click()
-        stranger.wait_for_url(re.compile(rf"/ui/decisions/{decision['decision_id']}$"))
+        stranger.wait_for_url(
+            re.compile(rf"/ui/decisions/{decision['decision_id']}\?project=default$"))
     finally:
         stranger.context.close()
 
