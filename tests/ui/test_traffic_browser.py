@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 TOKEN = "traffic-browser-admin-token-0123456789"
 LINE, TRAFFIC, OTHER_PROJECT = "digits", "traffic", "beta"
 PAIR = {"params": {"evalset": TRAFFIC}}
-KNOWN_NEGATIVE = 2  # labels arrive until this many negative flips are known
+KNOWN_NEGATIVE = 2  # the first 12 disagreements are labelled, more until 2 flips are known
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_a_traffic_set_in_a_browser(server, page, tmp_path):
     assert page.locator("#flips h2").inner_text() == f"Known negative flips ({known})"
     widths = page.locator("ul.gallery li.flip img").evaluate_all(
         "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
-    assert widths == [8] * known == [8] * KNOWN_NEGATIVE
+    assert widths == [8] * known and known >= KNOWN_NEGATIVE
     with page.expect_download() as download:
         page.locator('a[data-format="csv"]').click()
     saved = tmp_path / "export.csv"
