@@ -29,13 +29,15 @@ PAIR = {"params": {"evalset": TRAFFIC}}
 KNOWN_NEGATIVE = 2  # the first 12 disagreements are labelled, more until 2 flips are known
 
 
-@pytest.fixture
-def server(tmp_path) -> tuple[str, dict]:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> tuple[str, dict]:
     """The server's address and what the API says (decision, report, matrix) once the
-    scenario is in place."""
-    port, env = free_port(), flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"),
-                                          FLIPGATE_ADMIN_TOKEN=TOKEN)
+    scenario is in place (once for the module's tests, which only read)."""
+    tmp_path = tmp_path_factory.mktemp("traffic-browser")
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
+    env = flipgate_env(FLIPGATE_DATA_DIR=str(tmp_path / "data"), FLIPGATE_ADMIN_TOKEN=TOKEN,
+                       FLIPGATE_PUBLIC_URL=base)  # the gate's links are absolute, as in CI
     with (flipgate_process(["serve", "--port", str(port)], env, tmp_path),
           httpx.Client(base_url=base, timeout=60,
                        headers={"Authorization": f"Bearer {TOKEN}"}) as client):
@@ -92,21 +94,22 @@ def measured(client: httpx.Client, what: str = "") -> dict | list:
 
 @pytest.fixture
 def page(server):
+    """A Chromium page signed in as the server admin (remembered project: `default`)."""
     with playwright.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=chromium(), headless=True,
                                          args=["--no-sandbox"])
         try:
-            yield browser.new_page(viewport={"width": 1280, "height": 900},
-                                   accept_downloads=True)
+            page = browser.new_page(viewport={"width": 1280, "height": 900},
+                                    accept_downloads=True)
+            sign_in(page, server[0], TOKEN)
+            yield page
         finally:
             browser.close()
 
 
-def test_a_traffic_set_in_a_browser(server, page, tmp_path):
+def test_the_matrix_shows_nfr_unknown_where_the_api_says_null(server, page):
     base, api = server
-    sign_in(page, base, TOKEN)
     low, high = api["report"]["disagreements"]["nfr_interval"]
-
     page.goto(f"{base}/ui/lines/{LINE}")  # NFR unknown, off the scale; churn the API's
     assert api["matrix"]["nfr"][0][1] is None
     cell = page.locator('svg.heatmap[data-metric="nfr"] a.cell[data-old="old"][data-new="new"]')
@@ -116,6 +119,10 @@ def test_a_traffic_set_in_a_browser(server, page, tmp_path):
     churn = page.locator('svg.heatmap[data-metric="churn"] a.cell[data-old="old"][data-new="new"]')
     assert float(churn.get_attribute("data-value")) == api["matrix"]["churn"][0][1]
 
+
+def test_the_traffic_pages_tell_the_labelling_story(server, page, tmp_path):
+    base, api = server
+    low, high = api["report"]["disagreements"]["nfr_interval"]
     page.goto(f"{base}/ui/lines/{LINE}/pairs/old/new?evalset={TRAFFIC}")
     known = api["report"]["disagreements"]["negative_flips_known"]
     assert page.locator("#flips h2").inner_text() == f"Known negative flips ({known})"
@@ -134,12 +141,19 @@ def test_a_traffic_set_in_a_browser(server, page, tmp_path):
     assert page.locator('meta[http-equiv="refresh"]').count() == 0
     row = page.locator(f'#labelling tr[data-evalset="{TRAFFIC}"]')
     assert row.locator('[data-key="nfr_interval"]').inner_text() == f"{low:.4f}–{high:.4f}"
+    estimate = api["decision"]["metrics"][TRAFFIC]["nfr_estimate"]
+    assert float(row.locator('[data-key="nfr_estimate"]').inner_text()) == pytest.approx(
+        estimate, abs=5e-5)
     limit = api["decision"]["policy"]["max_nfr"]
     assert float(row.locator('[data-key="max_nfr"]').inner_text()) == pytest.approx(limit)
     unlabelled = api["report"]["disagreements"]["count"] - api["report"]["disagreements"][
         "labelled"]
     assert row.locator('[data-key="unlabelled"]').inner_text().startswith(f"{unlabelled} ")
 
+
+def test_links_open_from_ci_and_across_projects(server, page):
+    base, api = server
+    decision = api["decision"]["decision_id"]
     page.goto(f"{base}/ui?project={OTHER_PROJECT}")  # remembered: the CI link opens anyway
     page.goto(api["decision"]["report_url"])
     assert page.locator("h1").inner_text().startswith(f"Decision #{decision}")

@@ -441,7 +441,7 @@ def test_links_use_the_public_url_when_one_is_set(line, db):
 def test_without_a_public_url_links_are_relative_whatever_the_host_header(line, db):
     assert measure(line, "digits:1", "digits:2", "ev")["n"] == N
     decision = gate(line, headers={"Host": "evil.example"}, candidate="2").json()
-    assert decision["report_url"] == f"/ui/decisions/{decision['decision_id']}"
+    assert decision["report_url"] == f"/ui/decisions/{decision['decision_id']}?project=default"
     assert decision["metrics"]["ev"]["report_url"].startswith("/compare/digits:1/digits:2?")
     assert "target_url" not in status_sent(db, decision)  # a relative link means nothing there
 
