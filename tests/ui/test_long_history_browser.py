@@ -306,7 +306,7 @@ def test_heatmap_cells_equal_the_api_and_link_to_the_pair_or_its_counts(site, pa
     whole = cells(page, "nfr")
     for cell in whole:
         assert cell["href"] == (f"/ui/lines/{LINE}/pairs/{cell['old']}/{cell['new']}"
-                                f"?evalset={EVALSET}")
+                                f"?evalset={EVALSET}&project=default")
     limit = POLICIES["25"]["max_nfr"]
     passing = {cell["fill"] for cell in whole if 0 < cell["value"] <= limit}
     above = {cell["fill"] for cell in whole if cell["value"] > limit}
