@@ -18,7 +18,7 @@ import pytest
 from flipgate.processes import free_port
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
 from tests.traffic_digits import digits_files
-from tests.ui.test_browser import chromium, ready, sign_in
+from tests.ui.test_browser import chromium, layout_faults, ready, sign_in
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.slow
@@ -162,3 +162,12 @@ def test_links_open_from_ci_and_across_projects(server, page):
     page.locator('#error a[data-project="default"]').click()
     page.wait_for_url(re.compile(rf"/ui/decisions/{decision}\?project=default$"))
     assert page.locator("h1").inner_text().startswith(f"Decision #{decision}")
+
+
+def test_the_pages_read_at_390_and_1440_px(server, page):
+    base, api = server
+    decision = api["decision"]["decision_id"]
+    for path in (f"/ui/lines/{LINE}", f"/ui/lines/{LINE}/pairs/old/new?evalset={TRAFFIC}",
+                 f"/ui/lines/{LINE}/pairs/new/old?evalset={TRAFFIC}", f"/ui/decisions/{decision}",
+                 "/ui", "/ui/jobs", "/ui/audit"):
+        assert layout_faults(page, base + path) == {}, path
