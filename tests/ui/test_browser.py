@@ -220,8 +220,8 @@ def layout_faults(page, url: str, shots: Path | None = None) -> dict[int, dict]:
     holds): the page wider than the window (its scrollWidth), numbers, badges, version
     names or timestamps drawn on more than one line (their text), any one word (a number, a
     name) broken across lines, text drawn under 10 px (an SVG's scaled down with it), and
-    plots wider than their box where it does not scroll. With `shots`, a full-page screenshot of each width is
-    written there."""
+    plots wider than their box where it does not scroll. With `shots`, a full-page
+    screenshot of each width is written there."""
     faults = {}
     for width in (390, 1440):
         page.set_viewport_size({"width": width, "height": 900})
