@@ -3,11 +3,14 @@ Playwright) on `flipgate serve` (embedded: SQLite, folder broker, its own worker
 as the server admin: the line's matrix shows NFR as unknown (never a number on the scale)
 while the API says null, the pair page draws the known negative flips of (8, 8) digits and
 downloads the disagreements' CSV with a file name, the pending decision tables its numbers
-and does not reload, and the gate's report_url and a decision reached by its id open from
-another project.
+and does not reload, the gate's report_url and a decision reached by its id open from
+another project, and every page reads at 390 and 1440 px (with DASHBOARD_SCREENSHOT_DIR set,
+the screenshots of docs/dashboard.md are written there).
 
 The scenario is tests/ui/test_traffic_pages.py's, over HTTP with the server's worker."""
 
+import io
+import os
 import re
 from pathlib import Path
 
@@ -164,6 +167,11 @@ def test_links_open_from_ci_and_across_projects(server, page):
     assert page.locator("h1").inner_text().startswith(f"Decision #{decision}")
 
 
+SHOTS = {"line": f"/ui/lines/{LINE}#matrix",
+         "pair": f"/ui/lines/{LINE}/pairs/old/new?evalset={TRAFFIC}",
+         "pending-decision": "/ui/decisions/{decision}", "audit": "/ui/audit"}
+
+
 def test_the_pages_read_at_390_and_1440_px(server, page):
     base, api = server
     decision = api["decision"]["decision_id"]
@@ -171,3 +179,16 @@ def test_the_pages_read_at_390_and_1440_px(server, page):
                  f"/ui/lines/{LINE}/pairs/new/old?evalset={TRAFFIC}", f"/ui/decisions/{decision}",
                  "/ui", "/ui/jobs", "/ui/audit"):
         assert layout_faults(page, base + path) == {}, path
+    if folder := os.environ.get("DASHBOARD_SCREENSHOT_DIR"):
+        for name, path in SHOTS.items():
+            for width, height in ((390, 844), (1440, 900)):
+                page.set_viewport_size({"width": width, "height": height})
+                page.goto(base + path.format(decision=decision))
+                small_png(page.screenshot(), Path(folder) / f"dashboard-traffic-{name}-{width}.png")
+
+
+def small_png(shot: bytes, path: Path) -> None:
+    """A screenshot as a PNG of 64 colours (a few tens of KiB; docs/dashboard.md shows them)."""
+    from PIL import Image
+
+    Image.open(io.BytesIO(shot)).convert("RGB").quantize(64).save(path, optimize=True)
