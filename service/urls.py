@@ -115,27 +115,38 @@ def ui_static(name: str) -> str:
     return f"{UI_STATIC}/{name}"
 
 
-def ui_decision(decision_id: int) -> str:
-    """The dashboard's page of a decision."""
-    return f"{UI}/decisions/{decision_id}"
+def _query(**values: str | None) -> str:
+    """The query string of the `values` that are set ("" when none is)."""
+    kept = {key: value for key, value in values.items() if value is not None}
+    return f"?{urlencode(kept)}" if kept else ""
 
 
-def ui_line(line: str, evalset: str | None = None) -> str:
+def ui_decision(decision_id: int, project: str | None = None) -> str:
+    """The dashboard's page of a decision (in `project`: a link that opens whatever project
+    its reader looked at last)."""
+    return f"{UI}/decisions/{decision_id}{_query(project=project)}"
+
+
+def ui_line(line: str, evalset: str | None = None, project: str | None = None) -> str:
     """The dashboard's page of a line (its matrix on `evalset`)."""
-    query = f"?{urlencode({'evalset': evalset})}" if evalset else ""
-    return f"{UI}/lines/{quote(line, safe='')}{query}"
+    return f"{UI}/lines/{quote(line, safe='')}{_query(evalset=evalset or None, project=project)}"
 
 
-def ui_disagreements(line: str, old: str, new: str, evalset: str, export_format: str) -> str:
+def _ui_pair_path(line: str, old: str, new: str) -> str:
+    return f"{UI}/lines/{quote(line, safe='')}/pairs/{quote(old, safe='')}/{quote(new, safe='')}"
+
+
+def ui_disagreements(line: str, old: str, new: str, evalset: str, export_format: str,
+                     project: str | None = None) -> str:
     """The disagreements' export of a traffic pair, for a signed-in person."""
-    return (f"{ui_line(line)}/pairs/{quote(old, safe='')}/{quote(new, safe='')}/disagreements"
-            f"?{urlencode({'evalset': evalset, 'format': export_format})}")
+    return (f"{_ui_pair_path(line, old, new)}/disagreements"
+            f"{_query(evalset=evalset, format=export_format, project=project)}")
 
 
-def ui_pair(line: str, old: str, new: str, evalset: str | None) -> str:
+def ui_pair(line: str, old: str, new: str, evalset: str | None,
+            project: str | None = None) -> str:
     """The dashboard's page of the pair old → new of a line."""
-    return (f"{ui_line(line)}/pairs/{quote(old, safe='')}/"
-            f"{quote(new, safe='')}?{urlencode({'evalset': evalset or ''})}")
+    return f"{_ui_pair_path(line, old, new)}{_query(evalset=evalset or '', project=project)}"
 
 
 def ui_oidc_start(next: str | None = None) -> str:

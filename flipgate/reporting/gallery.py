@@ -20,7 +20,7 @@ from flipgate.reporting.rows import class_label
 
 MAX_TABLE_VALUES = 16  # values of a non-image sample shown in its table row
 MAX_TEXT_CHARS = 400  # characters of a text sample shown
-NOT_SHOWN = ("y", "classes", "groups")  # eval-set arrays that are not the samples
+NOT_SHOWN = ("y", "classes", "groups", "ids")  # eval-set arrays that are not the samples
 IMAGE, TEXT, TABLE = "image", "text", "table"
 GALLERY_CSS = """
 .gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(132px, 1fr));

@@ -133,6 +133,11 @@ def not_held(roles: Roles, project: str | None, scopes: Collection[str]) -> set[
     return set(scopes) - roles.get(project or "", frozenset())
 
 
+def may_see(roles: Roles, project: str) -> bool:
+    """Whether a dashboard session with `roles` may see `project`'s pages."""
+    return holds(roles, project, "read")
+
+
 def holds(roles: Roles, project: str | None, scope: str) -> bool:
     """Whether a dashboard session with `roles` holds `scope` in `project`."""
     return not not_held(roles, project, [scope])

@@ -11,6 +11,7 @@ from service.gate.models import Decision, DecisionJob, Verdict
 from service.gate.schemas import CallbackRead, DecisionRead
 from service.jobs.models import Job
 from service.jobs.service import OPEN_STATES
+from service.projects.models import Project
 from service.registry.models import ModelLine, ModelVersion
 
 
@@ -24,18 +25,19 @@ def decision_views(*, session: Session, decisions: list[Decision]) -> list[Decis
     """The wire forms of decisions in a fixed number of queries, however many: their lines,
     versions, callbacks and open jobs are read together first."""
     lines = _by_id(session, ModelLine, {decision.line_id for decision in decisions})
+    projects = _by_id(session, Project, {decision.project_id for decision in decisions})
     versions = _by_id(session, ModelVersion, {version for decision in decisions for version in (
         decision.candidate_id, decision.baseline_id) if version is not None})
     callbacks = _callbacks(session, [decision.id for decision in decisions
                                      if decision.callback_url is not None])
     open_jobs = _open_jobs(session, [decision.id for decision in decisions
                                      if decision.verdict == Verdict.PENDING])
-    return [_view(decision, lines[decision.line_id].name, versions,
-                  callbacks.get(decision.id), open_jobs.get(decision.id, []))
+    return [_view(decision, lines[decision.line_id].name, projects[decision.project_id].name,
+                  versions, callbacks.get(decision.id), open_jobs.get(decision.id, []))
             for decision in decisions]
 
 
-def _view(decision: Decision, line: str, versions: dict[int, ModelVersion],
+def _view(decision: Decision, line: str, project: str, versions: dict[int, ModelVersion],
           callback: Callback | None, open_jobs: list[int]) -> DecisionRead:
     candidate = versions[decision.candidate_id].version
     baseline = None if decision.baseline_id is None else versions[decision.baseline_id].version
@@ -48,7 +50,7 @@ def _view(decision: Decision, line: str, versions: dict[int, ModelVersion],
         labels_needed=_labels_needed(decision),
         metrics={name: {**numbers, "report_url": reports[name]}
                  for name, numbers in decision.metrics.items()},
-        report_url=urls.on(decision.base_url, urls.ui_decision(decision.id)), model=line,
+        report_url=urls.on(decision.base_url, urls.ui_decision(decision.id, project)), model=line,
         candidate=candidate,
         baseline=baseline, evalsets=decision.evalsets, policy_version=decision.policy_version,
         policy=decision.policy, requested_by=decision.requested_by, ci=decision.ci,
@@ -75,7 +77,7 @@ def _with_export(reason: dict[str, Any], base_url: str, old: str, new: str) -> d
         old, new, reason["evalset"], "label-studio"))}
 
 
-def _by_id(session: Session, model: type[ModelLine] | type[ModelVersion],
+def _by_id(session: Session, model: type[ModelLine] | type[ModelVersion] | type[Project],
            ids: set[int]) -> dict[int, Any]:
     """The rows with these ids, in one query."""
     if not ids:

@@ -13,6 +13,7 @@ from service.ui.queries import Matrix
 
 CELL, LABEL_WIDTH, HEADER_HEIGHT = 52, 84, 40
 EMPTY, DIAGONAL, ABOVE = "#f6f8fa", "#eaecef", "#a50f15"
+UNKNOWN = "#c9ced6"  # a value the set cannot know yet: off the scale, never "within the limit"
 LOW, HIGH = (255, 247, 236), (244, 160, 60)
 LABEL_CHARS = 9
 BLACK = "#000000"  # cell text; white where it contrasts more (class "light")
@@ -74,9 +75,11 @@ def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: flo
     old, new = pair
     if old == new:
         return _rect(x, y, DIAGONAL, "")
+    if pair not in matrix.cells:
+        return _rect(x, y, EMPTY, f"<title>{escape(old)} → {escape(new)}: not measured</title>")
     value = matrix.value(old, new, metric)
     if value is None:
-        return _rect(x, y, EMPTY, f"<title>{escape(old)} → {escape(new)}: not measured</title>")
+        return _unknown_cell(matrix, label, pair, x, y, emphasis, pair_url)
     above = value > anchor
     fill = ABOVE if above else _shade(value / anchor)
     title = (f"<title>{escape(old)} → {escape(new)}: {label} {value:.4f}"
@@ -88,6 +91,22 @@ def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: flo
             f'data-new="{escape(new)}" data-value="{value!r}">{title}{_rect(x, y, fill, "")}'
             f'<text x="{x + CELL / 2}" y="{y + CELL / 2 + 4}"'
             f'{"" if ink(fill) == BLACK else " class=light"}>{"!" if above else ""}{value:.3f}'
+            "</text></a>")
+
+
+def _unknown_cell(matrix: Matrix, label: str, pair: tuple[str, str], x: float, y: float,
+                  emphasis: str, pair_url: Callable[[str, str], str]) -> str:
+    """A cell whose value the eval set cannot know yet (NFR on a traffic set): neither
+    coloured on the scale nor given a number; "?" and, where labels bound it, its interval
+    in the title."""
+    old, new = pair
+    interval = matrix.intervals.get(pair)
+    known = (f"95% interval {interval[0]:.4f}–{interval[1]:.4f} from the labels so far"
+             if interval else "a traffic set: churn only; NFR is known from labels")
+    title = f"<title>{escape(old)} → {escape(new)}: {label} unknown ({known})</title>"
+    return (f'<a href="{escape(pair_url(old, new))}" class="cell unknown{emphasis}" '
+            f'data-old="{escape(old)}" data-new="{escape(new)}" data-value="unknown">{title}'
+            f'{_rect(x, y, UNKNOWN, "")}<text x="{x + CELL / 2}" y="{y + CELL / 2 + 4}">?'
             "</text></a>")
 
 

@@ -1,6 +1,8 @@
-"""A line's history as an SVG plot: error rate and NFR of every version against its
-baseline, the policy's NFR limit as a dashed line, blocked versions on a red band and the
-production version marked. Each point carries its value (data-value) and a <title>."""
+"""A line's history as an SVG plot: error rate (left axis) and NFR (right axis, its own scale:
+an NFR of 0.0156 under a limit of 0.01 is not flattened by error rates ten times larger) of
+every version against its baseline, the policy's NFR limit as a dashed line on NFR's axis,
+blocked versions on a red band and the production version marked. Each point carries its
+value (data-value) and a <title>."""
 
 from html import escape
 from math import ceil, log10
@@ -8,30 +10,25 @@ from math import ceil, log10
 from service.ui.queries import HistoryRow
 
 WIDTH, HEIGHT = 960, 260
-LEFT, RIGHT, TOP, BOTTOM = 52, 16, 26, 40
+LEFT, RIGHT, TOP, BOTTOM = 52, 56, 26, 40
 MAX_X_LABELS = 16
-SERIES = (("er_new", "error rate", "#0b5cad"), ("nfr", "NFR", "#bc4c00"))
+SERIES = (("er_new", "error rate", "#0b5cad"), ("nfr", "NFR", "#bc4c00"))  # left, right axis
 
 
 def history_svg(rows: list[HistoryRow], limits: dict[str, float]) -> str:
     """The plot of `rows` (one per version, in order); `limits`: the policy's fixed limits."""
-    values = [value for row in rows for key, _, _ in SERIES
-              if (value := row.metric(key)) is not None]
-    top = nice(max([*values, *(1.25 * limit for limit in limits.values())], default=0.0))
     step = (WIDTH - LEFT - RIGHT) / max(len(rows), 1)
     xs = [LEFT + step * (index + 0.5) for index in range(len(rows))]
-
-    def y(value: float) -> float:
-        return TOP + (HEIGHT - TOP - BOTTOM) * (1 - value / top)
-
+    scales = {key: _scale(rows, key, limits.get(key)) for key, _, _ in SERIES}
     parts = [f'<svg class="history" role="img" aria-label="error rate and NFR per version" '
              f'viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="xMinYMin meet">']
     parts += [_band(row, x, step) for row, x in zip(rows, xs, strict=True) if row.blocked]
-    parts += _axes(top, y)
+    for (key, _, _), side in zip(SERIES, ("left", "right"), strict=True):
+        parts += _axis(scales[key], side)
     if "nfr" in limits:
-        parts.append(_limit_line(limits["nfr"], y))
+        parts.append(_limit_line(limits["nfr"], scales["nfr"]))
     for key, label, colour in SERIES:
-        parts.append(_series(rows, xs, key, label, colour, y))
+        parts.append(_series(rows, xs, key, label, colour, scales[key]))
     parts += _x_labels(rows, xs)
     parts.append(_legend())
     parts.append("</svg>")
@@ -46,14 +43,34 @@ def nice(value: float) -> float:
     return next(power * m for m in (1, 2, 2.5, 5, 10) if power * m >= value * (1 - 1e-9))
 
 
-def _axes(top: float, y) -> list[str]:
-    """Four horizontal grid lines with their values."""
+class Scale:
+    """A vertical axis from 0 to `top`: a value's y in the plot."""
+
+    def __init__(self, top: float) -> None:
+        self.top = top
+
+    def __call__(self, value: float) -> float:
+        return TOP + (HEIGHT - TOP - BOTTOM) * (1 - value / self.top)
+
+
+def _scale(rows: list[HistoryRow], key: str, limit: float | None) -> Scale:
+    """The axis of `key`: up to its largest value, and a quarter above its limit."""
+    values = [value for row in rows if (value := row.metric(key)) is not None]
+    return Scale(nice(max([*values, *([1.25 * limit] if limit else [])], default=0.0)))
+
+
+def _axis(y: Scale, side: str) -> list[str]:
+    """Five ticks with their values (in their series' colour, dashboard.css), on the left or
+    the right (the left one draws the grid lines)."""
+    x, anchor = (LEFT - 6, "end") if side == "left" else (WIDTH - RIGHT + 6, "start")
     parts = []
     for tick in range(5):
-        value = top * tick / 4
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(value):.1f}" '
-                     f'y2="{y(value):.1f}"/><text class="axis" x="{LEFT - 6}" '
-                     f'y="{y(value) + 4:.1f}" text-anchor="end">{value:.3g}</text>')
+        value = y.top * tick / 4
+        if side == "left":
+            parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" '
+                         f'y1="{y(value):.1f}" y2="{y(value):.1f}"/>')
+        parts.append(f'<text class="axis" data-side="{side}" x="{x}" y="{y(value) + 4:.1f}" '
+                     f'text-anchor="{anchor}">{value:.3g}</text>')
     return parts
 
 
@@ -64,14 +81,14 @@ def _band(row: HistoryRow, x: float, step: float) -> str:
             f'<title>{escape(row.version)}: blocked</title></rect>')
 
 
-def _limit_line(limit: float, y) -> str:
+def _limit_line(limit: float, y: Scale) -> str:
     return (f'<line class="limit" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(limit):.1f}" '
             f'y2="{y(limit):.1f}"/><text class="limit-label" x="{WIDTH - RIGHT}" '
             f'y="{y(limit) - 4:.1f}" text-anchor="end">policy max NFR {limit:g}</text>')
 
 
 def _series(rows: list[HistoryRow], xs: list[float], key: str, label: str, colour: str,
-            y) -> str:
+            y: Scale) -> str:
     """One metric's line through the versions that have it, and its points."""
     points = [(row, x, value) for row, x in zip(rows, xs, strict=True)
               if (value := row.metric(key)) is not None]
@@ -109,7 +126,8 @@ def _anchor(x: float) -> str:
 
 
 def _legend() -> str:
-    items = "".join(f'<tspan fill="{colour}">● {label}</tspan>  ' for _, label, colour in SERIES)
+    items = "".join(f'<tspan fill="{colour}">● {label} ({side} axis)</tspan>  '
+                    for (_, label, colour), side in zip(SERIES, ("left", "right"), strict=True))
     return (f'<text class="legend" x="{LEFT}" y="{HEIGHT - 6}">{items}<tspan class="muted">'
             "○ blocked (red band)  — dashed: the policy's limit</tspan></text>")
 

@@ -9,10 +9,10 @@ belong to answers as naming none.
 """
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, Response
@@ -20,6 +20,7 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session
 
 from service import urls
+from service.auth.access import may_see
 from service.config import Settings
 from service.db import read_only
 from service.errors import NotFound
@@ -93,8 +94,9 @@ def render(request: Request, template: str, who: Viewer | None, status: int = 20
            **context: Any) -> HTMLResponse:
     """A page from `template` with the viewer (and the project switcher) in its header; a
     project named in the address is remembered for the next pages."""
-    response = templates.TemplateResponse(request, template, {"viewer": who, **context},
-                                          status_code=status)
+    response = templates.TemplateResponse(
+        request, template, {"viewer": who, "project": who.project if who else None, **context},
+        status_code=status)
     chosen = getattr(request.state, "ui_project", None)
     if chosen is not None and request.query_params.get(PROJECT_PARAM) == chosen:
         response.set_cookie(PROJECT_COOKIE, chosen, httponly=True, samesite="strict",
@@ -115,8 +117,21 @@ def refused(request: Request, error: PageRefused) -> HTMLResponse:
                   heading=error.heading, message=error.message)
 
 
-def not_found(request: Request, who: Viewer, error: NotFound) -> HTMLResponse:
-    return render(request, "error.html", who, status=404, message=error.message)
+def not_found(request: Request, who: Viewer, error: NotFound,
+              owners: Collection[str] = ()) -> HTMLResponse:
+    """The 404 page; where what was asked for is in other projects (`owners`) that the
+    viewer may see, it offers to open it there (those the viewer may not see stay unnamed:
+    the page is then exactly the one for a name of none)."""
+    elsewhere = [name for name in sorted(owners)
+                 if name != who.project and may_see(who.roles, name)]
+    return render(request, "error.html", who, status=404, message=error.message,
+                  elsewhere=[(name, _in_project(request, name)) for name in elsewhere])
+
+
+def _in_project(request: Request, project: str) -> str:
+    """The address of the request's page in `project`."""
+    query = {**request.query_params, PROJECT_PARAM: project}
+    return f"{request.url.path}?{urlencode(query)}"
 
 
 def same_origin(request: Request, settings: Settings) -> bool:

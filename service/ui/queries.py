@@ -1,6 +1,6 @@
 """What the dashboard's pages show, read straight from the ORM models (read-only)."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import func, select
@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 from service.callbacks.models import Callback
 from service.compare.matrix import pair_counts_among
 from service.compare.models import PairCounts, PairMetrics
-from service.datasets.models import Dataset
+from service.datasets.labels import get_labels
+from service.datasets.models import Dataset, DatasetLabels
 from service.datasets.service import get_dataset
 from service.errors import NotFound
 from service.gate.decisions import get_decision, waited_jobs
@@ -17,6 +18,7 @@ from service.gate.models import Decision, GatePolicy, Promotion, Verdict
 from service.jobs.models import Job, JobKind, JobState
 from service.predictions.models import Prediction
 from service.predictions.service import versions_with_predictions
+from service.projects.models import Project
 from service.registry.models import Alias, ModelLine, ModelVersion
 from service.registry.service import PRODUCTION, get_line, production_aliases
 from service.ui.serves import JobView, job_views
@@ -50,13 +52,17 @@ class VersionView:
 @dataclass(frozen=True)
 class Matrix:
     """NFR, PFR and churn of every (old, new) pair among `versions` on one eval set whose
-    counts are stored, and the pairs that have a full report (a page of their own)."""
+    counts are stored, and the pairs that have a full report (a page of their own). On a
+    traffic set NFR and PFR are None (unknown) but where every disagreement of a reported
+    pair is labelled; `intervals` holds NFR's 95% interval of the reported pairs with some
+    labels."""
 
     versions: list[str]
-    cells: dict[tuple[str, str], dict[str, float]]
+    cells: dict[tuple[str, str], dict[str, float | None]]
     reported: set[tuple[str, str]]
     production: str | None = None
     promoted: frozenset[tuple[str, str]] = frozenset()  # (from, to) of production's moves
+    intervals: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
 
     def value(self, old: str, new: str, metric: str) -> float | None:
         rates = self.cells.get((old, new))
@@ -165,6 +171,19 @@ def _default_evalset(line_policies: list[GatePolicy], measured: list[str]) -> st
     return measured[0] if measured else None
 
 
+def projects_of_decision(unbound: Session, decision_id: int) -> list[str]:
+    """The project that holds decision `decision_id` (none or one), read on a session bound
+    to no project."""
+    return list(unbound.scalars(select(Project.name).join(
+        Decision, Decision.project_id == Project.id).where(Decision.id == decision_id)))
+
+
+def projects_of_line(unbound: Session, name: str) -> list[str]:
+    """The projects that hold a line named `name`, read on a session bound to no project."""
+    return list(unbound.scalars(select(Project.name).join(
+        ModelLine, ModelLine.project_id == Project.id).where(ModelLine.name == name)))
+
+
 def paged(page: int, total: int, per_page: int) -> tuple[int, int]:
     """`page` moved into [1, pages], and the number of pages of `total` items."""
     pages = max(1, -(-total // per_page))
@@ -203,14 +222,51 @@ def matrix(session: Session, versions: list[ModelVersion], evalset: str | None) 
     cells = {}
     for (first, second), row in pair_counts_among(session=session, versions=scored,
                                                   dataset=dataset).items():
-        cells[names[first], names[second]] = row.rates(first)
-        cells[names[second], names[first]] = row.rates(second)
+        cells[names[first], names[second]] = known_rates(row, first, dataset)
+        cells[names[second], names[first]] = known_rates(row, second, dataset)
     reported = session.execute(select(PairMetrics.old_version_id, PairMetrics.new_version_id)
                                .where(PairMetrics.dataset_id == dataset.id,
                                       PairMetrics.old_version_id.in_(names),
                                       PairMetrics.new_version_id.in_(names)))
-    return Matrix([version.version for version in scored], cells,
-                  {(names[old], names[new]) for old, new in reported})
+    shown = Matrix([version.version for version in scored], cells,
+                   {(names[old], names[new]) for old, new in reported})
+    return shown if dataset.labeled else _with_labels(session, shown, dataset, names)
+
+
+def known_rates(counts: PairCounts, old_id: int, dataset: Dataset) -> dict[str, float | None]:
+    """NFR, PFR and churn of the update from `old_id` that the counts know: on a traffic set
+    churn only (its counts have no labels: NFR and PFR are None, never 0)."""
+    rates: dict[str, float | None] = dict(counts.rates(old_id))
+    if not dataset.labeled:
+        rates.update(nfr=None, pfr=None)
+    return rates
+
+
+def _with_labels(session: Session, shown: Matrix, dataset: Dataset,
+                 names: dict[int, str]) -> Matrix:
+    """The traffic matrix `shown` with what the labels say of its reported pairs: NFR
+    exact where every disagreement is labelled, else its 95% interval once some are."""
+    cells, intervals = dict(shown.cells), {}
+    for row in latest_reports(session, dataset, list(names)):
+        pair, labelled = (names[row.old_version_id], names[row.new_version_id]), \
+            row.report["disagreements"]
+        if labelled["complete"] and pair in cells:
+            cells[pair] = {**cells[pair], "nfr": row.report["nfr"], "pfr": row.report["pfr"]}
+        elif labelled["labelled"]:
+            intervals[pair] = tuple(labelled["nfr_interval"])
+    return replace(shown, cells=cells, intervals=intervals)
+
+
+def latest_reports(session: Session, dataset: Dataset, version_ids: list[int]
+                   ) -> list[PairMetrics]:
+    """The newest stored report (by label revision) of each pair among `version_ids` on
+    `dataset`."""
+    newest: dict[tuple[int, int], PairMetrics] = {}
+    for row in session.scalars(select(PairMetrics).where(
+            PairMetrics.dataset_id == dataset.id, PairMetrics.old_version_id.in_(version_ids),
+            PairMetrics.new_version_id.in_(version_ids)).order_by(PairMetrics.label_revision)):
+        newest[row.old_version_id, row.new_version_id] = row
+    return list(newest.values())
 
 
 @dataclass(frozen=True)
@@ -230,6 +286,19 @@ class HistoryRow:
             return None
         value = self.decision.row.metrics.get(self.evalset, {}).get(key)
         return value if isinstance(value, int | float) else None
+
+    @property
+    def measured(self) -> bool:
+        """Whether its decision measured the history's eval set."""
+        return (self.decision is not None and self.evalset is not None
+                and self.evalset in self.decision.row.metrics)
+
+    def interval(self, key: str) -> list[float] | None:
+        """The 95% interval of `key` where the value is not known exactly (NFR on a
+        traffic set, from its labels)."""
+        if not self.measured:
+            return None
+        return self.decision.row.metrics[self.evalset].get(f"{key}_interval")
 
     @property
     def blocked(self) -> bool:
@@ -310,6 +379,13 @@ class DecisionPage:
     callback: Callback | None
 
     @property
+    def working(self) -> bool:
+        """Whether a job the decision waits for is queued or running (its page reloads
+        while one is; a decision waiting for people to label may wait for days)."""
+        return any(job.state in (JobState.QUEUED, JobState.RUNNING)
+                   for job in self.waiting_for)
+
+    @property
     def made(self) -> dict[str, Any]:
         """How the repaired version was made (its produced_by), {} without one."""
         return (self.repaired.produced_by or {}) if self.repaired else {}
@@ -375,13 +451,15 @@ class JobsPage:
     failed: list[JobView]
 
 
-def jobs_page(session: Session) -> JobsPage:
-    """Queued and running jobs, oldest first, and the latest failed ones."""
+def jobs_page(session: Session, project: str | None) -> JobsPage:
+    """Queued and running jobs, oldest first, and the latest failed ones (linked in
+    `project`)."""
     open_jobs = session.scalars(select(Job).where(
         Job.state.in_([JobState.QUEUED, JobState.RUNNING])).order_by(Job.id))
     failed = session.scalars(select(Job).where(Job.state == JobState.FAILED)
                              .order_by(Job.id.desc()).limit(FAILED_JOBS_SHOWN))
-    return JobsPage(job_views(session, list(open_jobs)), job_views(session, list(failed)))
+    return JobsPage(job_views(session, list(open_jobs), project),
+                    job_views(session, list(failed), project))
 
 
 @dataclass(frozen=True)
@@ -395,6 +473,16 @@ class PairRows:
     old_logits: str | None  # None: labels only
     new_logits: str | None  # None: labels only
     class_names: list[str] | None
+    labels: DatasetLabels | None = None  # a traffic set's label revision the report read
+
+    @property
+    def negative_flips(self) -> int:
+        """The negative flips the report counts (on a traffic set: those known from its
+        labels)."""
+        report = self.metrics.report
+        if self.dataset.labeled or report.get("flipped_indices"):
+            return len(report["flipped_indices"]["negative"])
+        return report["disagreements"]["negative_flips_known"]
 
 
 def pair_rows(session: Session, line_name: str, old: str, new: str, evalset: str) -> PairRows:
@@ -411,8 +499,10 @@ def pair_rows(session: Session, line_name: str, old: str, new: str, evalset: str
     if metrics is None or len(logits) < 2:
         raise NotFound("pair_not_measured", f"{line_name}:{old} -> {new} has not been measured "
                        f"on {evalset!r} yet")
+    labels = (None if dataset.labeled else
+              get_labels(session=session, dataset=dataset, revision=metrics.label_revision))
     return PairRows(metrics, versions[old], versions[new], dataset, logits[versions[old].id],
-                    logits[versions[new].id], line.class_names)
+                    logits[versions[new].id], line.class_names, labels)
 
 
 def _pair_of(session: Session, line_name: str, old: str, new: str, evalset: str
@@ -436,7 +526,7 @@ class CountedPair:
     old: str
     new: str
     n: int
-    rates: dict[str, float]
+    rates: dict[str, float | None]  # NFR and PFR None (unknown) on a traffic set
 
 
 def counted_pair(session: Session, line_name: str, old: str, new: str,
@@ -449,4 +539,4 @@ def counted_pair(session: Session, line_name: str, old: str, new: str,
         raise NotFound("pair_not_measured", f"{line_name}:{old} -> {new} has not been measured "
                        f"on {evalset!r} yet")
     (counts,) = row.values()
-    return CountedPair(old, new, counts.n, counts.rates(versions[old].id))
+    return CountedPair(old, new, counts.n, known_rates(counts, versions[old].id, dataset))

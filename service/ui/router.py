@@ -13,7 +13,9 @@ from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
+import numpy as np
 from fastapi import APIRouter, FastAPI, Form, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
@@ -31,7 +33,8 @@ from service.audit.requests import record_sign_in_refusal
 from service.auth.service import TokenRefused
 from service.compare.service import EXPORT_TYPES, resolve_pair, stored_export
 from service.config import Settings
-from service.db import session_scope
+from service.datasets.labels import read_revision_labels
+from service.db import read_only, session_scope
 from service.deps import CommittingRoute
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
 from service.integrations.mlflow.service import list_events
@@ -137,8 +140,8 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
     try:
         view = queries.line_page(session, name, evalset, page, whole_matrix=versions == "all")
     except NotFound as error:
-        return not_found(request, who, error)
-    pair_url = functools.partial(urls.ui_pair, name, evalset=view.evalset)
+        return line_not_found(request, who, name, error)
+    pair_url = functools.partial(urls.ui_pair, name, evalset=view.evalset, project=who.project)
     shown = (list(HEATMAPS) if len(view.matrix.versions) <= queries.MATRIX_WINDOW
              else [metric])
     heatmaps = [(HEATMAPS[key], Markup(heatmap_svg(view.matrix, key, HEATMAPS[key],
@@ -160,10 +163,11 @@ def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: 
         rows = queries.pair_rows(session, name, old, new, evalset)
     except NotFound as error:
         return counted_pair_page(request, who, session, (name, old, new, evalset), error)
-    gallery, flips, page, pages, images = _gallery(rows, store, page)
+    gallery, page, pages, images = _gallery(rows, store, page)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
                   report=Markup(_report(rows, store)), gallery=Markup(gallery),
-                  images=images, flips=flips, page=page,
+                  images=images, flips=rows.negative_flips, page=page,
+                  exports=EXPORT_FORMATS if not rows.dataset.labeled else (),
                   pages=pages, per_page=FLIPS_PER_PAGE,
                   gallery_css=Markup(GALLERY_CSS))
 
@@ -181,11 +185,17 @@ def disagreements(request: Request, who: SignedIn, session: ReadSession, name: s
         exported = stored_export(session=session, store=request.app.state.store, pair=pair,
                                  export_format=export_format)
     except NotFound as error:
-        return not_found(request, who, error)
+        return line_not_found(request, who, name, error)
     if exported is None:
         return not_found(request, who, NotFound("not_measured", f"{name}:{old} → {name}:{new} "
                                                 f"is not measured on {evalset!r} yet"))
-    return Response(exported, media_type=EXPORT_TYPES[export_format])
+    filename = f"{name}-{old}-{new}-{evalset}-disagreements{EXPORT_SUFFIXES[export_format]}"
+    return Response(exported, media_type=EXPORT_TYPES[export_format], headers={
+        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename, safe='')}"})
+
+
+EXPORT_FORMATS = {"label-studio": "Label Studio tasks", "csv": "CSV", "json": "JSON"}
+EXPORT_SUFFIXES = {"label-studio": "-label-studio.json", "csv": ".csv", "json": ".json"}
 
 
 LABELS_ONLY_GALLERY = ('<p class="muted">A side of this pair is known by its predicted labels '
@@ -193,42 +203,66 @@ LABELS_ONLY_GALLERY = ('<p class="muted">A side of this pair is known by its pre
                        "report (flipped_indices); the gallery needs both models' scores.</p>")
 
 
-TRAFFIC_GALLERY = ('<p class="muted">A traffic set has no labels, so no sample is known to '
-                   "flip; the samples whose prediction changed are in the disagreements' "
-                   "export (<code>GET /compare/{old}/{new}/disagreements</code>).</p>")
+UNLABELLED_GALLERY = ('<p class="muted">No sample of this traffic set is known to flip yet: '
+                      "a negative flip is known once its disagreement is labelled (label the "
+                      "disagreements' export, linked above, in its order).</p>")
 
 
 def _gallery(rows: queries.PairRows, store: ArtifactStore,
-             page: int) -> tuple[str, int, int, int, bool]:
-    """One page of the pair's negative flips, most confident first, as HTML; the number of
-    flips, the page shown, the page count and whether the samples are pictures (none on a
-    traffic set)."""
-    if not rows.dataset.labeled:
-        return TRAFFIC_GALLERY, 0, 1, 1, False
-    negative = rows.metrics.report["flipped_indices"]["negative"]
+             page: int) -> tuple[str, int, int, bool]:
+    """One page of the pair's negative flips (on a traffic set, those its labels make
+    known), most confident first, as HTML; the page shown, the page count and whether the
+    samples are pictures."""
+    evalset = store.local_path(rows.dataset.sha256)
+    view = samples.sample_view(evalset)
     if rows.old_logits is None or rows.new_logits is None:
-        return LABELS_ONLY_GALLERY, len(negative), 1, 1, False
+        return LABELS_ONLY_GALLERY, 1, 1, view.kind == IMAGE
     paths = {"old_logits": store.local_path(rows.old_logits),
-             "new_logits": store.local_path(rows.new_logits),
-             "evalset": store.local_path(rows.dataset.sha256)}
+             "new_logits": store.local_path(rows.new_logits), "evalset": evalset}
+    labels = _revision_labels(rows, store)
+    negative = samples.negative_flips(rows.metrics.report, labels, paths["old_logits"],
+                                      paths["new_logits"])
+    if labels is not None and not negative.size:
+        return UNLABELLED_GALLERY, 1, 1, view.kind == IMAGE
     ranked = samples.ranked_negative_flips(negative, paths["new_logits"])
     page, pages = queries.paged(page, len(ranked), FLIPS_PER_PAGE)
-    view = samples.sample_view(paths["evalset"])
     flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view,
-                                 class_names=rows.class_names)
-    return (gallery_html(flips, view, rows.class_names), len(ranked), page, pages,
-            view.kind == IMAGE)
+                                 class_names=rows.class_names, labels=labels)
+    return gallery_html(flips, view, rows.class_names), page, pages, view.kind == IMAGE
+
+
+def _revision_labels(rows: queries.PairRows, store: ArtifactStore) -> np.ndarray | None:
+    """The labels of the traffic set's revision that the report read (None on a labeled
+    set)."""
+    if rows.dataset.labeled:
+        return None
+    return read_revision_labels(store=store, labels=rows.labels, n=rows.dataset.n)
+
+
+def line_not_found(request: Request, who: Viewer, name: str, error: NotFound) -> HTMLResponse:
+    """The 404 page of a page of line `name`, offering the projects the viewer may see
+    that hold a line of that name."""
+    return not_found(request, who, error, unbound_read(
+        request, lambda unbound: queries.projects_of_line(unbound, name)))
+
+
+def unbound_read(request: Request, query: Callable[[Session], list[str]]) -> list[str]:
+    """`query` run on a read-only session bound to no project (not_found then names only
+    the projects the viewer may see)."""
+    with request.app.state.sessions() as unbound:
+        read_only(unbound)
+        return query(unbound)
 
 
 def counted_pair_page(request: Request, who: Viewer, session: Session,
                       pair: tuple[str, str, str, str], error: NotFound) -> HTMLResponse:
     """A pair without a full report: its counts from the matrix, and how to measure it."""
     if error.code != "pair_not_measured":
-        return not_found(request, who, error)
+        return line_not_found(request, who, pair[0], error)
     try:
         counted = queries.counted_pair(session, *pair)
     except NotFound as missing:
-        return not_found(request, who, missing)
+        return line_not_found(request, who, pair[0], missing)
     name, _old, _new, evalset = pair
     return render(request, "counted.html", who, pair=counted, name=name, evalset=evalset)
 
@@ -252,7 +286,8 @@ def decision(request: Request, who: SignedIn, session: ReadSession,
     try:
         view = queries.decision_page(session, decision_id)
     except NotFound as error:
-        return not_found(request, who, error)
+        return not_found(request, who, error, unbound_read(
+            request, lambda unbound: queries.projects_of_decision(unbound, decision_id)))
     choice = view.repair_choice
     curve = (Markup(repair_curve_svg(choice.curve, choice.share, choice.limits))
              if choice and choice.curve else None)
@@ -261,7 +296,7 @@ def decision(request: Request, who: SignedIn, session: ReadSession,
 
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse:
-    return render(request, "jobs.html", who, view=queries.jobs_page(session))
+    return render(request, "jobs.html", who, view=queries.jobs_page(session, who.project))
 
 
 def to_signin(request: Request, error: SignInRequired) -> RedirectResponse:

@@ -16,6 +16,7 @@ import numpy as np
 
 from flipgate.formats.evalsets import label_columns
 from flipgate.formats.npy import npz_headers
+from flipgate.metrics.traffic import UNLABELLED
 from flipgate.reporting.gallery import FlipSample, SampleView, by_new_confidence, flip_samples
 
 ZIP_LOCAL_HEADER_BYTES = 30
@@ -95,7 +96,7 @@ def _streamed_fortran_rows(stream, shape: tuple[int, ...], dtype: np.dtype,
     return np.ascontiguousarray(out.reshape((len(indices), *shape[1:]), order="F"))
 
 
-def ranked_negative_flips(negative: list[int], new_logits: Path) -> np.ndarray:
+def ranked_negative_flips(negative: np.ndarray, new_logits: Path) -> np.ndarray:
     """The pair's negative flips (indices from its stored report), most confident first."""
     indices = np.asarray(negative, dtype=np.int64)
     return by_new_confidence(indices, logits_rows(new_logits, indices))
@@ -107,12 +108,35 @@ def sample_view(evalset: Path) -> SampleView:
     return SampleView.of({name: (header.shape, header.dtype) for name, header in headers.items()})
 
 
+def negative_flips(report: dict, labels: np.ndarray | None, old_logits: Path,
+                   new_logits: Path) -> np.ndarray:
+    """The pair's negative flips: its stored report's, else (a traffic set not labelled
+    throughout) those its label revision `labels` makes known."""
+    flipped = report.get("flipped_indices")
+    if flipped or labels is None:
+        return np.asarray(flipped["negative"], dtype=np.int64)
+    return known_negative_flips(labels, old_logits, new_logits)
+
+
+def known_negative_flips(labels: np.ndarray, old_logits: Path, new_logits: Path) -> np.ndarray:
+    """The samples of a traffic set known to flip negatively: labelled (`labels`, a label
+    revision's (N,) columns, UNLABELLED where unknown), the old model right and the new one
+    wrong; only the labelled samples' logits rows are read."""
+    labelled = np.flatnonzero(labels != UNLABELLED)
+    truth = labels[labelled]
+    old, new = (logits_rows(path, labelled).argmax(axis=1) for path in (old_logits, new_logits))
+    return labelled[(old == truth) & (new != truth)]
+
+
 def gallery_page(ranked: np.ndarray, page: int, per_page: int, *, old_logits: Path,
                  new_logits: Path, evalset: Path, view: SampleView,
-                 class_names: list[str] | None) -> list[FlipSample]:
-    """The gallery entries of one page of `ranked` flips, reading only their rows."""
+                 class_names: list[str] | None,
+                 labels: np.ndarray | None = None) -> list[FlipSample]:
+    """The gallery entries of one page of `ranked` flips, reading only their rows; `labels`:
+    a traffic set's label revision (N,), else the set's own `y` is read."""
     shown = ranked[(page - 1) * per_page:page * per_page]
-    return flip_samples(shown, column_labels(evalset, shown, class_names),
+    truth = column_labels(evalset, shown, class_names) if labels is None else labels[shown]
+    return flip_samples(shown, truth,
                         logits_rows(old_logits, shown),
                         logits_rows(new_logits, shown),
                         {name: npz_rows(evalset, name, shown) for name in view.arrays})

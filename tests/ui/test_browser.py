@@ -193,23 +193,43 @@ BROKEN_TEXT = """els => els.filter(el => {
   range.selectNodeContents(el);
   return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1;
 }).map(el => el.textContent.trim())"""
-CLIPPED_PLOTS = """svgs => svgs.filter(svg => {
-  const box = (svg.closest('.scroll') || svg.parentElement).getBoundingClientRect();
-  return svg.getBoundingClientRect().right > Math.min(box.right, window.innerWidth) + 1;
+BROKEN_WORDS = """() => [...document.querySelectorAll('main *')].filter(el => {
+  const text = el.textContent.trim();  // one word (a number, a name) drawn on two lines
+  if (el.children.length || !text || /\\s/.test(text) || !el.getClientRects().length) return false;
+  const range = document.createRange();
+  range.selectNodeContents(el);
+  return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1;
+}).map(el => el.textContent.trim())"""
+SMALL_TEXT = """() => [...document.querySelectorAll('body *')].filter(el => {
+  const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+  if (!own || !el.getClientRects().length) return false;
+  const matrix = el instanceof SVGElement && el.getScreenCTM();  // (turned text too)
+  const scale = matrix ? Math.hypot(matrix.a, matrix.b) : 1;
+  return parseFloat(getComputedStyle(el).fontSize) * scale < 9.95;
+}).map(el => el.textContent.trim().slice(0, 20))"""
+CLIPPED_PLOTS = """svgs => svgs.filter(svg => {  // wider than its box, which does not scroll
+  const box = svg.closest('.scroll') || svg.parentElement;
+  const scrolls = ['auto', 'scroll'].includes(getComputedStyle(box).overflowX);
+  const right = Math.min(box.getBoundingClientRect().right, window.innerWidth);
+  return svg.getBoundingClientRect().right > right + 1 && !scrolls;
 }).map(svg => svg.getAttribute('class'))"""
 
 
 def layout_faults(page, url: str, shots: Path | None = None) -> dict[int, dict]:
     """At 390 and 1440 px, what breaks the page's layout, by window width (nothing: it
     holds): the page wider than the window (its scrollWidth), numbers, badges, version
-    names or timestamps drawn on more than one line (their text), and plots wider than
-    their box. With `shots`, a full-page screenshot of each width is written there."""
+    names or timestamps drawn on more than one line (their text), any one word (a number, a
+    name) broken across lines, text drawn under 10 px (an SVG's scaled down with it), and
+    plots wider than their box where it does not scroll. With `shots`, a full-page
+    screenshot of each width is written there."""
     faults = {}
     for width in (390, 1440):
         page.set_viewport_size({"width": width, "height": 900})
         page.goto(url)
         found = {"wider": page.evaluate("document.documentElement.scrollWidth"),
                  "broken": page.locator(NEVER_BROKEN).evaluate_all(BROKEN_TEXT),
+                 "broken words": page.evaluate(BROKEN_WORDS),
+                 "under 10 px": page.evaluate(SMALL_TEXT),
                  "clipped": page.locator("svg.history, svg.repair-curve").evaluate_all(
                      CLIPPED_PLOTS)}
         if found["wider"] <= width:

@@ -306,7 +306,7 @@ def test_heatmap_cells_equal_the_api_and_link_to_the_pair_or_its_counts(site, pa
     whole = cells(page, "nfr")
     for cell in whole:
         assert cell["href"] == (f"/ui/lines/{LINE}/pairs/{cell['old']}/{cell['new']}"
-                                f"?evalset={EVALSET}")
+                                f"?evalset={EVALSET}&project=default")
     limit = POLICIES["25"]["max_nfr"]
     passing = {cell["fill"] for cell in whole if 0 < cell["value"] <= limit}
     above = {cell["fill"] for cell in whole if cell["value"] > limit}
@@ -363,7 +363,8 @@ def test_the_ci_link_opens_the_decision_page_for_a_signed_in_user(site, page, br
         stranger.wait_for_url(re.compile(r"/ui/signin"))
         stranger.fill("#token", site.token)
         stranger.get_by_role("button", name="Sign in").click()
-        stranger.wait_for_url(re.compile(rf"/ui/decisions/{decision['decision_id']}$"))
+        stranger.wait_for_url(
+            re.compile(rf"/ui/decisions/{decision['decision_id']}\?project=default$"))
     finally:
         stranger.context.close()
 

@@ -25,6 +25,7 @@ from service.compare.models import PairMetrics
 from service.config import Settings
 from service.gate.models import Decision
 from service.jobs.models import Job, JobKind, JobState
+from service.projects.service import create_project
 from service.registry.models import ModelVersion
 from service.ui import session as session_module
 from service.ui.heatmap import ink, luminance
@@ -228,7 +229,7 @@ def test_line_page_lists_lineage_matrix_policy_and_decisions(seeded, signed_in):
     assert f"NFR {expected['nfr']:.4f} (above the limit)</title>" in text
     assert re.search(r'data-nfr="[^"]+" data-churn="' + re.escape(str(expected["churn"])), text)
     assert "max_nfr" in text and "(current)" in text
-    assert f'href="/ui/decisions/{seeded.blocked_id}"' in text
+    assert f'href="/ui/decisions/{seeded.blocked_id}?project=default"' in text
     assert 'class="tag alias">production<' in text
 
 
@@ -241,7 +242,7 @@ def test_a_cell_without_a_full_report_links_to_its_counts_and_how_to_measure_it(
     text = signed_in.get(f"/ui/lines/{LINE}").text
     expected = compare_logits(seeded.logits["1"], seeded.logits["3"], seeded.labels)
     assert f"1 → 3: NFR {expected['nfr']:.4f}" in text
-    link = f'href="/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}"'
+    link = f'href="/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}&amp;project=default"'
     assert link in text
     counted = signed_in.get(f"/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}")
     assert counted.status_code == 200 and "has not been measured" not in counted.text
@@ -277,7 +278,7 @@ def test_decision_page_shows_reasons_metrics_and_pair_links(seeded, signed_in):
     text = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
     assert 'class="badge verdict-block">block<' in text
     assert "<code>max_nfr</code>" in text and "blocks" in text
-    assert f'href="/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}"' in text
+    assert f'href="/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}&amp;project=default"' in text
     missing = signed_in.get("/ui/decisions/999999")
     assert missing.status_code == 404 and "no decision 999999" in missing.text
 
@@ -374,11 +375,12 @@ def test_jobs_name_the_line_versions_and_decision_they_serve_with_links(seeded, 
     assert '<span class="progress-value">finishing</span>' in text and "100.0%" not in text
     served = [(href.replace("&amp;", "&"), name) for href, name in re.findall(
         r'<td class="serves"><a href="([^"]+)">([^<]+)</a>', text)]
-    for link in [(f"/ui/lines/{LINE}", f"{LINE}:2 on {EVALSET}"),
-                 (f"/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}",
+    for link in [(f"/ui/lines/{LINE}?project=default", f"{LINE}:2 on {EVALSET}"),
+                 (f"/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}&project=default",
                   f"{LINE}: 1 → 3 on {EVALSET}"),
-                 (f"/ui/lines/{LINE}?evalset={EVALSET}#matrix", f"{LINE}: matrix on {EVALSET}"),
-                 (f"/ui/decisions/{seeded.blocked_id}",
+                 (f"/ui/lines/{LINE}?evalset={EVALSET}&project=default#matrix",
+                  f"{LINE}: matrix on {EVALSET}"),
+                 (f"/ui/decisions/{seeded.blocked_id}?project=default",
                   f"ensemble repair of decision #{seeded.blocked_id} → 2-ensemble")]:
         assert link in served, (link, served)
     assert '<code class="params">{"reconcile": true}</code>' in text  # names nothing
@@ -401,7 +403,7 @@ def test_decision_log_pages_twenty_at_a_time(seeded, signed_in, client):
         assert response.json()["verdict"] == "block"
     first = signed_in.get(f"/ui/lines/{LINE}").text
     second = signed_in.get(f"/ui/lines/{LINE}?page=2").text
-    log_rows = re.compile(r'<td><a href="/ui/decisions/(\d+)">')
+    log_rows = re.compile(r'<td><a href="/ui/decisions/(\d+)\?project=default">')
     newest = [int(found) for found in log_rows.findall(first)]
     older = [int(found) for found in log_rows.findall(second)]
     assert len(newest) == 20 and len(older) == 2 and min(newest) > max(older)
@@ -592,3 +594,48 @@ def test_the_decisions_report_url_opens_its_dashboard_page_after_sign_in(
     assert to_signin.status_code == 303 and quote(path, safe="") in to_signin.headers["location"]
     landed = client.post("/ui/signin", data={"token": mint("read"), "next": path})
     assert landed.url.path == path and f"Decision #{seeded.blocked_id}" in landed.text
+
+
+def test_no_page_shows_a_number_its_decision_does_not_know(seeded, signed_in, db):
+    with db() as session:  # every number of the blocked decision's report is null
+        decision = session.get(Decision, seeded.blocked_id)
+        decision.metrics = {name: dict.fromkeys(numbers)
+                            for name, numbers in decision.metrics.items()}
+    for page in pages(seeded):
+        assert signed_in.get(page).status_code == 200, page
+    text = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    metrics = text.split('<section id="metrics">')[1].split("</section>")[0]
+    cells = re.findall(r'<td class="num" data-key="([^"]+)">(.*?)</td>', metrics)
+    assert len(cells) == 8 and {value for _key, value in cells} == {
+        '<span class="unknown">unknown</span>'}, cells
+    line = signed_in.get(f"/ui/lines/{LINE}").text
+    row = re.search(r'<tr id="history-2" class="blocked">(.*?)</tr>', line, re.DOTALL).group(1)
+    shown = dict(re.findall(r'<td class="num" data-key="([^"]+)">(.*?)</td>', row))
+    assert shown == dict.fromkeys(("er_new", "nfr", "churn"),
+                                  '<span class="unknown">unknown</span>')
+    assert 'data-series="nfr" data-version="2"' not in line  # not plotted at 0
+
+
+def test_links_carry_their_project_and_a_page_of_another_offers_to_switch(
+        seeded, browser_client, client, db):
+    report_url = client.get(f"/gate/decisions/{seeded.blocked_id}",
+                            headers=bearer(ADMIN_TOKEN)).json()["report_url"]
+    with db() as session:
+        create_project(session=session, name="beta")
+    browser_client.post("/ui/signin", data={"token": ADMIN_TOKEN})  # the server admin
+    for page in (f"/ui/decisions/{seeded.blocked_id}", f"/ui/lines/{LINE}",
+                 f"/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}"):
+        assert browser_client.get("/ui", params={"project": "beta"}).status_code == 200
+        elsewhere = browser_client.get(page)  # in beta, remembered
+        assert elsewhere.status_code == 404, page
+        switch = re.search(r'<a href="([^"]+)" data-project="default">', elsewhere.text)
+        assert switch, elsewhere.text
+        opened = browser_client.get(switch.group(1).replace("&amp;", "&"))
+        assert opened.status_code == 200 and 'selected>default</option>' in opened.text, page
+    assert browser_client.get("/ui", params={"project": "beta"}).status_code == 200
+    link = urlsplit(report_url)
+    assert link.query == "project=default"
+    opened = browser_client.get(f"{link.path}?{link.query}")
+    assert opened.status_code == 200 and f"Decision #{seeded.blocked_id}" in opened.text
+    assert f'href="/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}&amp;project=default"' \
+        in opened.text

@@ -103,7 +103,8 @@ def test_a_candidate_over_the_limits_is_blocked_with_the_measured_numbers(line):
     assert numbers["worst_class"] == 1  # 4 of samples 10..19 are among its 33
     assert numbers["worst_class_nfr"] == pytest.approx(4 / 33)
     assert numbers["report_url"].endswith("/compare/digits:1/digits:2?evalset=ev&format=html")
-    assert decision["report_url"].endswith(f"/ui/decisions/{decision['decision_id']}")
+    assert decision["report_url"].endswith(
+        f"/ui/decisions/{decision['decision_id']}?project=default")
 
 
 def test_significance_waives_flip_limits_the_test_does_not_support(line):
@@ -433,14 +434,15 @@ def test_links_use_the_public_url_when_one_is_set(line, db):
     assert decision["metrics"]["ev"]["report_url"].startswith(
         "https://flipgate.example.com/api/compare/digits:1/digits:2?")
     assert decision["report_url"] == (
-        f"https://flipgate.example.com/api/ui/decisions/{decision['decision_id']}")
+        f"https://flipgate.example.com/api/ui/decisions/{decision['decision_id']}"
+        "?project=default")
     assert status_sent(db, decision)["target_url"] == decision["report_url"]
 
 
 def test_without_a_public_url_links_are_relative_whatever_the_host_header(line, db):
     assert measure(line, "digits:1", "digits:2", "ev")["n"] == N
     decision = gate(line, headers={"Host": "evil.example"}, candidate="2").json()
-    assert decision["report_url"] == f"/ui/decisions/{decision['decision_id']}"
+    assert decision["report_url"] == f"/ui/decisions/{decision['decision_id']}?project=default"
     assert decision["metrics"]["ev"]["report_url"].startswith("/compare/digits:1/digits:2?")
     assert "target_url" not in status_sent(db, decision)  # a relative link means nothing there
 

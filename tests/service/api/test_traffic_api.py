@@ -191,7 +191,8 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
     for other in ("/ui/lines/digits", f"/ui/lines/digits/pairs/old/new?evalset={TRAFFIC}"):
         assert client.get(other).status_code == 200, other
     assert f'<td class="num" data-key="labelled">{half.size}</td>' in page
-    link = f"/ui/lines/digits/pairs/old/new/disagreements?evalset={TRAFFIC}&format=label-studio"
+    link = (f"/ui/lines/digits/pairs/old/new/disagreements?evalset={TRAFFIC}"
+            "&format=label-studio&project=default")
     assert f'href="{link.replace("&", "&amp;")}"' in page and "waits for labels" in page
     assert [task["data"]["index"] for task in client.get(link).json()] == order.tolist()
     import_labels(client, npz_bytes(index=rest, y=digits.truth[rest]))
