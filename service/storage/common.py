@@ -1,7 +1,9 @@
-"""What the back-ends share: receiving a body in batches, checking a declared digest, and the
-local files of staging and placing (the local store's artifacts, the cache's copies)."""
+"""What the back-ends share: receiving a body in batches, checking a declared digest, the
+local files of staging and placing (the local store's artifacts, the cache's copies), and the
+turns of upkeep that the processes of one host take once per interval."""
 
 import asyncio
+import fcntl
 import hashlib
 import os
 import shutil
@@ -119,3 +121,23 @@ def last_modified(path: Path) -> float:
     if path.is_dir():
         times += [child.stat().st_mtime for child in path.rglob("*")]
     return max(times)
+
+
+def claim_turn(marker: Path, every_seconds: float) -> bool:
+    """Whether this process takes the turn of a chore done once every `every_seconds` by
+    the processes sharing `marker`'s folder: the first to ask once the interval has passed
+    (under a lock of the marker file, which holds when the last turn was taken)."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    with marker.open("a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        try:
+            taken = float(handle.read())
+        except ValueError:  # a new marker: no turn taken yet
+            taken = 0.0
+        now = time.time()
+        if now - taken < every_seconds:
+            return False
+        handle.truncate(0)
+        handle.write(repr(now))
+        return True
