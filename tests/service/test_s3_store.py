@@ -2,9 +2,12 @@
 cache of each host, the conditional writes, and the streamed uploads."""
 
 import asyncio
+import json
 import os
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,9 +16,11 @@ from service.housekeeping import migrate_store
 from service.storage import LocalStore, bundle_sha256, open_store
 from service.storage.bundle import bundle_chunks
 from service.storage.cache import EVICT_MARGIN, ReadCache
+from service.storage.s3 import MULTIPART_AREAS
 from tests.service.conftest import bundle_files
 
 CONTENT = os.urandom(3 << 20)
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 @pytest.fixture
@@ -209,3 +214,15 @@ def test_the_same_body_streamed_to_two_servers_at_once_is_one_object(s3, s3_stor
     assert len(staged) == 2 and staged[0] == staged[1]
     assert s3.keys(s3_prefix) == [s3_store.key(staged[0])]
     assert s3.incomplete_uploads(s3_prefix) == []
+
+
+def test_the_documented_lifecycle_rule_ends_every_unfinished_upload_and_expires_only_staging():
+    """docs/operations.md's rule covers every area multipart uploads are written under."""
+    rule = re.search(r"```json\n(\{\"Rules\".*?)\n```", OPERATIONS.read_text(), re.DOTALL)
+    rules = json.loads(rule.group(1))["Rules"]
+    aborting = [each["Filter"]["Prefix"] for each in rules
+                if "AbortIncompleteMultipartUpload" in each]
+    for area in MULTIPART_AREAS:
+        assert any(f"PREFIX/{area}".startswith(prefix) for prefix in aborting), area
+    assert [each["Filter"]["Prefix"] for each in rules if "Expiration" in each] == [
+        "PREFIX/staging/"]
