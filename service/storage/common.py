@@ -125,19 +125,21 @@ def last_modified(path: Path) -> float:
 
 def claim_turn(marker: Path, every_seconds: float) -> bool:
     """Whether this process takes the turn of a chore done once every `every_seconds` by
-    the processes sharing `marker`'s folder: the first to ask once the interval has passed
-    (under a lock of the marker file, which holds when the last turn was taken)."""
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    with marker.open("a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        try:
-            taken = float(handle.read())
-        except ValueError:  # a new marker: no turn taken yet
-            taken = 0.0
+    the processes sharing the empty folder `marker` (made by the first to ask, whose turn it
+    is; then its modification time is when the last turn was taken, and a lock on it orders
+    the claims)."""
+    try:
+        marker.mkdir(parents=True)
+        first = True
+    except FileExistsError:
+        first = False
+    descriptor = os.open(marker, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
         now = time.time()
-        if now - taken < every_seconds:
+        if not first and now - os.fstat(descriptor).st_mtime < every_seconds:
             return False
-        handle.truncate(0)
-        handle.write(repr(now))
+        os.utime(descriptor, (now, now))
         return True
+    finally:
+        os.close(descriptor)
