@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
 
 from flipgate.logits_scan import LogitsScan
 from service.config import Settings
@@ -360,8 +360,9 @@ class MultipartUpload:
         try:
             self.upload_id = call("create_multipart_upload", Bucket=bucket, Key=key,
                                   Metadata=metadata or {})["UploadId"]
-        except StorageUnavailable:  # the store may begin it once it answers again
-            given_up.add(key, None)
+        except StorageUnavailable as error:
+            if isinstance(error.__cause__, ReadTimeoutError):  # it may begin once it wakes
+                given_up.add(key, None)
             raise
         self.buffer, self.filled = bytearray(PART_BYTES), 0  # the part being filled
         self.buffers: dict[futures.Future, bytearray] = {}  # a full part's, while it is sent
@@ -445,10 +446,10 @@ class MultipartUpload:
 
 class GivenUpUploads:
     """The multipart uploads this process gave up on while the store did not answer: those
-    it could not abort, and those it asked for without hearing back (the store may begin them
-    once it answers again). A thread of their own tries every ABORT_RETRY_SECONDS to abort
-    them, until the store has answered twice (what it held back is begun by then), for
-    ABORT_RETRY_LIMIT_SECONDS at most; those of a process that dies, or that the store does
+    it could not abort, and those it asked for without hearing back in time (the store may
+    begin them once it answers again). A thread of their own tries every ABORT_RETRY_SECONDS
+    to abort them, until the store has answered twice (what it held back is begun by then),
+    for ABORT_RETRY_LIMIT_SECONDS at most; those of a process that dies, or that the store does
     not answer for that long, are left to the sweep of abandoned uploads and the lifecycle
     rule."""
 
