@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import timedelta
@@ -260,8 +261,9 @@ def _token_project(args: argparse.Namespace) -> str | None:
 
 
 def run_store_check(args: argparse.Namespace) -> int:
-    """Print the artifacts no row references and the rows whose artifact is missing; exit 1
-    when there is either."""
+    """Print the artifacts no row references, the rows whose artifact is missing and the
+    unfinished uploads; exit 1 when there is either of the first two, or an upload abandoned
+    (begun more than FLIPGATE_STAGING_IDLE_MINUTES ago: the sweep's to remove)."""
     from service.config import get_settings
     from service.housekeeping import check_store
     from service.storage import open_store
@@ -273,9 +275,14 @@ def run_store_check(args: argparse.Namespace) -> int:
         print(f"unreferenced artifact {sha256}")
     for sha256 in report.missing:
         print(f"missing artifact {sha256} (a row references it)")
-    print(f"{len(report.unreferenced)} unreferenced, {len(report.missing)} missing",
-          file=sys.stderr)
-    return 1 if report.unreferenced or report.missing else 0
+    now, idle_seconds = time.time(), settings.staging_idle_minutes * 60
+    for name, began in report.unfinished:
+        print(f"unfinished upload: {name}, begun {(now - began) / 60:.0f} minutes ago")
+    abandoned = sum(now - began > idle_seconds for _, began in report.unfinished)
+    print(f"{len(report.unreferenced)} unreferenced, {len(report.missing)} missing, "
+          f"{len(report.unfinished)} unfinished uploads ({abandoned} begun over "
+          f"{settings.staging_idle_minutes:g} minutes ago)", file=sys.stderr)
+    return 1 if report.unreferenced or report.missing or abandoned else 0
 
 
 def run_store_gc(args: argparse.Namespace) -> int:
@@ -421,7 +428,8 @@ def add_store_command(commands: argparse._SubParsersAction) -> None:
              "$FLIPGATE_DATA_DIR/artifacts) against the rows of "
              "$FLIPGATE_DATABASE_URL.")
     check = store_commands.add_parser(
-        "check", help="list unreferenced artifacts and rows without theirs (exit 1 if any)",
+        "check", help="list unreferenced artifacts, rows without theirs and unfinished "
+                      "uploads (exit 1 if any but an upload begun in the idle period)",
         description=where)
     check.set_defaults(run=run_store_check)
     gc = store_commands.add_parser(

@@ -40,8 +40,8 @@ class Settings(BaseSettings):
     cache_dir: Path | None = None  # the S3 store's local read cache; None: <data_dir>/cache
     cache_max_gb: float = Field(default=20.0, gt=0)  # least recently used evicted beyond it
     # one call to the S3 store that gets no answer for this long fails (connect and each
-    # read); with its retries a request waits at most about 3x this, then answers 503
-    # `storage_unavailable`
+    # read); tried twice, a request waits about 2x this and a second at most, then answers
+    # 503 `storage_unavailable`
     store_timeout_seconds: float = Field(default=5.0, gt=0)
     max_upload_mb: int = Field(default=512, ge=1)  # request bodies (uploads) at most
     max_decompressed_mb: int = Field(default=2048, ge=1)  # .npz arrays, model .zips, expanded

@@ -39,6 +39,7 @@ from service.errors import (
 from service.gate.promotion_router import router as promotion_router
 from service.gate.router import router as gate_router
 from service.guard import check_request_scalars
+from service.housekeeping import sweep_abandoned_uploads
 from service.integrations.mlflow.router import router as mlflow_router
 from service.jobs.router import router as jobs_router
 from service.limits import Admission, RequestBodyLimit
@@ -97,26 +98,27 @@ logger = logging.getLogger(__name__)
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Refuse to serve a database that is not migrated, or without the key of the webhook
-    secrets outside development; sweep abandoned uploads while serving; release connections
-    at exit."""
+    secrets outside development; sweep this host's abandoned uploads while serving; release
+    connections at exit."""
     check_current(app.state.engine)
     require_secret_key(app.state.settings)
-    sweeper = asyncio.create_task(sweep_abandoned_uploads(app.state.store, app.state.settings))
+    sweeper = asyncio.create_task(sweep_staged_uploads(app.state.store, app.state.settings))
     yield
     sweeper.cancel()
     app.state.engine.dispose()
     app.state.celery.close()
 
 
-async def sweep_abandoned_uploads(store: ArtifactStore, settings: Settings) -> None:
-    """At start and then every half idle period: remove the partial files of uploads that
-    stopped writing (a killed server's, or a client that went away; with an S3 store also
-    its staging objects and incomplete multipart uploads)."""
+async def sweep_staged_uploads(store: ArtifactStore, settings: Settings) -> None:
+    """At start and then every half idle period: remove this host's partial files of uploads
+    that stopped writing (a killed server's, or a client that went away), unless another
+    process of the host just did (a bucket's leftovers are the worker's sweeper's)."""
     idle_seconds = settings.staging_idle_minutes * 60
     while True:
         try:
-            await asyncio.to_thread(store.sweep_partial, idle_seconds)
-        except (OSError, StorageUnavailable):
+            await asyncio.to_thread(sweep_abandoned_uploads, store=store,
+                                    idle_seconds=idle_seconds)
+        except OSError:
             logger.exception("could not sweep abandoned uploads")
         await asyncio.sleep(idle_seconds / 2)
 

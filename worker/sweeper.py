@@ -2,7 +2,10 @@
 whose lease expired (service.flows.reap_lost_jobs), sends the queued jobs the broker has not
 accepted (service.jobs.enqueue.send_unsent) and the callbacks that are due
 (service.callbacks.scheduling.send_due), and, every mlflow_reconcile_seconds when an MLflow
-tracking URI is set, the MLflow connector's reconcile job (worker.mlflow). Every `flipgate
+tracking URI is set, the MLflow connector's reconcile job (worker.mlflow); every half
+staging_idle_minutes it sweeps abandoned uploads (service.housekeeping: its host's staging
+files, and a bucket's staging objects and multipart uploads when it is the deployment's one
+sweeper of the bucket). Every `flipgate
 worker` runs one in a process of its own (`python -m worker.sweeper`), never a thread of the
 Celery process whose pool processes are forked from it (a forked SQLite connection breaks
 locking); the worker starts it again when it exits (SupervisedSweeper), and it stops when
@@ -27,11 +30,14 @@ from service import flows
 from service.callbacks.scheduling import due_now, send_due
 from service.config import Settings, get_settings
 from service.db import create_db_engine, create_session_factory, session_scope
+from service.errors import StorageUnavailable
+from service.housekeeping import SharedSweep, sweep_abandoned_uploads
 from service.integrations.mlflow.service import queue_reconcile, serve_project
 from service.jobs.enqueue import send_unsent
 from service.jobs.leases import beat, lost_jobs, unsent_jobs
 from service.observability.startup import start_process
 from service.outbox import enqueue_after_commit
+from service.storage import ArtifactStore, open_store
 
 # a sweeper that exits is started again after a pause that doubles, from FIRST to LAST
 # seconds, while each one dies within STEADY seconds of its start
@@ -77,6 +83,18 @@ def reconcile_mlflow(sessions: sessionmaker[Session], celery: Celery,
         queue_reconcile(session=session)
 
 
+def sweep_uploads(store: ArtifactStore, shared: SharedSweep | None, settings: Settings) -> None:
+    """Abandoned uploads: this host's, and the bucket's when this sweeper is its sweeper."""
+    try:
+        swept = sweep_abandoned_uploads(store=store, shared=shared,
+                                        idle_seconds=settings.staging_idle_minutes * 60)
+    except (OSError, StorageUnavailable) as error:
+        logger.warning("abandoned uploads not swept: %s", error)
+        return
+    if swept:
+        logger.info("swept %d abandoned uploads", len(swept))
+
+
 def sweep_while_parent_lives(celery: Celery, settings: Settings, parent: int,
                              queues: str = "") -> None:
     """Sweep every settings.sweep_seconds until `parent`, the process that started this one,
@@ -84,7 +102,9 @@ def sweep_while_parent_lives(celery: Celery, settings: Settings, parent: int,
     with `queues`, write the parent's beat (a worker seen alive) every BEAT_SECONDS."""
     engine = create_db_engine(settings)
     sessions, readers = create_session_factory(engine), sessionmaker(engine)
-    reconcile_at = beat_at = time.monotonic()
+    store = open_store(settings)
+    shared = SharedSweep(engine, settings.artifact_store) if settings.artifact_store else None
+    reconcile_at = beat_at = uploads_at = time.monotonic()
     worker = f"{socket.gethostname()}:{parent}"
     logger.info("sweeping every %g s for worker %s", settings.sweep_seconds, worker)
     while os.getppid() == parent:
@@ -97,6 +117,9 @@ def sweep_while_parent_lives(celery: Celery, settings: Settings, parent: int,
             if settings.mlflow_tracking_uri and time.monotonic() >= reconcile_at:
                 reconcile_mlflow(sessions, celery, settings)
                 reconcile_at = time.monotonic() + settings.mlflow_reconcile_seconds
+            if time.monotonic() >= uploads_at:
+                sweep_uploads(store, shared, settings)
+                uploads_at = time.monotonic() + settings.staging_idle_minutes * 60 / 2
             with session_scope(readers) as session:
                 if not has_work(session, settings):
                     continue

@@ -72,7 +72,7 @@ class Decision(ProjectOwned, Record, Base):
     signature_digest: Mapped[str | None] = mapped_column(String(64))  # a webhook's, its v1=
     base_url: Mapped[str] = mapped_column(Text)
     repair_of_id: Mapped[int | None] = mapped_column(ForeignKey("gate_decisions.id"))
-    decided_at: Mapped[datetime | None]
+    decided_at: Mapped[datetime | None] = mapped_column(index=True)  # GET /metrics
     request_id: Mapped[str | None] = mapped_column(String(128))  # the gate request's, for
     # its callback's X-Request-ID
 

@@ -58,7 +58,7 @@ class Job(ProjectOwned, Record, Base):
     attempts: Mapped[int] = mapped_column(default=0, server_default="0")  # times claimed
     heartbeat_at: Mapped[datetime | None]  # renewed by the worker while the job runs
     sent_at: Mapped[datetime | None]  # when the broker last accepted the job's message
-    finished_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None] = mapped_column(index=True)  # GET /metrics
     # the request that queued the job (X-Request-ID) and its trace context (W3C traceparent,
     # with the otel extra): the worker's log lines and spans for the job carry them
     request_id: Mapped[str | None] = mapped_column(String(REQUEST_ID_LENGTH))

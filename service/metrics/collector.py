@@ -1,13 +1,17 @@
 """The figures of work and outcomes, read from the database when Prometheus scrapes: jobs,
 gate decisions, callbacks, the queue and the workers seen alive. They are whole-server figures
 (every API process and host answers the same), and counters only grow because the rows they
-count are final: a job, a decision or a callback that has ended never changes again. With them,
+count are final: a job, a decision or a callback that has ended never changes again. So the
+sums over ended jobs and decisions are read once per process up to a moment SETTLE_SECONDS
+past and kept (EndedTotals), and each scrape reads only the rows that ended since, through
+the indexes on when they ended: a scrape's cost does not grow with the history. With them,
 the dependencies this API process reaches (the /readyz checks) and the build."""
 
 import logging
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client.core import (
@@ -18,7 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from sqlalchemy import ColumnElement, case, exists, func, select
+from sqlalchemy import ColumnElement, Select, case, exists, func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, aliased
 
@@ -29,11 +33,13 @@ from service.db import read_only, utcnow
 from service.gate.models import Decision, Verdict
 from service.jobs.models import Job, JobDependency, JobKind, JobState, WorkerBeat
 
-FINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-FINAL_VERDICTS = (Verdict.APPROVE, Verdict.BLOCK)
 # seconds: a job's run and wait, a verdict's delay (jobs run from a second to an hour)
 BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
 WORKER_ALIVE_SECONDS = 60  # a worker whose sweeper wrote its beat this recently is alive
+# a row that ended this long ago is settled: the transaction that ended it committed long
+# since, on any host's clock (an end written later, or by a clock further behind, is missed)
+SETTLE_SECONDS = 600
+SUMS = 2 + len(BUCKETS)  # a histogram's columns: its count, its sum, its cumulative buckets
 DEPENDENCIES = {"database": "database", "broker": "broker", "artifacts": "artifact_store"}
 logger = logging.getLogger(__name__)
 
@@ -45,6 +51,7 @@ class DatabaseFigures(Collector):
 
     def __init__(self, state: Any) -> None:
         self.state = state
+        self.ended = EndedFigures()
 
     def collect(self) -> Iterator[Metric]:
         yield build_info()
@@ -52,7 +59,7 @@ class DatabaseFigures(Collector):
         try:
             with self.state.sessions() as session:
                 read_only(session)
-                yield from work_figures(session)
+                yield from work_figures(session, self.ended)
         except SQLAlchemyError as error:
             logger.warning("metrics: the database figures are left out (%s)",
                            type(error).__name__)
@@ -74,21 +81,20 @@ def dependencies_up(state: Any) -> Metric:
     return up
 
 
-def work_figures(session: Session) -> Iterator[Metric]:
+def work_figures(session: Session, ended: "EndedFigures") -> Iterator[Metric]:
     """The jobs', decisions', callbacks' and workers' figures."""
-    yield from job_figures(session)
-    yield from decision_figures(session)
+    yield from job_figures(session, ended.jobs.read(session))
+    yield from decision_figures(session, ended.decisions.read(session))
     yield from callback_figures(session)
     yield workers_alive(session)
 
 
-def job_figures(session: Session) -> Iterator[Metric]:
+def job_figures(session: Session, ended_jobs: dict[tuple, list[float]]) -> Iterator[Metric]:
+    """`ended_jobs`: the sums of EndedFigures.jobs, by kind and state."""
     ended = CounterMetricFamily("flipgate_jobs", "Jobs that ended, by kind and final state "
                                 "(shards count as jobs of their kind)", labels=["kind", "state"])
-    for kind, state, count in session.execute(
-            select(Job.kind, Job.state, func.count()).where(Job.state.in_(FINAL_JOB_STATES))
-            .group_by(Job.kind, Job.state)):
-        ended.add_metric([kind, state], count)
+    for (kind, state), sums in ended_jobs.items():
+        ended.add_metric([kind, state], sums[0])
     yield ended
     waiting = GaugeMetricFamily("flipgate_jobs_queued", "Jobs waiting to run (for a worker "
                                 "or for the jobs they need), by kind", labels=["kind"])
@@ -102,12 +108,15 @@ def job_figures(session: Session) -> Iterator[Metric]:
         running.add_metric([kind], open_jobs[(kind, JobState.RUNNING)])
     yield waiting
     yield running
-    yield histogram(session, "flipgate_job_duration_seconds", "Run time of the jobs that "
-                    "ended after running, from their last start to their end, by kind",
-                    Job.kind, Job.started_at, Job.finished_at, Job.state.in_(FINAL_JOB_STATES))
-    yield histogram(session, "flipgate_job_queue_wait_seconds", "Time from a job's creation "
-                    "to its last start, of the jobs that ended after running, by kind",
-                    Job.kind, Job.created_at, Job.started_at, Job.state.in_(FINAL_JOB_STATES))
+    by_kind: dict[tuple, list[float]] = {}
+    for (kind, _), sums in ended_jobs.items():
+        add_sums(by_kind, (kind,), sums[1:])
+    yield histogram("flipgate_job_duration_seconds", "Run time of the jobs that ended after "
+                    "running, from their last start to their end, by kind",
+                    {kind: sums[:SUMS] for kind, sums in by_kind.items()}, ["kind"])
+    yield histogram("flipgate_job_queue_wait_seconds", "Time from a job's creation to its "
+                    "last start, of the jobs that ended after running, by kind",
+                    {kind: sums[SUMS:] for kind, sums in by_kind.items()}, ["kind"])
     yield oldest_ready_job_age(session)
 
 
@@ -129,17 +138,22 @@ def oldest_ready_job_age(session: Session) -> Metric:
     return age
 
 
-def decision_figures(session: Session) -> Iterator[Metric]:
+def decision_figures(session: Session,
+                     ended_decisions: dict[tuple, list[float]]) -> Iterator[Metric]:
+    """`ended_decisions`: the sums of EndedFigures.decisions, by verdict."""
     decisions = CounterMetricFamily("flipgate_gate_decisions", "Gate decisions that became "
                                     "final, by verdict", labels=["verdict"])
-    pending = counted_by_state(decisions, session.execute(
-        select(Decision.verdict, func.count()).group_by(Decision.verdict)), Verdict.PENDING)
+    for (verdict,), sums in ended_decisions.items():
+        decisions.add_metric([verdict], sums[0])
     yield decisions
     yield GaugeMetricFamily("flipgate_gate_decisions_pending", "Gate decisions waiting for "
-                            "their measurements", value=pending)
-    yield histogram(session, "flipgate_time_to_verdict_seconds", "Time from a gate request to "
-                    "its final verdict", None, Decision.created_at, Decision.decided_at,
-                    Decision.verdict.in_(FINAL_VERDICTS) & Decision.decided_at.is_not(None))
+                            "their measurements", value=session.scalar(
+                                select(func.count()).where(Decision.verdict == Verdict.PENDING)))
+    overall: dict[tuple, list[float]] = {}
+    for sums in ended_decisions.values():
+        add_sums(overall, (), sums[1:])
+    yield histogram("flipgate_time_to_verdict_seconds", "Time from a gate request to its "
+                    "final verdict", overall, None)
 
 
 def callback_figures(session: Session) -> Iterator[Metric]:
@@ -186,24 +200,92 @@ def workers_alive(session: Session) -> Metric:
     return alive
 
 
-def histogram(session: Session, name: str, documentation: str, label: Any, start: Any,
-              end: Any, where: ColumnElement[bool]) -> Metric:
-    """A histogram of end - start over the rows `where` selects (by `label` when given),
-    counted in the database: one row per label value, whatever the number of rows."""
-    seconds = seconds_between(session, start, end)
-    buckets = [func.sum(case((seconds <= bound, 1), else_=0)) for bound in BUCKETS]
-    columns = [func.count(), func.coalesce(func.sum(seconds), 0.0), *buckets]
-    statement = select(*([label] if label is not None else []), *columns).where(
-        where, start.is_not(None), end.is_not(None))
-    family = HistogramMetricFamily(name, documentation,
-                                   labels=["kind"] if label is not None else None)
-    for row in session.execute(statement.group_by(label) if label is not None else statement):
-        values = list(row)
-        labels = [values.pop(0)] if label is not None else []
-        count, total, *cumulative = values
+class EndedTotals:
+    """Sums over rows that have ended and never change again (`statement`'s, grouped by its
+    first `labels` columns, given the condition that picks the rows by `ended`, when they
+    ended, the one condition: a planner then reads them through the index on `ended`): those
+    that ended before a moment SETTLE_SECONDS past are read once and kept, later ones at
+    each read."""
+
+    def __init__(self, ended: Any, labels: int,
+                 statement: Callable[[Session, ColumnElement[bool]], Select]) -> None:
+        self.ended, self.labels, self.statement = ended, labels, statement
+        self.settled: dict[tuple, list[float]] = {}
+        self.until: datetime | None = None  # the rows that ended before it are settled
+        self.lock = threading.Lock()
+
+    def read(self, session: Session) -> dict[tuple, list[float]]:
+        """The sums over every ended row, by the statement's labels."""
+        with self.lock:
+            cutoff = utcnow() - timedelta(seconds=SETTLE_SECONDS)
+            if self.until is None:
+                self._add(self.settled, session, self.ended < cutoff)
+                self.until = cutoff
+            elif cutoff > self.until:
+                self._add(self.settled, session,
+                          (self.ended >= self.until) & (self.ended < cutoff))
+                self.until = cutoff
+            totals = {labels: list(sums) for labels, sums in self.settled.items()}
+            recent = self.ended >= self.until
+        self._add(totals, session, recent)
+        return totals
+
+    def _add(self, totals: dict[tuple, list[float]], session: Session,
+             window: ColumnElement[bool]) -> None:
+        rows = session.execute(self.statement(session, window)).all()
+        for row in rows:
+            add_sums(totals, tuple(row[:self.labels]), list(row[self.labels:]))
+
+
+class EndedFigures:
+    """The sums kept over the ended jobs (by kind and state: their count and the histograms
+    of their run and queue wait) and the final decisions (by verdict: their count and the
+    histogram of their time to verdict)."""
+
+    def __init__(self) -> None:
+        self.jobs = EndedTotals(Job.finished_at, 2, ended_jobs)
+        self.decisions = EndedTotals(Decision.decided_at, 1, final_decisions)
+
+
+def ended_jobs(session: Session, window: ColumnElement[bool]) -> Select:
+    """By kind and state: a job has its end time once it is final (jobs.service)."""
+    run = seconds_between(session, Job.started_at, Job.finished_at)
+    wait = seconds_between(session, Job.created_at, Job.started_at)
+    return (select(Job.kind, Job.state, func.count(), *histogram_sums(run),
+                   *histogram_sums(wait)).where(window).group_by(Job.kind, Job.state))
+
+
+def final_decisions(session: Session, window: ColumnElement[bool]) -> Select:
+    """By verdict: a decision has its time of decision once it is final (gate.verdicts)."""
+    seconds = seconds_between(session, Decision.created_at, Decision.decided_at)
+    return (select(Decision.verdict, func.count(), *histogram_sums(seconds))
+            .where(window).group_by(Decision.verdict))
+
+
+def histogram_sums(seconds: ColumnElement[float]) -> list[ColumnElement[Any]]:
+    """The columns of a histogram of `seconds` (null: not counted), counted in the database:
+    its count, its sum and its cumulative buckets."""
+    return [func.sum(case((seconds.is_not(None), 1), else_=0)),
+            func.coalesce(func.sum(seconds), 0.0),
+            *(func.sum(case((seconds <= bound, 1), else_=0)) for bound in BUCKETS)]
+
+
+def add_sums(totals: dict[tuple, list[float]], labels: tuple, sums: list[Any]) -> None:
+    """Add `sums` to those of `labels` in `totals`."""
+    kept = totals.setdefault(labels, [0] * len(sums))
+    for index, value in enumerate(sums):
+        kept[index] += value or 0
+
+
+def histogram(name: str, documentation: str, sums: dict[tuple, list[float]],
+              label: list[str] | None) -> Metric:
+    """A histogram family from `histogram_sums` by label values (none when `label` is
+    None); a label value that counted nothing is left out."""
+    family = HistogramMetricFamily(name, documentation, labels=label)
+    for labels, (count, total, *cumulative) in sums.items():
         if count:
-            family.add_metric(labels, [(floatToGoString(bound), found or 0) for bound, found in
-                                       zip(BUCKETS, cumulative, strict=True)]
+            family.add_metric(list(labels), [(floatToGoString(bound), found) for bound, found
+                                             in zip(BUCKETS, cumulative, strict=True)]
                               + [("+Inf", count)], float(total))
     return family
 

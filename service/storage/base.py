@@ -17,6 +17,7 @@ from service.errors import InvalidInput
 from service.storage.common import (
     check_declared,
     check_intact,
+    claim_turn,
     copy_hashing,
     receive_batches,
 )
@@ -111,10 +112,35 @@ class ArtifactStore(ABC):
     def remove(self, addresses: list[str]) -> None:
         """Delete artifacts (garbage collection only: requests never delete)."""
 
-    @abstractmethod
     def sweep_partial(self, idle_seconds: float) -> list[str]:
-        """Remove what uploads left that stopped writing `idle_seconds` ago (staging files,
-        unfinished writes); what was removed."""
+        """Remove what uploads left that stopped writing `idle_seconds` ago, on this host and
+        in the shared store; what was removed."""
+        return self.sweep_local(idle_seconds) + self.sweep_shared(idle_seconds)
+
+    @abstractmethod
+    def sweep_local(self, idle_seconds: float) -> list[str]:
+        """Remove this host's files of uploads that stopped writing `idle_seconds` ago
+        (staging folders, the local store's unfinished writes); what was removed."""
+
+    def sweep_local_when_due(self, idle_seconds: float) -> list[str]:
+        """`sweep_local`, by one of the processes sharing the staging folder once per half
+        `idle_seconds` (the others find it done); what was removed."""
+        marker = self.staging.with_name(f"{self.staging.name}-swept-at")
+        if not claim_turn(marker, idle_seconds / 2):
+            return []
+        return self.sweep_local(idle_seconds)
+
+    def sweep_shared(self, idle_seconds: float) -> list[str]:
+        """Remove what uploads left in the store every host shares (a bucket's staging
+        objects and unfinished multipart uploads) begun `idle_seconds` ago; what was
+        removed. One process of a deployment does it (worker.sweeper)."""
+        return []
+
+    @abstractmethod
+    def unfinished_uploads(self) -> list[tuple[str, float]]:
+        """What uploads under way or abandoned hold in the store (unfinished writes and
+        multipart uploads, staging files and objects), each named as `flipgate store check`
+        prints it, with when it began or was last written (seconds since the epoch)."""
 
     @abstractmethod
     def check(self) -> str:

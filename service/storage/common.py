@@ -1,7 +1,9 @@
-"""What the back-ends share: receiving a body in batches, checking a declared digest, and the
-local files of staging and placing (the local store's artifacts, the cache's copies)."""
+"""What the back-ends share: receiving a body in batches, checking a declared digest, the
+local files of staging and placing (the local store's artifacts, the cache's copies), and the
+turns of upkeep that the processes of one host take once per interval."""
 
 import asyncio
+import fcntl
 import hashlib
 import os
 import shutil
@@ -119,3 +121,25 @@ def last_modified(path: Path) -> float:
     if path.is_dir():
         times += [child.stat().st_mtime for child in path.rglob("*")]
     return max(times)
+
+
+def claim_turn(marker: Path, every_seconds: float) -> bool:
+    """Whether this process takes the turn of a chore done once every `every_seconds` by
+    the processes sharing the empty folder `marker` (made by the first to ask, whose turn it
+    is; then its modification time is when the last turn was taken, and a lock on it orders
+    the claims)."""
+    try:
+        marker.mkdir(parents=True)
+        first = True
+    except FileExistsError:
+        first = False
+    descriptor = os.open(marker, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        now = time.time()
+        if not first and now - os.fstat(descriptor).st_mtime < every_seconds:
+            return False
+        os.utime(descriptor, (now, now))
+        return True
+    finally:
+        os.close(descriptor)

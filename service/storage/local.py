@@ -17,7 +17,7 @@ from service.storage.base import (
     folder_files,
 )
 from service.storage.bundle import bundle_chunks
-from service.storage.common import link_or_copy, place, remove_idle
+from service.storage.common import last_modified, link_or_copy, place, remove_idle
 
 
 class LocalStore(ArtifactStore):
@@ -64,8 +64,11 @@ class LocalStore(ArtifactStore):
                 shutil.rmtree(path)
             path.unlink(missing_ok=True)
 
-    def sweep_partial(self, idle_seconds: float) -> list[str]:
+    def sweep_local(self, idle_seconds: float) -> list[str]:
         return remove_idle(self.partial_files(), idle_seconds)
+
+    def unfinished_uploads(self) -> list[tuple[str, float]]:
+        return [(str(path), last_modified(path)) for path in self.partial_files()]
 
     def partial_files(self) -> Iterator[Path]:
         """Uploads under way or abandoned: staging folders and unfinished store writes."""

@@ -8,6 +8,7 @@ import asyncio
 import functools
 import hashlib
 import os
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,7 +21,7 @@ from typing import Any
 import anyio
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
 
 from flipgate.logits_scan import LogitsScan
 from service.config import Settings
@@ -50,9 +51,14 @@ PARTS_IN_FLIGHT = 4  # parts of one upload being sent at once: memory <= 5 parts
 COPY_PART_BYTES = 32 << 20
 ABORT_WAIT_SECONDS = 2.0  # a failed upload's answer waits this long at most for its abort
 DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's most)
-ATTEMPTS = 2  # tries of each call (botocore's standard retry mode)
+ATTEMPTS = 2  # tries of each call, the first included (botocore's standard retry mode)
+ABORT_RETRY_SECONDS = 2.0  # how often an abort the store did not answer is tried again,
+ABORT_RETRY_LIMIT_SECONDS = 3600.0  # and for how long (then the sweep's, or the lifecycle's)
+# where multipart uploads are written under the prefix (the lifecycle rule of
+# docs/operations.md covers both)
+MULTIPART_AREAS = ("staging/", "sha256/")
 BUNDLE_KIND = {"flipgate-kind": "bundle"}  # the user metadata of a bundle object
-NOT_THERE = {"404", "NoSuchKey", "NotFound"}
+NOT_THERE = {"404", "NoSuchKey", "NotFound", "NoSuchUpload"}
 ALREADY_THERE = {"412", "PreconditionFailed"}
 # the variables of the AWS chain a client depends on (a new one is made when they change)
 AWS_CHAIN = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
@@ -79,6 +85,7 @@ class S3Store(ArtifactStore):
     def __init__(self, client: Any, bucket: str, prefix: str, cache: ReadCache) -> None:
         self.client, self.bucket, self.prefix, self.cache = client, bucket, prefix, cache
         self.staging = cache.root / "staging"
+        self.given_up = GivenUpUploads(self._call, bucket)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "S3Store":
@@ -151,7 +158,7 @@ class S3Store(ArtifactStore):
         body that failed or stopped, a refusal) is aborted, a staging object deleted."""
         key = self.key(declared) if declared else f"{self.prefix}staging/{uuid.uuid4().hex}"
         upload = await anyio.to_thread.run_sync(functools.partial(
-            MultipartUpload, self._call, bucket=self.bucket, key=key))
+            MultipartUpload, self._call, bucket=self.bucket, key=key, given_up=self.given_up))
         digest, head = hashlib.sha256(), bytearray()
 
         def keep(data: bytes) -> None:
@@ -185,10 +192,13 @@ class S3Store(ArtifactStore):
         self._delete([self.key(sha256) for sha256 in addresses])
         self.cache.discard(addresses)
 
-    def sweep_partial(self, idle_seconds: float) -> list[str]:
-        """The local staging folders, and the staging objects and incomplete multipart
-        uploads begun `idle_seconds` ago or earlier."""
-        swept = remove_idle(self.staging.glob("*"), idle_seconds)
+    def sweep_local(self, idle_seconds: float) -> list[str]:
+        """The host's staging folders (uploads read whole before they are stored)."""
+        return remove_idle(self.staging.glob("*"), idle_seconds)
+
+    def sweep_shared(self, idle_seconds: float) -> list[str]:
+        """The staging objects and incomplete multipart uploads begun `idle_seconds` ago or
+        earlier."""
         cutoff = time.time() - idle_seconds
         stale = [item["Key"] for item in self._listing(f"{self.prefix}staging/")
                  if item["LastModified"].timestamp() < cutoff]
@@ -198,7 +208,14 @@ class S3Store(ArtifactStore):
                 self._call("abort_multipart_upload", Bucket=self.bucket, Key=upload["Key"],
                            UploadId=upload["UploadId"])
                 stale.append(upload["Key"])
-        return swept + stale
+        return stale
+
+    def unfinished_uploads(self) -> list[tuple[str, float]]:
+        """The bucket's incomplete multipart uploads and staging objects."""
+        uploads = [(f"multipart upload to {upload['Key']}", upload["Initiated"].timestamp())
+                   for upload in self._uploads()]
+        return uploads + [(f"staging object {item['Key']}", item["LastModified"].timestamp())
+                          for item in self._listing(f"{self.prefix}staging/")]
 
     def check(self) -> str:
         self._call("head_bucket", Bucket=self.bucket)
@@ -232,7 +249,8 @@ class S3Store(ArtifactStore):
                 "put_object", Bucket=self.bucket, Key=key, Body=first, Metadata=metadata,
                 IfNoneMatch="*"))
             return
-        upload = MultipartUpload(self._call, bucket=self.bucket, key=key, metadata=metadata)
+        upload = MultipartUpload(self._call, bucket=self.bucket, key=key, metadata=metadata,
+                                 given_up=self.given_up)
         try:
             upload.write(first)
             while chunk := readable.read(PART_BYTES):
@@ -254,7 +272,8 @@ class S3Store(ArtifactStore):
             return
         if self._head(target) is not None:
             return
-        upload = MultipartUpload(self._call, bucket=self.bucket, key=target)
+        upload = MultipartUpload(self._call, bucket=self.bucket, key=target,
+                                 given_up=self.given_up)
         try:
             upload.copy_parts(copied, size, COPY_PART_BYTES)
             self._unless_there(lambda: upload.complete(if_none_match=True))
@@ -294,13 +313,9 @@ class S3Store(ArtifactStore):
 
     def _uploads(self) -> list[dict]:
         """The incomplete multipart uploads of this store: to staging keys, and to
-        addresses (a raw body whose digest was declared)."""
-        with self._answering():
-            paginator = self.client.get_paginator("list_multipart_uploads")
-            return [upload for area in ("staging/", "sha256/")
-                    for page in paginator.paginate(Bucket=self.bucket,
-                                                   Prefix=f"{self.prefix}{area}")
-                    for upload in page.get("Uploads", [])]
+        addresses (a raw body whose digest was declared, a large result of a worker)."""
+        return [upload for area in MULTIPART_AREAS
+                for upload in list_uploads(self._call, self.bucket, f"{self.prefix}{area}")]
 
     def _delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), DELETE_BATCH):
@@ -340,10 +355,15 @@ class MultipartUpload:
     upload threads; `complete` or `abort` ends it."""
 
     def __init__(self, call: Callable[..., Any], *, bucket: str, key: str,
-                 metadata: dict[str, str] | None = None) -> None:
-        self.call, self.bucket, self.key = call, bucket, key
-        self.upload_id = call("create_multipart_upload", Bucket=bucket, Key=key,
-                              Metadata=metadata or {})["UploadId"]
+                 given_up: "GivenUpUploads", metadata: dict[str, str] | None = None) -> None:
+        self.call, self.bucket, self.key, self.given_up = call, bucket, key, given_up
+        try:
+            self.upload_id = call("create_multipart_upload", Bucket=bucket, Key=key,
+                                  Metadata=metadata or {})["UploadId"]
+        except StorageUnavailable as error:
+            if isinstance(error.__cause__, ReadTimeoutError):  # it may begin once it wakes
+                given_up.add(key, None)
+            raise
         self.buffer, self.filled = bytearray(PART_BYTES), 0  # the part being filled
         self.buffers: dict[futures.Future, bytearray] = {}  # a full part's, while it is sent
         self.sent, self.completed = [], False
@@ -396,14 +416,15 @@ class MultipartUpload:
         self.completed = True
 
     def abort(self) -> None:
-        """Give the upload up (its parts are dropped); a store that cannot be reached now
-        leaves it to the sweep and the bucket's lifecycle rule."""
+        """Give the upload up (its parts are dropped); one the store does not answer now is
+        aborted as soon as it answers again (GivenUpUploads)."""
         for future in self.sent:
             future.cancel()
         futures.wait(self.sent)
-        with suppress(StorageUnavailable, ClientError):
-            self.call("abort_multipart_upload", Bucket=self.bucket, Key=self.key,
-                      UploadId=self.upload_id)
+        try:
+            abort_upload(self.call, self.bucket, self.key, self.upload_id)
+        except StorageUnavailable:
+            self.given_up.add(self.key, self.upload_id)
 
     def _send(self, body: bytes | bytearray) -> None:
         self._submit(lambda number: self.call(
@@ -421,6 +442,82 @@ class MultipartUpload:
                 future.result()
         number = len(self.sent) + 1
         self.sent.append(UPLOAD_THREADS.submit(send, number))
+
+
+class GivenUpUploads:
+    """The multipart uploads this process gave up on while the store did not answer: those
+    it could not abort, and those it asked for without hearing back in time (the store may
+    begin them once it answers again). A thread of their own tries every ABORT_RETRY_SECONDS
+    to abort them, until the store has answered twice (what it held back is begun by then),
+    for ABORT_RETRY_LIMIT_SECONDS at most; those of a process that dies, or that the store does
+    not answer for that long, are left to the sweep of abandoned uploads and the lifecycle
+    rule."""
+
+    def __init__(self, call: Callable[..., Any], bucket: str) -> None:
+        self.call, self.bucket = call, bucket
+        # (key, upload id) -> (the store's answers since, when it was given up)
+        self.pending: dict[tuple[str, str | None], tuple[int, float]] = {}
+        self.lock, self.thread = threading.Lock(), None
+
+    def add(self, key: str, upload_id: str | None) -> None:
+        """Abort the upload `upload_id` to `key` (None: every upload to `key` begun until
+        the store answers) as soon as the store answers."""
+        with self.lock:
+            self.pending[(key, upload_id)] = (0, time.monotonic())
+            if self.thread is None:
+                self.thread = threading.Thread(target=self.retry, name="s3-given-up",
+                                               daemon=True)
+                self.thread.start()
+
+    def retry(self) -> None:
+        """Try the aborts until none is left."""
+        while True:
+            with self.lock:
+                if not self.pending:
+                    self.thread = None
+                    return
+            time.sleep(ABORT_RETRY_SECONDS)
+            for (key, upload_id), (answers, since) in list(self.pending.items()):
+                answered = self.aborted(key, upload_id)
+                with self.lock:
+                    if answered and not upload_id and not answers:
+                        # once more: what the store held back is begun by then
+                        self.pending[(key, upload_id)] = (1, since)
+                    elif answered or time.monotonic() - since > ABORT_RETRY_LIMIT_SECONDS:
+                        del self.pending[(key, upload_id)]
+
+    def aborted(self, key: str, upload_id: str | None) -> bool:
+        """Abort the upload (None: every upload to `key`); whether the store answered."""
+        try:
+            ids = [upload_id] if upload_id else [
+                upload["UploadId"] for upload in list_uploads(self.call, self.bucket, key)
+                if upload["Key"] == key]
+            for each in ids:
+                abort_upload(self.call, self.bucket, key, each)
+        except StorageUnavailable:
+            return False
+        return True
+
+
+def list_uploads(call: Callable[..., Any], bucket: str, prefix: str) -> list[dict]:
+    """The incomplete multipart uploads to keys that begin with `prefix`."""
+    uploads, marker = [], {}
+    while True:
+        page = call("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marker)
+        uploads += page.get("Uploads", [])
+        if not page.get("IsTruncated"):
+            return uploads
+        marker = {"KeyMarker": page["NextKeyMarker"],
+                  "UploadIdMarker": page["NextUploadIdMarker"]}
+
+
+def abort_upload(call: Callable[..., Any], bucket: str, key: str, upload_id: str) -> None:
+    """Abort a multipart upload; one the store no longer has is gone already."""
+    try:
+        call("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+    except ClientError as error:
+        if _code(error) not in NOT_THERE:
+            raise
 
 
 async def _abort(upload: "MultipartUpload") -> None:
@@ -451,7 +548,7 @@ def s3_client(timeout_seconds: float, chain: tuple[str | None, ...]) -> Any:
     config = Config(request_checksum_calculation="when_required",
                     response_checksum_validation="when_required",
                     connect_timeout=timeout_seconds, read_timeout=timeout_seconds,
-                    retries={"max_attempts": ATTEMPTS, "mode": "standard"},
+                    retries={"total_max_attempts": ATTEMPTS, "mode": "standard"},
                     max_pool_connections=UPLOAD_THREADS._max_workers + 4)
     client = boto3.session.Session().client("s3", config=config)
     if client.meta.endpoint_url.endswith(".amazonaws.com"):

@@ -1,20 +1,31 @@
-"""Abandoned uploads are swept, unreferenced artifacts reported and collected, nothing a row
-references is ever removed, and a store is copied into another."""
+"""Abandoned uploads are swept (once per period by the processes of a host, and in a bucket
+by one sweeper of the deployment), unreferenced artifacts and unfinished uploads reported and
+collected, nothing a row references is ever removed, and a store is copied into another."""
 
 import io
+import multiprocessing
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import create_engine
 
 from service.datasets.models import DatasetRole
 from service.datasets.service import register_dataset
 from service.db import Base
-from service.housekeeping import ARTIFACT_COLUMNS, check_store, collect_garbage, migrate_store
+from service.housekeeping import (
+    ARTIFACT_COLUMNS,
+    SharedSweep,
+    check_store,
+    collect_garbage,
+    migrate_store,
+    sweep_abandoned_uploads,
+)
 from service.main import create_app
 from service.registry.service import register_version
-from service.storage import bundle_sha256
+from service.storage import LocalStore, bundle_sha256, open_store
 from tests.service.conftest import bundle_files
 
 HOUR = 3600
@@ -61,6 +72,58 @@ def test_the_api_sweeps_abandoned_uploads_when_it_starts(engine, tmp_path):
         while stale.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
     assert not stale.exists()
+
+
+def sweep_in_a_process(root, idle_seconds: float) -> list[str]:
+    """What one process of the host sweeps, with a store of its own on the folder `root`."""
+    return sweep_abandoned_uploads(store=LocalStore(root), idle_seconds=idle_seconds)
+
+
+def sweeps_of(processes: int, root, idle_seconds: float) -> list[list[str]]:
+    """What each of `processes` processes sweeping the folder `root` at once removed."""
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(sweep_in_a_process, [root] * processes,
+                             [idle_seconds] * processes))
+
+
+def test_the_processes_of_a_host_sweep_its_staging_folder_once_per_half_period(tmp_path):
+    root = tmp_path / "artifacts"
+    store = LocalStore(root)
+    first = partial_upload(store, "tmp-first")
+    age(first, 2 * HOUR)
+    swept = sweeps_of(4, root, HOUR)
+    assert sorted(swept, key=len) == [[], [], [], [str(first)]] and not first.exists()
+    second = partial_upload(store, "tmp-second")  # abandoned after the turn was taken
+    age(second, 2 * HOUR)
+    assert sweeps_of(4, root, HOUR) == [[]] * 4 and second.exists()
+    assert sorted(sweeps_of(4, root, 0.2), key=len)[-1] == [str(second)]  # a short period:
+    assert not second.exists()  # the last turn is over half of it ago
+
+
+def test_one_sweeper_of_a_deployment_sweeps_the_bucket(engine, s3, s3_prefix, s3_settings):
+    """On PostgreSQL the holder of the store's advisory lock, and another once it is gone;
+    on SQLite (one host) any sweeper."""
+    store = open_store(s3_settings)
+    s3.client().create_multipart_upload(Bucket=s3.bucket, Key=store.key("a" * 64))
+    time.sleep(1.1)  # begun a whole second ago (the store's times have whole seconds)
+    url = engine.url.render_as_string(hide_password=False)
+    engines = [create_engine(url) for _ in range(3)]  # as many sweeper processes
+    sweepers = [SharedSweep(each, s3_settings.artifact_store) for each in engines]
+    try:
+        leaders = [sweeper for sweeper in sweepers if sweeper.leads()]
+        swept = [len(sweep_abandoned_uploads(store=store, shared=sweeper, idle_seconds=0))
+                 for sweeper in sweepers]
+        assert sum(swept) == 1 and s3.incomplete_uploads(s3_prefix) == []
+        if engine.dialect.name == "sqlite":
+            assert leaders == sweepers
+            return
+        assert leaders == [sweepers[swept.index(1)]] and leaders[0].leads()  # it keeps it
+        leaders[0].release()  # its process ended
+        assert sum(sweeper.leads() for sweeper in sweepers if sweeper is not leaders[0]) == 1
+    finally:
+        for sweeper, each in zip(sweepers, engines, strict=True):
+            sweeper.release()
+            each.dispose()
 
 
 @pytest.fixture

@@ -2,9 +2,12 @@
 cache of each host, the conditional writes, and the streamed uploads."""
 
 import asyncio
+import json
 import os
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,9 +15,12 @@ from service.errors import StorageUnavailable
 from service.housekeeping import migrate_store
 from service.storage import LocalStore, bundle_sha256, open_store
 from service.storage.bundle import bundle_chunks
+from service.storage.cache import EVICT_MARGIN, ReadCache
+from service.storage.s3 import MULTIPART_AREAS
 from tests.service.conftest import bundle_files
 
 CONTENT = os.urandom(3 << 20)
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 @pytest.fixture
@@ -84,6 +90,44 @@ def test_the_least_recently_used_artifacts_are_evicted_beyond_the_limit(
     reader.local_path(addresses[3])  # a fourth does not fit: the least recently used goes
     cached = [sha256 for sha256 in addresses if reader.cache.path(sha256).exists()]
     assert cached == [addresses[0], addresses[2], addresses[3]]
+
+
+def cached(root, index: int, size: int, age_seconds: float = 0) -> None:
+    """An entry of `size` bytes in the cache folder `root`, last used `age_seconds` ago."""
+    path = root / f"{index:064x}"[:2] / f"{index:064x}"[2:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(size))
+    os.utime(path, (time.time() - age_seconds, time.time() - age_seconds))
+
+
+def adopted(cache: ReadCache, tmp_path, size: int) -> None:
+    """A worker's new result of `size` bytes kept in its cache."""
+    path = tmp_path / f"result-{time.monotonic_ns()}"
+    path.write_bytes(os.urandom(size))
+    cache.adopt(path, os.urandom(32).hex())
+
+
+def cache_bytes(root) -> int:
+    return sum(path.stat().st_size for path in root.glob("[0-9a-f][0-9a-f]/*"))
+
+
+def test_the_processes_of_a_host_evict_once_per_interval_unless_far_over_the_limit(tmp_path):
+    """An eviction lists the whole cache: the processes sharing a cache folder take one turn
+    per interval between them, and one that has cached more than EVICT_MARGIN of the limit
+    since it last evicted evicts at once."""
+    root, limit = tmp_path / "cache", 100_000
+    processes = [ReadCache(root, limit, evict_seconds=3600) for _ in range(3)]
+    for index in range(5):
+        cached(root, index, 30_000, age_seconds=600 - index)
+    for cache in processes:
+        adopted(cache, tmp_path, 1000)  # the first process's turn: down to the limit
+    assert cache_bytes(root) == 90_000 + 3000
+    for index in range(5, 8):
+        cached(root, index, 4000, age_seconds=600)  # over the limit: left to the next turn
+    adopted(processes[1], tmp_path, 1000)
+    assert cache_bytes(root) == 93_000 + 12_000 + 1000
+    adopted(processes[1], tmp_path, int(EVICT_MARGIN * limit))  # past the margin: at once
+    assert cache_bytes(root) <= limit
 
 
 def stored_bundle(s3_store, tmp_path) -> tuple[dict, str]:
@@ -170,3 +214,15 @@ def test_the_same_body_streamed_to_two_servers_at_once_is_one_object(s3, s3_stor
     assert len(staged) == 2 and staged[0] == staged[1]
     assert s3.keys(s3_prefix) == [s3_store.key(staged[0])]
     assert s3.incomplete_uploads(s3_prefix) == []
+
+
+def test_the_documented_lifecycle_rule_ends_every_unfinished_upload_and_expires_only_staging():
+    """docs/operations.md's rule covers every area multipart uploads are written under."""
+    rule = re.search(r"```json\n(\{\"Rules\".*?)\n```", OPERATIONS.read_text(), re.DOTALL)
+    rules = json.loads(rule.group(1))["Rules"]
+    aborting = [each["Filter"]["Prefix"] for each in rules
+                if "AbortIncompleteMultipartUpload" in each]
+    for area in MULTIPART_AREAS:
+        assert any(f"PREFIX/{area}".startswith(prefix) for prefix in aborting), area
+    assert [each["Filter"]["Prefix"] for each in rules if "Expiration" in each] == [
+        "PREFIX/staging/"]

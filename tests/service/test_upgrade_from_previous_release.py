@@ -301,7 +301,8 @@ def test_the_downgrade_refuses_a_name_two_projects_hold(client, before, shared, 
         sent = {"line": send_line, "evalset": send_evalset}[shared](client, before, headers)
         assert sent.status_code == 201, sent.text
     connection = client.app.state.connection
-    with pytest.raises(RuntimeError, match=f"held by several projects: {refusal}$"):
+    with (pytest.raises(RuntimeError, match=f"held by several projects: {refusal}$"),
+          connection.begin_nested()):  # as `migrating`'s transaction: the later steps undone
         command.downgrade(alembic_config(connection), PREVIOUS_REVISION)
     assert current_revision(connection) == head_revision()
     assert answers(client, before) == before["answers"]
