@@ -12,22 +12,18 @@ database's figures alone; the goal: every scrape after the first <= 250 ms.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import generate_latest
-from sqlalchemy import create_engine, insert, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import insert
 
 from service.config import Settings
 from service.db import read_only, settings_session, utcnow
@@ -39,32 +35,15 @@ from service.migrate import upgrade
 from service.projects.models import DEFAULT_PROJECT
 from service.projects.service import get_project
 from service.registry.models import ModelLine, ModelVersion
+from tests.service.conftest import postgres_schema  # the suite's: a schema of its own
 
 GOAL_MS = 250
 SCRAPES = 20
 BATCH = 5000
-POSTGRES_URL = os.environ.get("FLIPGATE_TEST_DATABASE_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 # a long-lived server's mix: nearly every job ended, a few queued or running
 STATES = [JobState.SUCCEEDED] * 90 + [JobState.FAILED] * 5 + [JobState.CANCELLED] * 2 + [
     JobState.QUEUED] * 2 + [JobState.RUNNING]
 VERDICTS = [Verdict.APPROVE] * 7 + [Verdict.BLOCK] * 2 + [Verdict.PENDING]
-
-
-@contextmanager
-def postgres_schema() -> Iterator[str]:
-    """The URL of a new schema of the test database, dropped afterwards."""
-    server = create_engine(POSTGRES_URL)
-    schema = f"flipgate_bench_{uuid.uuid4().hex[:12]}"
-    with server.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield make_url(POSTGRES_URL).update_query_dict(
-            {"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-    finally:
-        with server.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        server.dispose()
 
 
 def job_rows(project_id: int, count: int) -> Iterator[dict]:
