@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serving import api_server, interleaved, percentile
+from serving import api_server, interleaved, models_calls, percentile
 
 GOALS = {"p50": 1.05, "p99": 1.10}
 
@@ -31,7 +31,7 @@ def main() -> int:
         clients = {name: stack.enter_context(
                        api_server(Path(folder) / name, FLIPGATE_METRICS=str(metrics).lower()))
                    for name, metrics in (("with", True), ("without", False))}
-        times = interleaved(clients, args.requests)
+        times = interleaved(models_calls(clients), args.requests)
     figures = {name: {"p50": percentile(runs, 50), "p99": percentile(runs, 99)}
                for name, runs in times.items()}
     print(f"GET /models, {args.requests} interleaved requests per server")

@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -42,7 +41,7 @@ from gate_bench import (
     wait_until_up,
 )
 from request_bench import TOKEN_SQL
-from serving import percentile
+from serving import interleaved, percentile
 
 from flipgate.processes import free_port, stop_process
 from service.config import Settings
@@ -249,12 +248,6 @@ def in_process(database: Path, requests: dict[str, tuple[str, str, dict]],
                 requests["POST /gate (measured)"][2]["content"])}
 
 
-def timed(call: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    call()
-    return time.perf_counter() - started
-
-
 def http_call(client: httpx.Client, method: str, path: str, options: dict) -> Callable[[], Any]:
     def call() -> None:
         client.request(method, path, **options).raise_for_status()
@@ -262,20 +255,6 @@ def http_call(client: httpx.Client, method: str, path: str, options: dict) -> Ca
 
 
 WARM_UP = 100  # untimed rounds before the timed ones
-
-
-def interleaved(calls: dict[str, Callable[[], Any]], requests: int,
-                warm_up: int = WARM_UP) -> dict[str, list[float]]:
-    """Each call's times over `requests` rounds, the order alternating every round."""
-    for _ in range(warm_up):
-        for call in calls.values():
-            call()
-    names = list(calls)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(requests):
-        for name in names if round_ % 2 == 0 else reversed(names):
-            times[name].append(timed(calls[name]))
-    return times
 
 
 def same_answers(ours: httpx.Client, floor: httpx.Client,
@@ -315,7 +294,7 @@ def main() -> int:
             results[name] = interleaved({
                 "flipgate": http_call(ours, method, path, options),
                 "floor": http_call(floor, method, path, options),
-                "sql": local[name]}, args.requests)
+                "sql": local[name]}, args.requests, WARM_UP)
             cpu[name] = [(cpu_seconds(pid) - start) / (args.requests + WARM_UP)
                          for pid, start in zip((server_pid, floor_pid), before, strict=True)]
     print(f"one sequential keep-alive client, {args.requests} interleaved requests each; "

@@ -23,7 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serving import api_server, interleaved, percentile, ready
+from serving import api_server, interleaved, models_calls, percentile, ready
 
 from flipgate.processes import free_port, stop_process
 from tests.e2e.conftest import wait_for
@@ -111,7 +111,7 @@ def main() -> int:
         database = Path(folder) / "flipgate" / "data" / "flipgate.db"
         bare = stack.enter_context(bare_server(database, token))
         assert flipgate.get("/models").json() == bare.get("/models").json()
-        times = interleaved({"flipgate": flipgate, "bare": bare}, args.requests)
+        times = interleaved(models_calls({"flipgate": flipgate, "bare": bare}), args.requests)
     print(f"GET /models with a stored read token, one keep-alive client, {args.requests} "
           "interleaved requests each")
     print(f"{'':<10} {'p50 ms':>8} {'p99 ms':>8}")

@@ -25,7 +25,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from request_bench import bare_server, read_token
-from serving import api_server, cpu_seconds, listening_pid, timed_get
+from serving import api_server, cpu_seconds, get_models, listening_pid
 
 SAMPLES_PER_SECOND = 250
 STEPS = [  # (step, a frame of it), matched from the innermost frame out
@@ -63,13 +63,13 @@ def measured(client: httpx.Client, requests: int, samples: Path | None) -> float
     """CPU seconds a request costs the server of `client` (sampled into `samples`)."""
     pid = listening_pid(client.base_url.port)
     for _ in range(200):
-        timed_get(client)
+        get_models(client)
     spy = None if samples is None else subprocess.Popen(
         ["py-spy", "record", "-p", str(pid), "-o", str(samples), "-f", "raw", "--gil",
          "-r", str(SAMPLES_PER_SECOND)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     before = cpu_seconds(pid)
     for _ in range(requests):
-        timed_get(client)
+        get_models(client)
     used = (cpu_seconds(pid) - before) / requests
     if spy is not None:
         spy.send_signal(signal.SIGINT)

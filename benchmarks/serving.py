@@ -5,9 +5,11 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -52,10 +54,20 @@ def ready(client: httpx.Client) -> bool:
         return False
 
 
-def timed_get(client: httpx.Client, path: str = "/models") -> float:
-    """Seconds one GET took, end to end."""
+def get_models(client: httpx.Client) -> None:
+    """One GET /models, its answer checked."""
+    client.get("/models").raise_for_status()
+
+
+def models_calls(clients: dict[str, httpx.Client]) -> dict[str, Callable[[], None]]:
+    """A GET /models of each client, for `interleaved`."""
+    return {name: partial(get_models, client) for name, client in clients.items()}
+
+
+def timed(call: Callable[[], Any]) -> float:
+    """Seconds `call` took, end to end."""
     started = time.perf_counter()
-    client.get(path).raise_for_status()
+    call()
     return time.perf_counter() - started
 
 
@@ -63,18 +75,18 @@ def percentile(times: list[float], q: int) -> float:
     return statistics.quantiles(times, n=100, method="inclusive")[q - 1]
 
 
-def interleaved(clients: dict[str, httpx.Client], requests: int,
+def interleaved(calls: dict[str, Callable[[], Any]], requests: int,
                 warm_up: int = 200) -> dict[str, list[float]]:
-    """Each client's GET /models times over `requests` rounds, the order alternating every
-    round, after `warm_up` untimed rounds (connections, caches, the first requests' imports)."""
+    """Each call's times over `requests` rounds, the order alternating every round, after
+    `warm_up` untimed rounds (connections, caches, the first requests' imports)."""
     for _ in range(warm_up):
-        for client in clients.values():
-            timed_get(client)
-    names = list(clients)
+        for call in calls.values():
+            call()
+    names = list(calls)
     times: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(requests):
         for name in names if round_ % 2 == 0 else reversed(names):
-            times[name].append(timed_get(clients[name]))
+            times[name].append(timed(calls[name]))
     return times
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from serving import api_server, interleaved, percentile
+from serving import api_server, interleaved, models_calls, percentile
 
 GOAL = 1.10
 
@@ -31,7 +31,7 @@ def main() -> int:
         clients = {name: stack.enter_context(api_server(Path(folder) / f"w{workers}",
                                                         ("--workers", str(workers))))
                    for name, workers in (("one process", 1), (several, args.workers))}
-        times = interleaved(clients, args.requests)
+        times = interleaved(models_calls(clients), args.requests)
     print(f"GET /models, one keep-alive client, {args.requests} interleaved requests each")
     print(f"{'':<12} {'p50 ms':>8} {'p99 ms':>8}")
     for name, runs in times.items():
