@@ -14,7 +14,10 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -128,15 +131,22 @@ def read_token(env: dict[str, str], cwd: Path) -> str:
     return done.stdout.splitlines()[0]
 
 
-@pytest.fixture
-def page(server):
+@contextmanager
+def chromium_browser() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by Playwright; closed afterwards."""
     with playwright.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=chromium(), headless=True,
                                          args=["--no-sandbox"])
         try:
-            yield browser.new_page(viewport={"width": 1280, "height": 900})
+            yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture
+def page(server):
+    with chromium_browser() as browser:
+        yield browser.new_page(viewport={"width": 1280, "height": 900})
 
 
 def expected_metrics(digits: dict[str, Path]) -> dict[tuple[str, str], dict]:

@@ -39,11 +39,10 @@ from service.registry.models import ModelVersion
 from tests.service.conftest import in_default_project
 from tests.test_cli_gate import checked, serve
 from tests.ui.conftest import ensemble_curve
-from tests.ui.test_browser import chromium, layout_faults, sign_in
+from tests.ui.test_browser import chromium_browser, layout_faults, sign_in
 from worker import runtime, tasks
 from worker.runtime import WorkerContext
 
-playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.slow
 
 LINE, EVALSET, SAMPLES, CLASSES = "digits", "eval", 200, 3
@@ -225,13 +224,8 @@ def site(tmp_path_factory) -> Iterator[Site]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
-    with playwright.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=chromium(), headless=True,
-                                          args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium_browser() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,8 @@ import pytest
 from flipgate.processes import free_port
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
 from tests.traffic_digits import digits_files
-from tests.ui.test_browser import chromium, layout_faults, ready, sign_in
+from tests.ui.test_browser import chromium_browser, layout_faults, ready, sign_in
 
-playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.slow
 
 TOKEN = "traffic-browser-admin-token-0123456789"
@@ -98,16 +97,10 @@ def measured(client: httpx.Client, what: str = "") -> dict | list:
 @pytest.fixture
 def page(server):
     """A Chromium page signed in as the server admin (remembered project: `default`)."""
-    with playwright.sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=chromium(), headless=True,
-                                         args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900},
-                                    accept_downloads=True)
-            sign_in(page, server[0], TOKEN)
-            yield page
-        finally:
-            browser.close()
+    with chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        sign_in(page, server[0], TOKEN)
+        yield page
 
 
 def test_the_matrix_shows_nfr_unknown_where_the_api_says_null(server, page):
