@@ -32,6 +32,29 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(DurationRecorder(), "flipgate-durations")
 
 
+# The suites that test the HTTP layer (answers, pages, parsers) run on PostgreSQL alone, the
+# production store and the stricter dialect; their SQL runs on SQLite too in the store tests
+# (tests/service/test_*.py) and in every test of the embedded server (e2e, CLI, demo). A module
+# whose subject differs between the two (a dialect's own branch) is marked `both_backends`.
+ONE_BACKEND_SUITES = ("tests/service/api/", "tests/ui/", "tests/fuzz/")
+ONE_BACKEND = "postgresql"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize `database_url` with ONE_BACKEND alone in ONE_BACKEND_SUITES (a direct
+    parametrization, which replaces the fixture's own params) unless the module chose."""
+    definition = metafunc.definition
+    chosen = any("database_url" in mark.args[0] for mark in definition.iter_markers("parametrize"))
+    if "database_url" not in metafunc.fixturenames or chosen or \
+            definition.get_closest_marker("both_backends"):
+        return
+    path = Path(definition.path).relative_to(Path(__file__).parent.parent).as_posix()
+    if path.startswith(ONE_BACKEND_SUITES):
+        definition.add_marker(
+            pytest.mark.parametrize("database_url", [ONE_BACKEND], indirect=True, scope="session"))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     longest_files_first(items)
 

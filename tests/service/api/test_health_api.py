@@ -1,10 +1,13 @@
 """Liveness and readiness probes."""
 
+import pytest
 from fastapi.testclient import TestClient
 
 from flipgate.upload_client import DIGEST_WANTED_HEADER
 from service.main import create_app
 from tests.service.api.conftest import error_code
+
+pytestmark = pytest.mark.both_backends  # /readyz names the database's dialect
 
 
 def test_healthz_and_readyz_need_no_token(client):

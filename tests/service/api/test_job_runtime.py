@@ -3,9 +3,13 @@ pool process lives on), and a job is claimed by one delivery only."""
 
 import sys
 
+import pytest
+
 from service.jobs.enqueue import create_job
 from service.jobs.models import JobKind
 from worker import runtime
+
+pytestmark = pytest.mark.both_backends  # leases lock rows (SKIP LOCKED) on PostgreSQL alone
 
 
 def exits(_ctx, _job_id, _params) -> None:

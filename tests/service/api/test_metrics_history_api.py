@@ -13,6 +13,8 @@ from service.jobs.models import Job, JobKind, JobState
 from service.metrics import collector
 from tests.service.api.test_observability_api import figures
 
+pytestmark = pytest.mark.both_backends  # the collector's SQL has a branch per dialect
+
 SUCCEEDED = ("flipgate_jobs_total", frozenset({("kind", "inference"), ("state", "succeeded")}))
 RUNS = ("flipgate_job_duration_seconds_sum", frozenset({("kind", "inference")}))
 
