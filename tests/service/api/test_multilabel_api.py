@@ -176,6 +176,56 @@ def test_a_torch_sigmoid_module_with_thresholds_given_at_registration(
                             for name in ("small", "trained")), new_thresholds=thresholds)
 
 
+class Logits(torch.nn.Module):
+    """A Hugging Face classifier called with pixel_values, returning its logits."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=pixel_values).logits
+
+
+@pytest.fixture(scope="module")
+def vit_models(composites, tmp_path_factory) -> dict[str, Path]:
+    """Two tiny Hugging Face ViTs with problem_type="multi_label_classification", built from
+    a config with two seeds (nothing downloaded, nothing trained: weights drawn wide enough
+    that each decides some labels either way) and exported by torch.onnx.export."""
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path_factory.mktemp("vit_multilabel")
+    pixels = torch.tensor(composites.x[:2]).reshape(-1, 1, 8, 24)
+    models = {}
+    for name, seed in {"first": 0, "second": 1}.items():
+        torch.manual_seed(seed)
+        config = transformers.ViTConfig(
+            image_size=(8, 24), patch_size=4, num_channels=1, hidden_size=16,
+            num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_labels=10,
+            problem_type="multi_label_classification", initializer_range=0.5)
+        model = transformers.ViTForImageClassification(config)
+        models[name] = folder / f"{name}.onnx"
+        torch.onnx.export(Logits(model.eval()), (pixels,), str(models[name]),
+                          input_names=["pixel_values"], output_names=["logits"],
+                          dynamic_axes={"pixel_values": {0: "batch"}}, dynamo=False)
+    return models
+
+
+@pytest.mark.slow
+def test_a_hugging_face_multi_label_classifier(client, composites, vit_models, tmp_path):
+    """Its logits read as logits (a sigmoid each), on an eval set of pixel_values."""
+    pixels = composites.x.reshape(-1, 1, 8, 24)
+    np.savez(images := tmp_path / "images.npz", pixel_values=pixels, y=composites.y)
+    for version, name in (("1", "first"), ("2", "second")):
+        register(client, LINE, version, vit_models[name])
+    post_evalset(client, "images", images)
+    report = measure(client, f"{LINE}:1", f"{LINE}:2", "images")
+    assert [report[side]["scores"] for side in ("old", "new")] == ["logits"] * 2
+    old_p, new_p = (1 / (1 + np.exp(-own_probabilities(vit_models[name], pixels)))
+                    for name in ("first", "second"))
+    assert_matches(report, reference(composites.y, old_p > 0.5, new_p > 0.5, old_p, new_p))
+    assert report["pooled"]["negative_flips"] > 0
+
+
 def external(client, version: str, **fields: str) -> None:
     response = client.post("/models", data={"name": LINE, "version": version,
                                             "multilabel": "true", "num_classes": "10",
@@ -248,6 +298,8 @@ def test_the_gate_blocks_on_a_labels_limit_and_names_the_label(client, labelled_
     assert blocked["reasons"][0]["measured"] == pytest.approx(lost / composites.y.shape[0])
     repair = client.post(f"/gate/decisions/{blocked['decision_id']}/repair", json={})
     assert error_code(repair, 422) == "repair_not_multilabel"
+    unstable = client.get(f"/models/{LINE}/unstable-samples", params={"evalset": "composites"})
+    assert error_code(unstable, 422) == "unstable_samples_not_multilabel"
 
 
 def test_the_default_policy_blocks_a_label_that_flips_significantly(client, labelled_pair):
