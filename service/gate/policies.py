@@ -33,11 +33,18 @@ def put_policy(*, session: Session, line_name: str, policy: Policy,
 
 def check_applies(policy: Policy, line: ModelLine) -> None:
     """Refuse a policy that sets a limit the line's kind is not checked against
-    (`policy_limit_not_applicable`): a limit ignored would approve what it was set to block."""
+    (`policy_limit_not_applicable`): a limit ignored would approve what it was set to block;
+    likewise a per-label limit naming a label the line's class names lack (`unknown_label`)."""
     if names := policy.inapplicable(multilabel=line.multilabel):
         raise InvalidInput("policy_limit_not_applicable", f"model line {line.name!r} is "
                            f"{describe_kind(line.multilabel)}: {', '.join(names)} do not apply "
                            "to it (docs/gate.md, \"Multi-label lines\")")
+    for name, labels in policy.named_labels().items():
+        if line.class_names and (unknown := [lab for lab in labels
+                                             if lab not in line.class_names]):
+            raise InvalidInput("unknown_label", f"{name} names label {unknown[0]!r}, which "
+                               f"model line {line.name!r} does not have (its labels are "
+                               f"{line.class_names[:20]})")
 
 
 def current_policy(*, session: Session, line: ModelLine) -> GatePolicy | None:

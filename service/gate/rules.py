@@ -96,6 +96,11 @@ class Policy(BaseModel):
         """The names of the limits this policy sets (eval sets aside)."""
         return [name for name, value in self if value is not None and name != "evalsets"]
 
+    def named_labels(self) -> dict[str, list[str]]:
+        """The label names each per-label map of this policy names, by limit."""
+        return {name: list(limits) for name in MULTILABEL_ONLY
+                if isinstance(limits := getattr(self, name), dict)}
+
     def inapplicable(self, *, multilabel: bool) -> list[str]:
         """The limits it sets that a line of this kind cannot be checked against: those of
         multi-label lines on a single-label one, and the others on a multi-label one."""
@@ -281,6 +286,7 @@ def _check_labels(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list
                and metrics[limit.metric] is not None and limit.violated(metrics[limit.metric],
                                                                         bound)]
     labels = metrics["labels"]
+    reasons += _unknown_labels(policy, evalset, [entry["label"] for entry in labels])
     reasons += [_label_reason(name, evalset, entry, entry[limit.metric], bound, limit.label)
                 for entry in labels for name, limit in LABEL_LIMITS.items()
                 if (bound := _label_bound(getattr(policy, name), entry["label"])) is not None
@@ -294,6 +300,17 @@ def _check_labels(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list
                                   relation="below the level")
                     for entry in labels if entry["mcnemar_p"] < level]
     return reasons
+
+
+def _unknown_labels(policy: Policy, evalset: str, names: list[str]) -> list[dict]:
+    """A blocking reason per label that a per-label map names and the pair's report does
+    not have: a limit that names no label would block nothing."""
+    return [{"code": "unknown_label", "evalset": evalset, "label": label, "blocking": True,
+             "measured": None, "limit": None,
+             "message": f"on {evalset}: {name} names label {label!r}, which the eval set "
+                        f"does not have (its labels are {names[:20]})"}
+            for name, labels in policy.named_labels().items()
+            for label in labels if label not in names]
 
 
 def _label_bound(limit: float | dict[str, float] | None, label: str) -> float | None:

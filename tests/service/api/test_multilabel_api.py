@@ -326,6 +326,20 @@ def test_limits_that_do_not_apply_to_the_lines_kind_are_refused(client, labelled
     assert client.get(f"/models/{LINE}/policy").json()["version"] is None  # nothing stored
 
 
+def test_a_label_limit_naming_no_label_is_refused_or_blocks(client, labelled_pair):
+    """A typo in a label's name never leaves the label unlimited: refused where the line
+    names its labels, a blocking reason where only the eval set does."""
+    policy = {"max_label_nfr": {"three": 0.5}, "evalsets": ["composites"]}
+    client.put(f"/models/{LINE}/policy", json=policy)
+    decision = gate(client)
+    assert decision["verdict"] == "block"
+    assert [(reason["code"], reason["label"]) for reason in decision["reasons"]] == [
+        ("unknown_label", "three")]
+    client.put(f"/models/{LINE}/classes", json={"class_names": [str(d) for d in range(10)]})
+    refused = client.put(f"/models/{LINE}/policy", json=policy)
+    assert error_code(refused, 422) == "unknown_label"
+
+
 def test_what_disagrees_with_the_line_is_refused_at_upload(client, composites, tmp_path,
                                                            upload_model):
     external(client, "1")
