@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -22,6 +23,7 @@ from tests.service.api.conftest import error_code, measure, npy_bytes, run_task
 from tests.toolchains import export, fit
 
 LINE = "tags"
+DECLARED = [0.4, 0.6] * 5  # thresholds a model's metadata declares
 
 
 @dataclass(frozen=True)
@@ -207,12 +209,16 @@ def vit_models(composites, tmp_path_factory) -> dict[str, Path]:
         torch.onnx.export(Logits(model.eval()), (pixels,), str(models[name]),
                           input_names=["pixel_values"], output_names=["logits"],
                           dynamic_axes={"pixel_values": {0: "batch"}}, dynamo=False)
+    declared = onnx.load(str(models["second"]))  # thresholds in the model's metadata
+    onnx.helper.set_model_props(declared, {"thresholds": json.dumps(DECLARED)})
+    onnx.save(declared, str(models["second"]))
     return models
 
 
 @pytest.mark.slow
 def test_a_hugging_face_multi_label_classifier(client, composites, vit_models, tmp_path):
-    """Its logits read as logits (a sigmoid each), on an eval set of pixel_values."""
+    """Its logits read as logits (a sigmoid each), on an eval set of pixel_values; the
+    thresholds its metadata declares are the version's."""
     pixels = composites.x.reshape(-1, 1, 8, 24)
     np.savez(images := tmp_path / "images.npz", pixel_values=pixels, y=composites.y)
     for version, name in (("1", "first"), ("2", "second")):
@@ -220,9 +226,12 @@ def test_a_hugging_face_multi_label_classifier(client, composites, vit_models, t
     post_evalset(client, "images", images)
     report = measure(client, f"{LINE}:1", f"{LINE}:2", "images")
     assert [report[side]["scores"] for side in ("old", "new")] == ["logits"] * 2
+    assert report["new"]["thresholds"] == DECLARED
+    assert client.get(f"/models/{LINE}/versions/2").json()["thresholds"] == DECLARED
     old_p, new_p = (1 / (1 + np.exp(-own_probabilities(vit_models[name], pixels)))
                     for name in ("first", "second"))
-    assert_matches(report, reference(composites.y, old_p > 0.5, new_p > 0.5, old_p, new_p))
+    assert_matches(report, reference(composites.y, old_p > 0.5, new_p > np.array(DECLARED),
+                                     old_p, new_p))
     assert report["pooled"]["negative_flips"] > 0
 
 
