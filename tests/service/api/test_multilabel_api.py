@@ -13,13 +13,15 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from onnx import TensorProto, helper, numpy_helper
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 from sklearn.multioutput import MultiOutputClassifier
 
 from flipgate.datasets import digit_composites, save_evalset, small_digits, split
+from tests.conftest import save_graph
 from tests.multilabel_reference import assert_matches, reference
-from tests.service.api.conftest import error_code, measure, npy_bytes, run_task
+from tests.service.api.conftest import error_code, measure, npy_bytes, put_model, run_task
 from tests.toolchains import export, fit
 
 LINE = "tags"
@@ -210,7 +212,7 @@ def vit_models(composites, tmp_path_factory) -> dict[str, Path]:
                           input_names=["pixel_values"], output_names=["logits"],
                           dynamic_axes={"pixel_values": {0: "batch"}}, dynamo=False)
     declared = onnx.load(str(models["second"]))  # thresholds in the model's metadata
-    onnx.helper.set_model_props(declared, {"thresholds": json.dumps(DECLARED)})
+    helper.set_model_props(declared, {"thresholds": json.dumps(DECLARED)})
     onnx.save(declared, str(models["second"]))
     return models
 
@@ -349,6 +351,18 @@ def test_a_label_limit_naming_no_label_is_refused_or_blocks(client, labelled_pai
     assert error_code(refused, 422) == "unknown_label"
 
 
+def softmax_model(path: Path) -> Path:
+    """A linear model of the composites ending in a Softmax over its 10 outputs."""
+    weight = np.random.default_rng(0).normal(0, 0.05, (192, 10)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["z"]),
+         helper.make_node("Softmax", ["z"], ["scores"], axis=1)], "softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 192])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 10])],
+        [numpy_helper.from_array(weight, "w")])
+    return save_graph(graph, path)
+
+
 def test_what_disagrees_with_the_line_is_refused_at_upload(client, composites, tmp_path,
                                                            upload_model):
     external(client, "1")
@@ -374,6 +388,12 @@ def test_what_disagrees_with_the_line_is_refused_at_upload(client, composites, t
         "line_kind_mismatch"
     assert error_code(client.post("/models", data={
         "name": LINE, "version": "2", "thresholds": "[0.5]"}), 422) == "invalid_thresholds"
+    softmax = client.post("/models", data={"name": LINE, "version": "2"}, files={
+        "artifact": ("m.onnx", softmax_model(tmp_path / "softmax.onnx").read_bytes())})
+    assert error_code(softmax, 422) == "multilabel_softmax"
+    raw = put_model(client, "other", "1", (tmp_path / "softmax.onnx").read_bytes(),
+                    multilabel="true")  # the raw PUT's query makes a new line multi-label
+    assert error_code(raw, 422) == "multilabel_softmax"
     for version in ("1", "2"):
         assert upload_model("single", version, num_classes=10).status_code == 201
     assert error_code(client.post("/compare/single:1/single:2", params={
