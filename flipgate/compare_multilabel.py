@@ -55,7 +55,7 @@ def score_labels(source: str | Path, evalset: EvalSet, *, read: ReadAs | None = 
     `read` says), .npy scores or .npy decisions; `read.thresholds` override the model's."""
     source, read = Path(source), read or ReadAs()
     if source.suffix == ".npy":
-        scores = _npy_scores(source, evalset, read)
+        scores = npy_label_scores(source, evalset.y.shape, read)
     elif source.suffix == ".onnx":
         model = MultiLabelOnnx(source, device, output=read.output, scores=read.scores)
         model.check_evalset(evalset)
@@ -70,13 +70,16 @@ def score_labels(source: str | Path, evalset: EvalSet, *, read: ReadAs | None = 
     return scores
 
 
-def _npy_scores(path: Path, evalset: EvalSet, read: ReadAs) -> LabelScores:
-    """Float scores (N, L) as probabilities (logits unless `read.scores` says otherwise), or
-    integer / bool decisions (N, L) of 0s and 1s."""
-    array = _load_npy(path)
-    if array.shape != evalset.y.shape:
+def npy_label_scores(path: Path, shape: tuple[int, ...], read: ReadAs, *,
+                     source: str | None = None) -> LabelScores:
+    """Float scores (N, L) of the .npy `path` (messages name it `source`) as probabilities
+    (logits unless `read.scores` says otherwise), or integer / bool decisions (N, L) of 0s
+    and 1s; `shape` is the eval set's y's."""
+    array = _load_npy(path, source or str(path))
+    path = Path(source or path)
+    if array.shape != tuple(shape):
         raise InputError("label_count_mismatch", f"{path}: shape {array.shape}, but the eval "
-                         f"set's y has shape {evalset.y.shape} (N samples × L labels)")
+                         f"set's y has shape {tuple(shape)} (N samples × L labels)")
     if np.issubdtype(array.dtype, np.floating):
         probabilities = label_probabilities(array, read.scores or LOGITS, source=str(path))
         return LabelScores(path, probabilities, "precomputed", thresholds=read.thresholds)
@@ -89,19 +92,19 @@ def _npy_scores(path: Path, evalset: EvalSet, read: ReadAs) -> LabelScores:
     return LabelScores(path, None, "labels", decisions=array.astype(bool))
 
 
-def _load_npy(path: Path) -> np.ndarray:
+def _load_npy(path: Path, source: str) -> np.ndarray:
     """An (N, L) array of floats, integers or bools from an .npy, its header checked first."""
-    path = existing_file(path, "scores")
+    path = existing_file(path, "scores", source)
     try:
-        header = single_npy_header(path, source=str(path), what="scores")
+        header = single_npy_header(path, source=source, what="scores")
         if len(header.shape) != 2 or header.dtype.kind not in "fiub":
-            raise InputError("scores_shape", f"{path}: multi-label scores must be an (N, L) "
+            raise InputError("scores_shape", f"{source}: multi-label scores must be an (N, L) "
                              f"array of floats or of 0/1, got {header.dtype} {header.shape}")
         return np.load(path, allow_pickle=False)
     except InputError:
         raise
     except NUMPY_READ_ERRORS as error:
-        raise unreadable(error, str(path), "scores_corrupt", "a readable .npy array") from error
+        raise unreadable(error, source, "scores_corrupt", "a readable .npy array") from error
 
 
 def _check_thresholds(scores: LabelScores, num_labels: int) -> None:

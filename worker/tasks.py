@@ -28,6 +28,7 @@ from service.predictions.service import (
     give_classes,
     predicted_classes_artifact,
     read_logits_artifact,
+    score_to_checked_file,
     score_version_to_file,
     store_logits_file,
 )
@@ -47,18 +48,20 @@ from worker.runtime import (
 def infer(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:
     """Score the version on the eval set and store the logits; an eval set of more than
     shard_size samples is split into shards instead, and a shard scores its range only.
-    The samples are read memory-mapped and the logits written to disk batch by batch."""
+    The samples are read memory-mapped and the logits written to disk batch by batch. A
+    multi-label set is scored in one job: its probabilities, held in memory, and their
+    decisions are stored."""
     with job_session(ctx, job_id) as session:
         version = get_version(session=session, version_id=params["version_id"])
         dataset = get_dataset(session=session, name=params["evalset"])
     if "parent_id" in params:
         return infer_shard(ctx, job_id, params, version, dataset)
-    if dataset.n > ctx.settings.shard_size:
+    if dataset.n > ctx.settings.shard_size and not dataset.multilabel:
         return split(ctx, job_id, dataset)
     with scratch_file(ctx) as path:
-        provider = score_version_to_file(store=ctx.store, version=version, dataset=dataset,
-                                         path=path, progress=JobProgress(ctx, job_id))
-        logits = check_logits_file(version=version, dataset=dataset, npy_path=path)
+        logits, provider = score_to_checked_file(store=ctx.store, version=version,
+                                                 dataset=dataset, path=path,
+                                                 progress=JobProgress(ctx, job_id))
         with finishing(ctx, job_id) as (session, result):
             result["provider"] = provider
             keep_logits(ctx, session, params, logits, result)

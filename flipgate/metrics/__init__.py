@@ -9,6 +9,7 @@ from flipgate.metrics.flips import FlipCounts, SliceCounts, count_flips, flipped
 from flipgate.metrics.matrices import (
     PairCountMatrices,
     class_dtype,
+    label_pair_count_matrices,
     matrices_from_predictions,
     pair_count_matrices,
     pairwise_matrices,
@@ -38,6 +39,7 @@ __all__ = [
     "describe",
     "expected_calibration_error",
     "flipped_indices",
+    "label_pair_count_matrices",
     "logit_displacement",
     "matrices_from_predictions",
     "mcnemar_one_sided_p",

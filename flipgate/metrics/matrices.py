@@ -57,6 +57,30 @@ def pair_count_matrices(
                              labels.size - same)
 
 
+def label_pair_count_matrices(decisions: Sequence[np.ndarray],
+                              labels: np.ndarray) -> PairCountMatrices:
+    """The counts behind the per-sample matrices of V multi-label versions (docs/metrics.md
+    §Multi-label pair metrics): `decisions` their 0/1 (N, L) arrays, `labels` y (N, L);
+    only_right[i][j] is the samples with at least one label that i gets right and j wrong
+    (NFR_sample of i → j times n; PFR_sample is only_right[j][i]), differ[i][j] the samples
+    they decide differently on at least one label (churn_sample times n)."""
+    labels = np.asarray(labels, dtype=bool)
+    if labels.ndim != 2 or any(np.shape(side) != labels.shape for side in decisions):
+        raise ValueError(f"decisions and labels must share one (N, L) shape, got "
+                         f"{[np.shape(side) for side in decisions]} and {labels.shape}")
+    versions = len(decisions)
+    only_right = np.zeros((versions, versions), dtype=np.int64)
+    differ = np.zeros((versions, versions), dtype=np.int64)
+    for start, stop in sample_ranges(labels.shape[0], chunk_rows(labels.shape[1])):
+        chunk = [np.asarray(side[start:stop]) != 0 for side in decisions]
+        right = [side == labels[start:stop] for side in chunk]
+        for i in range(versions):
+            for j in range(versions):
+                only_right[i, j] += int((right[i] & ~right[j]).any(axis=1).sum())
+                differ[i, j] += int((chunk[i] != chunk[j]).any(axis=1).sum())
+    return PairCountMatrices(labels.shape[0], only_right, differ)
+
+
 def matrices_from_predictions(
     predictions: Sequence[np.ndarray], labels: np.ndarray
 ) -> dict[str, np.ndarray]:

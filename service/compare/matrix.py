@@ -10,11 +10,11 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from flipgate.metrics import pair_count_matrices
+from flipgate.metrics import label_pair_count_matrices, pair_count_matrices
 from service.compare.models import PairCounts
 from service.compare.schemas import MissingPair, PairMatrix
 from service.datasets.models import Dataset
-from service.datasets.service import get_dataset, read_labels
+from service.datasets.service import get_dataset, read_label_matrix, read_labels
 from service.db import insert_or_conflict
 from service.errors import Conflict
 from service.jobs.enqueue import create_job
@@ -36,7 +36,8 @@ PairKey = tuple[int, int]  # (lower version id, higher version id)
 def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMatrix:
     """NFR, PFR and churn of every ordered pair of the line's versions that have logits on
     `dataset`, from the stored pair counts (churn only on a traffic set: NFR and PFR are
-    None); the pairs not stored are listed with the open matrix job (None when none is
+    None; per sample on a multi-label set: NFR_sample, PFR_sample, churn_sample); the pairs
+    not stored are listed with the open matrix job (None when none is
     open)."""
     versions = versions_with_logits(session=session, line_name=line_name, dataset=dataset)
     stored = pair_counts_among(session=session, versions=versions, dataset=dataset)
@@ -56,7 +57,7 @@ def line_matrix(*, session: Session, line_name: str, dataset: Dataset) -> PairMa
         for name, rate in row.rates(old.id).items():
             matrices[name][i][j] = rate if dataset.labeled or name == "churn" else None
     return PairMatrix(versions=[version.version for version in versions], missing=missing,
-                      **matrices)
+                      multilabel=dataset.multilabel, **matrices)
 
 
 def queue_matrix(*, session: Session, line_name: str, dataset: Dataset) -> Job | None:
@@ -140,11 +141,16 @@ class MatrixInputs:
 
     def count(self, store: ArtifactStore, classes: list[str]) -> list[PairCounts]:
         """New rows of counts of the missing pairs, from the predicted-class artifacts
-        `classes` (one per prediction) and the data set's labels."""
+        `classes` (one per prediction; the decisions (N, L) of a multi-label set) and the
+        data set's labels."""
         if not self.pairs:
             return []
         predictions = [read_classes_artifact(store=store, sha256=sha256) for sha256 in classes]
-        counts = pair_count_matrices(predictions, self.labels(store, predictions))
+        if self.dataset.multilabel:
+            counts = label_pair_count_matrices(
+                predictions, read_label_matrix(store=store, dataset=self.dataset))
+        else:
+            counts = pair_count_matrices(predictions, self.labels(store, predictions))
         index = {prediction.version_id: position
                  for position, prediction in enumerate(self.predictions)}
         return [PairCounts(first_version_id=first, second_version_id=second,

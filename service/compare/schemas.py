@@ -23,6 +23,7 @@ class PairMatrix(BaseModel):
     pfr: list[list[float | None]]
     churn: list[list[float | None]]
     missing: list[MissingPair] = []
+    multilabel: bool = False  # per sample: NFR_sample, PFR_sample, churn_sample
 
 
 class MeasurementQueued(BaseModel):

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, defer
 
 from flipgate.formats.evalsets import load_evalset
 from flipgate.metrics import PlotValues, compare_labels, measure_pair
+from flipgate.metrics.multilabel import DEFAULT_THRESHOLD, compare_multilabel
 from flipgate.metrics.traffic import disagreement_order, traffic_report
 from flipgate.onnx_io import InputSpec
 from flipgate.progress import Progress
@@ -25,7 +26,7 @@ from service import urls
 from service.compare.models import REPORT_SCALARS, PairMetrics
 from service.datasets.labels import get_labels, label_revision, read_revision_labels
 from service.datasets.models import Dataset, DatasetLabels
-from service.datasets.service import get_dataset, read_groups, read_labels
+from service.datasets.service import get_dataset, read_groups, read_label_matrix, read_labels
 from service.db import insert_or_conflict
 from service.errors import Conflict, InvalidInput, NotFound
 from service.jobs.enqueue import queue_job
@@ -40,7 +41,12 @@ from service.predictions.service import (
     versions_with_predictions,
 )
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import get_version, qualified_name, resolve_reference
+from service.registry.service import (
+    check_evalset_fits,
+    get_version,
+    qualified_name,
+    resolve_reference,
+)
 from service.storage import ArtifactStore
 
 
@@ -74,18 +80,41 @@ def store_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion
 
 
 def report_columns(report: dict[str, Any]) -> dict[str, Any]:
-    """The columns of a pair's stored row that come from its `compare_logits` report."""
+    """The columns of a pair's stored row that come from its `compare_logits` report (its
+    per-sample figures, for a multi-label report)."""
+    if report.get("multilabel"):
+        return {"report": report, **multilabel_columns(report)}
     low, high = report["nfr_ci"] or (None, None)  # None on traffic: labels unknown
     return {"report": report, "nfr_ci_low": low, "nfr_ci_high": high,
             "export_sha256": report.get("export_sha256"),
             **{name: report[name] for name in REPORT_SCALARS}}
+
+def multilabel_columns(report: dict[str, Any]) -> dict[str, Any]:
+    """A multi-label report's columns: NFR, PFR and churn are its per-sample shares (NFR_sample,
+    docs/metrics.md), the flips its samples with a label turned wrong (right), the error
+    rates the shares of samples whose label set is wrong (1 - subset accuracy); the figures
+    of single-label pairs are None."""
+    per_sample, n = report["per_sample"], report["n"]
+    low, high = per_sample["nfr_ci"]
+    return {**dict.fromkeys(REPORT_SCALARS), "n": n, "nfr": per_sample["nfr"],
+            "pfr": per_sample["pfr"], "churn": per_sample["churn"],
+            "negative_flips": per_sample["samples_with_negative_flips"],
+            "positive_flips": round(per_sample["pfr"] * n),
+            "er_old": 1.0 - report["quality"]["old"]["subset_accuracy"],
+            "er_new": 1.0 - report["quality"]["new"]["subset_accuracy"],
+            "schurn": report["pooled"]["schurn"], "nfr_ci_low": low, "nfr_ci_high": high}
+
+
+MULTILABEL_KEYS = ("per_sample", "pooled", "quality", "per_label")
+
 
 def _check_report(old: ModelVersion, new: ModelVersion, dataset: Dataset,
                   report: dict[str, Any]) -> None:
     """Two distinct versions, and a complete report over every sample of the data set."""
     if old.id == new.id:
         raise InvalidInput("same_version", f"version {old.id} cannot be compared with itself")
-    missing = sorted({*REPORT_SCALARS, "nfr_ci"} - report.keys())
+    required = MULTILABEL_KEYS if report.get("multilabel") else (*REPORT_SCALARS, "nfr_ci")
+    missing = sorted(set(required) - report.keys())
     if missing or report["n"] != dataset.n:
         raise InvalidInput("invalid_report", f"not a compare report over the {dataset.n} "
                            f"samples of {dataset.name!r} (missing keys: {missing})")
@@ -133,6 +162,8 @@ def resolve_pair(*, session: Session, old: str, new: str, evalset: str) -> Pair:
     if pair.old.id == pair.new.id or pair.old.num_classes != pair.new.num_classes:
         raise InvalidInput("incomparable_versions", f"{old} and {new} must be two different "
                            "versions with the same number of classes")
+    for version in (pair.old, pair.new):
+        check_evalset_fits(line=session.get_one(ModelLine, version.line_id), dataset=dataset)
     return pair
 
 
@@ -190,6 +221,7 @@ class PairInputs:
     num_classes: int
     read_as: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
     labels: DatasetLabels | None = None  # the label revision of a traffic set, if any
+    thresholds: tuple[list[float] | None, list[float] | None] = (None, None)  # multi-label
 
     @property
     def labels_only(self) -> bool:
@@ -204,6 +236,9 @@ class PairInputs:
         sample, whatever N is. On a traffic set, its traffic report."""
         if not self.dataset.labeled:
             return self._store_page(store, *self.measure_traffic(store))
+        if self.dataset.multilabel:
+            return self._store_page(store, self.measure_labels(store, chunk_rows, progress),
+                                    None)
         labels = read_labels(store=store, dataset=self.dataset, class_names=self.class_names)
         groups = read_groups(store=store, dataset=self.dataset)
         if self.labels_only:
@@ -216,6 +251,21 @@ class PairInputs:
             report, values = measure_pair(old, new, labels, chunk_size=chunk_rows,
                                           progress=progress, groups=groups)
         return self._store_page(store, report, values)
+
+    def measure_labels(self, store: ArtifactStore, chunk_rows: int | None,
+                       progress: Progress | None) -> dict[str, Any]:
+        """The multi-label report (flipgate.metrics.multilabel, as `flipgate compare` gives
+        it) of both sides' stored probabilities at their versions' thresholds, or of their
+        decisions where a side has only those."""
+        sides = [read_logits(store=store, prediction=side) if side.logits_sha256
+                 else read_predicted_classes(store=store, prediction=side)
+                 for side in (self.old, self.new)]
+        thresholds = tuple(limit if side.logits_sha256 else None for side, limit in zip(
+            (self.old, self.new), self.thresholds, strict=True))
+        return compare_multilabel(read_label_matrix(store=store, dataset=self.dataset), *sides,
+                                  thresholds=thresholds, chunk_size=chunk_rows,
+                                  label_names=self.dataset.label_names or self.class_names,
+                                  progress=progress)
 
     def _store_page(self, store: ArtifactStore, report: dict[str, Any],
                     values: PlotValues | None) -> tuple[dict[str, Any], str]:
@@ -247,12 +297,23 @@ class PairInputs:
                 "export_sha256": export.sha256}, None
 
     def sources(self) -> dict[str, dict[str, Any]]:
-        """The "old" and "new" entries of the report."""
+        """The "old" and "new" entries of the report (on a multi-label set, with each
+        label's threshold: null for a side known by its decisions)."""
         return {side: {"source": name, "provider": prediction.provider or prediction.source.value,
-                       **(read_as if prediction.source == PredictionSource.COMPUTED else {})}
-                for side, name, prediction, read_as in zip(("old", "new"), self.names,
-                                                           (self.old, self.new), self.read_as,
-                                                           strict=True)}
+                       **(read_as if prediction.source == PredictionSource.COMPUTED else {}),
+                       **self._thresholds_of(prediction, limit)}
+                for side, name, prediction, read_as, limit in zip(
+                    ("old", "new"), self.names, (self.old, self.new), self.read_as,
+                    self.thresholds, strict=True)}
+
+    def _thresholds_of(self, prediction: Prediction,
+                       limit: list[float] | None) -> dict[str, list[float] | None]:
+        """A multi-label side's thresholds entry (nothing on other sets)."""
+        if not self.dataset.multilabel:
+            return {}
+        scored = prediction.logits_sha256 is not None
+        return {"thresholds": (limit or [DEFAULT_THRESHOLD] * self.num_classes) if scored
+                else None}
 
 
 def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
@@ -265,7 +326,8 @@ def pair_inputs(*, session: Session, pair: Pair) -> PairInputs:
                       session.get_one(ModelLine, pair.new.line_id).class_names,
                       pair.new.num_classes, (read_as(pair.old), read_as(pair.new)),
                       get_labels(session=session, dataset=pair.dataset,
-                                 revision=pair.label_revision))
+                                 revision=pair.label_revision),
+                      (pair.old.thresholds, pair.new.thresholds))
 
 
 def read_as(version: ModelVersion) -> dict[str, Any]:

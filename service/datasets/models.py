@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 
-from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint, true
+from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint, false, true
 from sqlalchemy.orm import Mapped, mapped_column
 
 from service.db import Base, Json, Record, str_enum
@@ -17,7 +17,8 @@ class DatasetRole(StrEnum):
 
 class Dataset(ProjectOwned, Record, Base):
     """An .npz (x, y) in the artifact store, with its shape read at registration; without
-    y a traffic set (`labeled` false: its class count is the models', None here)."""
+    y a traffic set (`labeled` false: its class count is the models', None here); with a
+    0/1 matrix y (N, L) a multi-label set (`multilabel`)."""
 
     __tablename__ = "datasets"
     __table_args__ = (CheckConstraint("n >= 1", name="n"),
@@ -31,6 +32,9 @@ class Dataset(ProjectOwned, Record, Base):
     num_classes: Mapped[int | None]
     sample_shape: Mapped[list[int]] = mapped_column(Json)
     labeled: Mapped[bool] = mapped_column(default=True, server_default=true())
+    # y is a 0/1 matrix (N, L): num_classes counts its labels (their names: its `classes`)
+    multilabel: Mapped[bool] = mapped_column(default=False, server_default=false())
+    label_names: Mapped[list[str] | None] = mapped_column(Json)  # a multi-label set's `classes`
 
 
 class DatasetLabels(Record, Base):

@@ -14,6 +14,8 @@ class DatasetRead(RecordRead):
     num_classes: int | None  # None: a traffic set without `classes` (the models' count)
     sample_shape: list[int]
     labeled: bool  # false: a traffic set (no `y`; labels added later, docs/traffic.md)
+    multilabel: bool = False  # y is a 0/1 matrix (N, L): num_classes is L
+    label_names: list[str] | None = None  # a multi-label set's names of its labels
 
 
 class LabelsAdded(BaseModel):

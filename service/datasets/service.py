@@ -26,19 +26,23 @@ def register_dataset(
     (string labels without `classes`: the number of distinct names, mapped to columns by
     each line's class names when the line is measured on it; a training set needs `classes`).
     An eval set without `y` is a traffic set (its class count None without `classes`); a
-    training set needs labels.
+    training set needs labels. An eval set whose y is a 0/1 matrix (N, L), or label-name
+    sets mapped by its `classes`, is multi-label: its class count is L.
     The file is validated (memory-mapped where it can be) and the row inserted before the
     file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
     with library_input():
         data = load_evalset(npz_path, mmap=True, source=source,
-                            max_decompressed_bytes=max_decompressed_bytes)
-        if data.labels_named and role == DatasetRole.TRAIN:
+                            max_decompressed_bytes=max_decompressed_bytes,
+                            multilabel=role == DatasetRole.EVAL)
+        if data.multilabel:
+            num_classes = data.y.shape[1]
+        elif data.labels_named and role == DatasetRole.TRAIN:
             raise InvalidInput("labels_need_classes", f"{name}: y holds class names; add an "
                                "array `classes` (one name per output column) to the "
                                "training set")
         num_classes = num_classes or (len(data.classes) if data.classes else None)
-        if data.labeled:
+        if data.labeled and not data.multilabel:
             if not data.labels_named:
                 check_labels(data.y, num_classes, source=name)
             num_classes = num_classes or known_classes(data.y)
@@ -47,7 +51,8 @@ def register_dataset(
                                "labels (an array `y`)")
     row = Dataset(name=name, role=role, sha256=sha256 or file_sha256(npz_path), n=data.n,
                   num_classes=num_classes, sample_shape=list(data.sample_shape),
-                  labeled=data.labeled)
+                  labeled=data.labeled, multilabel=data.multilabel,
+                  label_names=list(data.classes) if data.multilabel and data.classes else None)
     insert_or_conflict(session, row, code="dataset_exists",
                        message=f"data set {name!r} already exists")
     store.put_file(npz_path, row.sha256)
@@ -105,3 +110,11 @@ def read_labels(*, store: ArtifactStore, dataset: Dataset,
             class_names = archive["classes"].tolist()
     with library_input():
         return label_columns(labels, class_names, source=f"eval set {dataset.name!r}")
+
+
+def read_label_matrix(*, store: ArtifactStore, dataset: Dataset) -> np.ndarray:
+    """The labels of a stored multi-label set: a bool matrix (N, L) (label-name sets mapped
+    by its `classes`)."""
+    with library_input():
+        return load_evalset(store.local_path(dataset.sha256), mmap=True, multilabel=True).y
+

@@ -29,7 +29,12 @@ from service.gate.verdicts import announce, judge, note
 from service.jobs.models import Job
 from service.predictions.service import measured_datasets
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import get_line, get_named_version, production_version
+from service.registry.service import (
+    check_evalset_fits,
+    get_line,
+    get_named_version,
+    production_version,
+)
 
 
 def gate(*, session: Session, settings: Settings, request: GateRequest, requested_by: str,
@@ -220,6 +225,8 @@ def _gate_datasets(session: Session, line: ModelLine, policy: Policy, requested:
     if unnamed := [d.name for d in datasets if not d.labeled and d.name not in policy.evalsets]:
         raise InvalidInput("traffic_set_not_in_policy", f"{unnamed[0]!r} is a traffic set; "
                            "traffic sets join a gate only where the line's policy names them")
+    for dataset in datasets:
+        check_evalset_fits(line=line, dataset=dataset)
     if not datasets:
         raise InvalidInput("no_evalsets", "name the eval sets in the request or the policy; "
                            "the line has not been measured on any yet")

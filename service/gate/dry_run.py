@@ -6,6 +6,7 @@ from sqlalchemy.orm import Session
 from service.config import Settings
 from service.gate.evidence import decision_evidence
 from service.gate.models import Decision, Verdict
+from service.gate.policies import check_applies
 from service.gate.rules import Policy, check
 from service.gate.schemas import DryRun, VerdictChange
 from service.registry.models import ModelLine
@@ -17,6 +18,7 @@ def dry_run(*, session: Session, settings: Settings, line_name: str, policy: Pol
     and were measured (on their eval sets, their stored pair metrics and the production
     history of then), and those that differ from the verdict given."""
     line = get_line(session=session, name=line_name)
+    check_applies(policy, line)
     replayed, changed = 0, []
     for decision in _comparing_decisions(session, line):
         if _failed(decision):

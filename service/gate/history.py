@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from service.datasets.models import Dataset
 from service.datasets.service import read_labels
+from service.errors import InvalidInput
 from service.gate.models import Promotion
 from service.gate.rules import HistoryLimit
 from service.gate.schemas import UnstableSample, UnstableSamples
@@ -99,8 +100,13 @@ def history_inputs(*, session: Session, line: ModelLine, candidate: ModelVersion
 def unstable_samples(*, session: Session, store: ArtifactStore, line_name: str,
                      dataset: Dataset, limit: int) -> UnstableSamples:
     """Per sample, how often its correctness changed between consecutive production versions
-    (those with predictions on `dataset`), most unstable first."""
+    (those with predictions on `dataset`), most unstable first; single-label lines only
+    (`unstable_samples_not_multilabel`)."""
     line = get_line(session=session, name=line_name)
+    if line.multilabel:
+        raise InvalidInput("unstable_samples_not_multilabel", f"model line {line_name!r} is "
+                           "multi-label: unstable samples are counted on single-label lines "
+                           "only so far")
     history = production_history(session=session, line=line)
     versions = versions_with_predictions(session=session, dataset=dataset, versions=history)
     labels = read_labels(store=store, dataset=dataset, class_names=line.class_names)

@@ -55,6 +55,7 @@ def request_repair(*, session: Session, settings: Settings, store: ArtifactStore
     if decision.verdict != Verdict.BLOCK:
         raise Conflict("not_blocked", f"decision {decision_id} is {decision.verdict}; only a "
                        "blocked candidate can be repaired")
+    _refuse_multilabel(session, decision)
     _refuse_external(session, decision)
     if repair.method in ONNX_REPAIRS:
         params = _onnx_repair_params(session, store, decision, repair)
@@ -67,6 +68,15 @@ def request_repair(*, session: Session, settings: Settings, store: ArtifactStore
     params.update(decision_id=decision.id, method=repair.method, requested_by=requested_by,
                   version=_new_version_name(session, repair, candidate))
     return create_job(session=session, kind=JobKind.TRAIN, params=params)
+
+
+def _refuse_multilabel(session: Session, decision: Decision) -> None:
+    """The repairs retrain or mix single-label classifiers only, so far."""
+    line = session.get_one(ModelLine, decision.line_id)
+    if line.multilabel:
+        raise InvalidInput("repair_not_multilabel", f"model line {line.name!r} is multi-label: "
+                           "the repairs apply to single-label lines only so far; register a "
+                           "repaired version yourself")
 
 
 def _refuse_external(session: Session, decision: Decision) -> None:

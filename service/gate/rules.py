@@ -20,6 +20,8 @@ Probability = Annotated[float, Field(gt=0.0, lt=1.0, strict=True, allow_inf_nan=
 Weight = Annotated[float, Field(ge=0.0, le=1e6, strict=True, allow_inf_nan=False)]
 CostPerSample = Annotated[float, Field(ge=-1e6, le=1e6, strict=True, allow_inf_nan=False)]
 EvalsetName = Annotated[str, Field(pattern=f"^{NAME.pattern}$")]
+LabelName = Annotated[str, Field(min_length=1, max_length=256)]
+LabelRates = Rate | Annotated[dict[LabelName, Rate], Field(min_length=1, max_length=1 << 16)]
 MAX_POLICY_EVALSETS = 50
 MAX_HISTORY_VERSIONS = 100
 
@@ -64,6 +66,11 @@ class Policy(BaseModel):
     max_expected_cost: CostPerSample | None = Field(
         None, description="(cost·NF − gain·PF) / N")
     max_nfr_vs_history: HistoryLimit | None = None
+    max_label_nfr: LabelRates | None = Field(
+        None, description="multi-label: each label's NFR (one limit, or a limit per label name)")
+    max_lost_positives: LabelRates | None = Field(
+        None, description="multi-label: each label's lost positives (y = 1, old 1, new 0) as a "
+                          "share of the samples (one limit, or a limit per label name)")
     evalsets: list[EvalsetName] = Field(default_factory=list, max_length=MAX_POLICY_EVALSETS,
                                         description="eval sets every gate uses")
 
@@ -85,6 +92,22 @@ class Policy(BaseModel):
         return (1.0 if self.negative_flip_cost is None else self.negative_flip_cost,
                 1.0 if self.positive_flip_gain is None else self.positive_flip_gain)
 
+    def limits_set(self) -> list[str]:
+        """The names of the limits this policy sets (eval sets aside)."""
+        return [name for name, value in self if value is not None and name != "evalsets"]
+
+    def named_labels(self) -> dict[str, list[str]]:
+        """The label names each per-label map of this policy names, by limit."""
+        return {name: list(limits) for name in MULTILABEL_ONLY
+                if isinstance(limits := getattr(self, name), dict)}
+
+    def inapplicable(self, *, multilabel: bool) -> list[str]:
+        """The limits it sets that a line of this kind cannot be checked against: those of
+        multi-label lines on a single-label one, and the others on a multi-label one."""
+        return [name for name in self.limits_set()
+                if (name in MULTILABEL_ONLY) != multilabel
+                and not (multilabel and name in MULTILABEL_TOO)]
+
     @property
     def weighs_costs(self) -> bool:
         """Whether the decision measures the expected cost."""
@@ -93,6 +116,8 @@ class Policy(BaseModel):
 
 
 DEFAULT_POLICY = Policy(significance=0.05)
+MULTILABEL_ONLY = ("max_label_nfr", "max_lost_positives")
+MULTILABEL_TOO = ("max_nfr", "max_nfr_upper", "max_churn", "significance")  # either kind
 
 
 @dataclass(frozen=True)
@@ -135,7 +160,19 @@ GROUP_LIMITS = {
 }
 
 
-MEASURED_REPORT_KEYS = ("per_class", "nfr_mc", "per_group")  # what measured_metrics reads
+SAMPLE_LIMITS = {  # a multi-label pair's limits on its per-sample figures
+    "max_nfr": Limit("nfr", upper=True, on_flips=True, label="NFR_sample"),
+    "max_nfr_upper": Limit("nfr_upper", upper=True, on_flips=True,
+                           label="the upper end of NFR_sample's 95% interval"),
+    "max_churn": Limit("churn", upper=True, on_flips=False, label="churn_sample"),
+}
+LABEL_LIMITS = {  # a multi-label pair's limits on each label
+    "max_label_nfr": Limit("nfr", upper=True, on_flips=True, label="NFR"),
+    "max_lost_positives": Limit("lost_positive_rate", upper=True, on_flips=True,
+                                label="the share of lost positives"),
+}
+
+MEASURED_REPORT_KEYS = ("per_class", "nfr_mc", "per_group", "per_label")  # measured_metrics
 
 
 def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
@@ -143,7 +180,10 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
                      class_names: list[str] | None = None) -> dict[str, Any]:
     """The numbers a policy is checked against, from one stored pair's columns and the
     MEASURED_REPORT_KEYS of its report (and the history measurement, when the policy has a
-    history limit); the worst class is named by the line's `class_names` where it has them."""
+    history limit); the worst class is named by the line's `class_names` where it has them.
+    A multi-label pair's are `label_metrics`."""
+    if report.get("per_label") is not None:
+        return label_metrics(row, report)
     worst = max(report["per_class"], key=lambda entry: entry["nfr"] or 0.0)
     measured = {
         "n": row.n, "er_old": row.er_old, "er_new": row.er_new,
@@ -160,6 +200,22 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
     if report.get("per_group") is not None:
         measured["groups"] = _groups(report["per_group"], policy.min_group_size or 1)
     return {**measured, **(history or {})}
+
+
+def label_metrics(row: PairMetrics, report: dict[str, Any]) -> dict[str, Any]:
+    """The numbers a multi-label pair is checked against: its per-sample NFR (with the upper
+    end of its interval), PFR and churn, and per label (by name) its NFR, negative flips,
+    lost positives (a count, and a share of the samples) and one-sided McNemar p."""
+    return {
+        "multilabel": True, "n": row.n, "nfr": row.nfr, "nfr_upper": row.nfr_ci_high,
+        "pfr": row.pfr, "churn": row.churn, "negative_flips": row.negative_flips,
+        "positive_flips": row.positive_flips,
+        "labels": [{"label": entry["name"], "nfr": entry["nfr"],
+                    "negative_flips": entry["negative_flips"],
+                    "lost_positives": entry["lost_positives"],
+                    "lost_positive_rate": entry["lost_positives"] / row.n,
+                    "mcnemar_p": entry["mcnemar_p"]} for entry in report["per_label"]],
+    }
 
 
 def _cost(row: PairMetrics, policy: Policy) -> dict[str, Any]:
@@ -197,6 +253,8 @@ def _check_set(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list[di
     if metrics.get("traffic"):
         return check_traffic(policy, evalset, metrics, lambda code, name, value, bound: _reason(
             code, name, value, bound, LIMITS[code], blocking=True))
+    if metrics.get("multilabel"):
+        return _check_labels(policy, evalset, metrics)
     return [*_check_one(policy, evalset, metrics),
             *_check_groups(policy, evalset, metrics.get("groups", []))]
 
@@ -215,6 +273,58 @@ def _check_one(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list[di
     if policy.significance is not None and significant and not flip_limits:
         reasons.append(_significance_reason(policy, evalset, p_value))
     return [_with_class(_with_versions(reason, metrics), metrics) for reason in reasons]
+
+
+def _check_labels(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list[dict]:
+    """The reasons of a multi-label pair: its per-sample limits, each label over a label
+    limit (naming it), and, with `significance` and no limit on flips, each label whose
+    McNemar test finds more new errors than fixes at significance / L (Bonferroni); a
+    multi-label reason always blocks."""
+    reasons = [_reason(name, evalset, metrics[limit.metric], bound, limit, blocking=True)
+               for name, limit in SAMPLE_LIMITS.items()
+               if (bound := getattr(policy, name)) is not None
+               and metrics[limit.metric] is not None and limit.violated(metrics[limit.metric],
+                                                                        bound)]
+    labels = metrics["labels"]
+    reasons += _unknown_labels(policy, evalset, [entry["label"] for entry in labels])
+    reasons += [_label_reason(name, evalset, entry, entry[limit.metric], bound, limit.label)
+                for entry in labels for name, limit in LABEL_LIMITS.items()
+                if (bound := _label_bound(getattr(policy, name), entry["label"])) is not None
+                and limit.violated(entry[limit.metric], bound)]
+    flip_limits = [name for name in (*SAMPLE_LIMITS, *LABEL_LIMITS)
+                   if getattr(policy, name) is not None and name != "max_churn"]
+    if policy.significance is not None and not flip_limits:
+        level = policy.significance / len(labels)
+        reasons += [_label_reason("significance", evalset, entry, entry["mcnemar_p"], level,
+                                  "the one-sided McNemar p (more new errors than fixes)",
+                                  relation="below the level")
+                    for entry in labels if entry["mcnemar_p"] < level]
+    return reasons
+
+
+def _unknown_labels(policy: Policy, evalset: str, names: list[str]) -> list[dict]:
+    """A blocking reason per label that a per-label map names and the pair's report does
+    not have: a limit that names no label would block nothing."""
+    return [{"code": "unknown_label", "evalset": evalset, "label": label, "blocking": True,
+             "measured": None, "limit": None,
+             "message": f"on {evalset}: {name} names label {label!r}, which the eval set "
+                        f"does not have (its labels are {names[:20]})"}
+            for name, labels in policy.named_labels().items()
+            for label in labels if label not in names]
+
+
+def _label_bound(limit: float | dict[str, float] | None, label: str) -> float | None:
+    """A label limit's bound for `label`: the one limit, or the label's entry of a map."""
+    return limit.get(label) if isinstance(limit, dict) else limit
+
+
+def _label_reason(code: str, evalset: str, entry: dict[str, Any], measured: float,
+                  limit: float, what: str, relation: str = "above the maximum") -> dict:
+    """A blocking reason that names the label it is about."""
+    return {"code": code, "evalset": evalset, "label": entry["label"], "measured": measured,
+            "limit": limit, "blocking": True,
+            "message": f"on {evalset}, label {entry['label']!r}: {what} {measured:.4g} is "
+                       f"{relation} {limit:.4g}"}
 
 
 def _with_class(reason: dict, metrics: dict[str, Any]) -> dict:

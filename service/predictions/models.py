@@ -18,7 +18,8 @@ class PredictionSource(StrEnum):
 class Prediction(Record, Base):
     """The (N, C) logits of one version on one data set, kept as a .npy artifact, and its
     predicted classes beside them; or (an uploaded labels-only row) its predicted classes
-    alone."""
+    alone. On a multi-label set: its probabilities (N, L) float64 in place of the logits,
+    and its 0/1 decisions (N, L) in place of the classes."""
 
     __tablename__ = "predictions"
     __table_args__ = (UniqueConstraint("version_id", "dataset_id"),)

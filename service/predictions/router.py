@@ -23,7 +23,7 @@ from service.names import NAME_LENGTH
 from service.predictions import service
 from service.predictions.models import Prediction, PredictionSource
 from service.predictions.schemas import PredictionRead
-from service.registry.models import ModelVersion
+from service.registry.models import ModelLine, ModelVersion
 from service.registry.schemas import ScoreKind
 from service.registry.service import get_named_version
 from service.storage import ArtifactStore, StagedFile, upload_name
@@ -44,7 +44,8 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
     (probabilities with `scores=probabilities`, kept as their logs: flipgate.scores), or its
     predicted `labels` (.npy of shape (N,): integers, or class names when the line has
     them); metrics against its parent and `production` are queued where they have
-    predictions on it too."""
+    predictions on it too. A multi-label line's version sends float scores (N, L) (logits,
+    or `scores=probabilities`) or 0/1 decisions (N, L) on a multi-label set of its shape."""
     row = get_named_version(session=session, line_name=name, version=version)
     dataset = get_dataset(session=session, name=evalset)
     if (logits is None) == (labels is None):
@@ -53,7 +54,12 @@ def upload_predictions(name: str, version: str, session: SessionDep, store: Stor
     upload = labels or logits
     with store.stage(upload.file, filename="predictions.npy",
                      max_bytes=settings.max_upload_bytes) as staged:
-        if labels is not None:
+        if dataset.multilabel or session.get_one(ModelLine, row.line_id).multilabel:
+            prediction = service.store_label_predictions(
+                session=session, store=store, version=row, dataset=dataset,
+                npy_path=staged.path, scores=scores,
+                name=upload_name("labels" if labels else "logits", upload.filename))
+        elif labels is not None:
             prediction = service.store_labels_file(
                 session=session, store=store, version=row, dataset=dataset,
                 npy_path=staged.path, name=upload_name("labels", labels.filename))
@@ -75,6 +81,9 @@ def put_predictions(name: str, version: str, session: SessionDep, store: StoreDe
     checks, limits and answers as the POST."""
     row = get_named_version(session=session, line_name=name, version=version)
     dataset = get_dataset(session=session, name=evalset)
+    if dataset.multilabel or session.get_one(ModelLine, row.line_id).multilabel:
+        raise InvalidInput("multilabel_upload_needs_post", "a multi-label version's scores "
+                           "are uploaded with the POST (multipart file `logits` or `labels`)")
     prediction = _store_scores(session, store, row, dataset, body, scores, "logits")
     flows.logits_stored(session=session, version=row, dataset=dataset)
     return prediction

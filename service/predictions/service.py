@@ -9,13 +9,16 @@ import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
+from flipgate.compare import ReadAs
+from flipgate.compare_multilabel import npy_label_scores
 from flipgate.formats.evalsets import load_evalset
 from flipgate.formats.logits import check_logits_head, load_logits
-from flipgate.inference import OnnxClassifier, Progress
+from flipgate.inference import MultiLabelOnnx, OnnxClassifier, Progress
 from flipgate.labels import load_predicted_labels
 from flipgate.logits_scan import LogitsScan
 from flipgate.metrics import predicted_classes
 from flipgate.metrics.chunks import chunk_rows, release, row_chunks, sample_ranges
+from flipgate.metrics.multilabel import predicted_labels
 from flipgate.scores import PROBABILITIES, to_logits
 from flipgate.traffic import class_name_list
 from service.datasets.models import Dataset, DatasetRole
@@ -25,7 +28,7 @@ from service.jobs.enqueue import queue_job
 from service.jobs.models import Job, JobKind
 from service.predictions.models import Prediction, PredictionSource
 from service.registry.models import ModelLine, ModelVersion
-from service.registry.service import qualified_name
+from service.registry.service import check_evalset_fits, qualified_name
 from service.storage import ArtifactStore, StagedFile, file_sha256
 
 
@@ -60,6 +63,36 @@ def store_labels_file(*, session: Session, store: ArtifactStore, version: ModelV
     return _prediction_row(session=session, version=version, dataset=dataset, sha256=None,
                            source=PredictionSource.UPLOADED,
                            classes_sha256=store_array(store=store, array=classes))
+
+
+def store_label_predictions(*, session: Session, store: ArtifactStore, version: ModelVersion,
+                            dataset: Dataset, npy_path: Path, name: str,
+                            scores: str | None) -> Prediction:
+    """Keep a multi-label version's uploaded .npy on a multi-label set of its line's shape:
+    float scores (N, L) (logits, or probabilities when `scores` says so), kept as float64
+    probabilities with their decisions at the version's thresholds beside them, or 0/1
+    decisions (N, L) alone (labels only)."""
+    check_evalset_fits(line=session.get_one(ModelLine, version.line_id), dataset=dataset)
+    with library_input():
+        read = npy_label_scores(npy_path, (dataset.n, version.num_classes),
+                                ReadAs(scores=scores), source=name)
+    if read.probabilities is None:
+        return _prediction_row(session=session, version=version, dataset=dataset, sha256=None,
+                               source=PredictionSource.UPLOADED,
+                               classes_sha256=store_array(store=store, array=read.decisions))
+    checked = label_probabilities_file(read.probabilities, version=version,
+                                       path=npy_path.with_name("probabilities.npy"))
+    return store_logits_file(session=session, store=store, version=version, dataset=dataset,
+                             logits=checked, source=PredictionSource.UPLOADED)
+
+
+def label_probabilities_file(probabilities: np.ndarray, *, version: ModelVersion,
+                             path: Path) -> "LogitsFile":
+    """A multi-label version's probabilities (N, L) written to the .npy `path` as float64
+    (what `flipgate compare` measures), with its decisions at its thresholds."""
+    np.save(path, np.ascontiguousarray(probabilities, dtype=np.float64), allow_pickle=False)
+    return LogitsFile(StagedFile(path, file_sha256(path)),
+                      predicted_labels(probabilities, version.thresholds))
 
 
 def store_array(*, store: ArtifactStore, array: np.ndarray) -> str:
@@ -122,6 +155,34 @@ def score_version_to_file(*, store: ArtifactStore, version: ModelVersion, datase
         classifier.predict_to_file({name: array[rows] for name, array in inputs.items()}, path,
                                    progress=progress)
         return classifier.provider
+
+
+def score_to_checked_file(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
+                          path: Path, progress: Progress | None = None,
+                          ) -> tuple["LogitsFile", str]:
+    """A version's scores on a whole data set written to `path` and checked, and the
+    provider used: logits, or on a multi-label set its probabilities and decisions."""
+    if dataset.multilabel:
+        return score_labels_to_file(store=store, version=version, dataset=dataset, path=path,
+                                    progress=progress)
+    provider = score_version_to_file(store=store, version=version, dataset=dataset, path=path,
+                                     progress=progress)
+    return check_logits_file(version=version, dataset=dataset, npy_path=path), provider
+
+
+def score_labels_to_file(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
+                         path: Path, progress: Progress | None = None,
+                         ) -> tuple["LogitsFile", str]:
+    """A multi-label version's probabilities on a multi-label set (its ONNX model read with
+    one score per label, as at registration), written to `path` with their decisions; the
+    provider used."""
+    with library_input():
+        model = MultiLabelOnnx(store.model_path(version.artifact_sha256),
+                               output=version.scores_output, scores=version.scores_kind)
+        evalset = model.check_evalset(load_evalset(store.local_path(dataset.sha256), mmap=True,
+                                                   multilabel=True))
+        probabilities = model.predict(model.feeds(evalset), progress=progress)
+    return label_probabilities_file(probabilities, version=version, path=path), model.provider
 
 
 def _scoring(store: ArtifactStore, version: ModelVersion,

@@ -3,7 +3,7 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint
+from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, Json, Record, utcnow
@@ -12,7 +12,9 @@ from service.projects.models import ProjectOwned
 
 
 class ModelLine(ProjectOwned, Record, Base):
-    """A sequence of classifier versions that solve one task with one set of classes."""
+    """A sequence of classifier versions that solve one task with one set of classes; a
+    multi-label line's versions decide each of its `num_classes` labels (named
+    `class_names`) apart, from one score per label."""
 
     __tablename__ = "model_lines"
     __table_args__ = (CheckConstraint("num_classes >= 2", name="num_classes"),
@@ -22,6 +24,7 @@ class ModelLine(ProjectOwned, Record, Base):
     num_classes: Mapped[int]
     class_names: Mapped[list[str] | None] = mapped_column(Json)
     training_dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id"))
+    multilabel: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
 class ModelVersion(Record, Base):
@@ -44,6 +47,8 @@ class ModelVersion(Record, Base):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
     produced_by: Mapped[dict[str, Any] | None]
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    # a multi-label version's decision threshold per label (None: 0.5 for every label)
+    thresholds: Mapped[list[float] | None] = mapped_column(Json)
 
     line: Mapped[ModelLine] = relationship(lazy="raise")
     parent: Mapped["ModelVersion | None"] = relationship(remote_side="ModelVersion.id",

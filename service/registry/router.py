@@ -40,6 +40,11 @@ PARENT_HELP = "line:version or line@alias"
 METADATA_HELP = "a JSON object"
 OUTPUT_HELP = "the output that holds the scores (default: chosen from the graph)"
 SCORES_HELP = "what the scores are (default: detected from the graph)"
+MULTILABEL_HELP = ("whether the line's versions score labels apart (one score per label, "
+                   "eval sets whose y is a 0/1 matrix); default: the line's kind, single-label "
+                   "for a new line")
+THRESHOLDS_HELP = ("a multi-label version's decision threshold per label: a JSON list of "
+                   "numbers in (0, 1); default: the model's metadata `thresholds`, else 0.5")
 
 
 @router.post("", status_code=201, response_model=ModelVersionRead, dependencies=[WRITE])
@@ -53,21 +58,26 @@ def register_version(
     scores: Annotated[ScoreKind | None, Form(description=SCORES_HELP)] = None,
     num_classes: Annotated[int | None, Form(ge=2, description="an external version's new "
                                                  "line: its number of classes")] = None,
+    multilabel: Annotated[bool | None, Form(description=MULTILABEL_HELP)] = None,
+    thresholds: Annotated[str | None, Form(description=THRESHOLDS_HELP)] = None,
 ) -> ModelVersion:
     """Register an ONNX classifier as `name:version`: a single `.onnx`, or a `.zip` holding
     one `.onnx` and, flat beside it, the external data files it names. The line is created
     on first use. Inference on the data sets the line was measured on, and metrics against
     the parent and `production`, are queued (see GET /jobs/{id}). Without an `artifact`,
-    an external version is registered: its predictions arrive by POST .../predictions."""
+    an external version is registered: its predictions arrive by POST .../predictions.
+    With `multilabel` the line is multi-label (docs/server.md, "Multi-label lines")."""
     if artifact is None:
         return service.register_external_version(
             session=session, line_name=name, version=version, num_classes=num_classes,
-            parent=parent, metadata=parse_metadata(metadata))
+            parent=parent, metadata=parse_metadata(metadata), multilabel=multilabel,
+            thresholds=parse_thresholds(thresholds))
     with store.stage(artifact.file, filename="upload",
                      max_bytes=settings.max_upload_bytes) as staged:
         return register_staged(session, store, settings, staged, name=name, version=version,
                                source=upload_name("artifact", artifact.filename),
-                               fields=VersionFields(parent, metadata, output, scores))
+                               fields=VersionFields(parent, metadata, output, scores,
+                                                    multilabel, thresholds))
 
 
 @router.put("/{name}/versions/{version}", status_code=201, response_model=ModelVersionRead,
@@ -79,13 +89,16 @@ def put_version(
     metadata: Annotated[str | None, Query(description=METADATA_HELP)] = None,
     output: Annotated[str | None, Query(description=OUTPUT_HELP)] = None,
     scores: Annotated[ScoreKind | None, Query(description=SCORES_HELP)] = None,
+    multilabel: Annotated[bool | None, Query(description=MULTILABEL_HELP)] = None,
+    thresholds: Annotated[str | None, Query(description=THRESHOLDS_HELP)] = None,
 ) -> ModelVersion:
     """POST /models with the `.onnx` (or model `.zip`) as the raw request body (Content-Type
     application/octet-stream) and the other fields in the query: streamed to disk and
     hashed in one pass, no form to parse. The same checks, limits and answers as the POST."""
     return register_staged(session, store, settings, body, name=name, version=version,
                            source="artifact",
-                           fields=VersionFields(parent, metadata, output, scores))
+                           fields=VersionFields(parent, metadata, output, scores, multilabel,
+                                                thresholds))
 
 
 class VersionFields(NamedTuple):
@@ -95,6 +108,8 @@ class VersionFields(NamedTuple):
     metadata: str | None
     output: str | None
     scores: str | None
+    multilabel: bool | None = None
+    thresholds: str | None = None
 
 
 def register_staged(session: SessionDep, store: StoreDep, settings: SettingsDep,
@@ -107,7 +122,9 @@ def register_staged(session: SessionDep, store: StoreDep, settings: SettingsDep,
     row = service.register_version(session=session, store=store, line_name=name,
                                    version=version, onnx_path=onnx_path, parent=fields.parent,
                                    metadata=parse_metadata(fields.metadata), source=source,
-                                   output=fields.output, scores=fields.scores)
+                                   output=fields.output, scores=fields.scores,
+                                   multilabel=fields.multilabel,
+                                   thresholds=parse_thresholds(fields.thresholds))
     flows.version_registered(session=session, version=row)
     return row
 
@@ -127,6 +144,25 @@ def parse_metadata(text: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise InvalidInput("invalid_metadata", "metadata must be a JSON object")
     _check_metadata_value(value, depth=1)
+    return value
+
+
+def parse_thresholds(text: str | None) -> list[float] | None:
+    """The `thresholds` field: a JSON list (its numbers are checked against the line's
+    labels by the registry)."""
+    if text is None:
+        return None
+    if len(text) > METADATA_MAX_CHARS:
+        raise InvalidInput("invalid_thresholds", f"thresholds are longer than "
+                           f"{METADATA_MAX_CHARS} characters")
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (json.JSONDecodeError, RecursionError, ValueError) as error:
+        raise InvalidInput("invalid_thresholds", f"thresholds are not a JSON list: {error}"
+                           ) from error
+    if not isinstance(value, list):
+        raise InvalidInput("invalid_thresholds", "thresholds must be a JSON list of numbers "
+                           "in (0, 1), one per label")
     return value
 
 

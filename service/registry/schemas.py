@@ -15,6 +15,7 @@ class ModelLineRead(RecordRead):
     num_classes: int
     class_names: list[str] | None
     training_dataset_id: int | None
+    multilabel: bool = False  # its versions score each of num_classes labels apart
 
 
 class ModelVersionRead(RecordRead):
@@ -30,6 +31,7 @@ class ModelVersionRead(RecordRead):
     scores_kind: str | None
     parent_id: int | None
     produced_by: dict[str, Any] | None
+    thresholds: list[float] | None = None  # a multi-label version's, per label (None: 0.5)
     metadata: dict[str, Any] = Field(validation_alias="meta")
 
 

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session, contains_eager
 
 from flipgate.formats.onnx_models import external_data_names, inspect_onnx
 from flipgate.model_zip import unpack_model_zip
-from flipgate.onnx_io import InputSpec, OutputSpec
+from flipgate.onnx_io import InputSpec, OutputSpec, check_thresholds
 from service.datasets.models import Dataset, DatasetRole
 from service.db import insert_or_conflict, one_or_not_found
 from service.errors import Conflict, InvalidInput, NotFound, library_input
@@ -23,13 +23,14 @@ PRODUCTION = "production"  # the alias that only the deploy gate's approvals mov
 
 
 def create_line(*, session: Session, name: str, num_classes: int,
-                class_names: list[str] | None = None) -> ModelLine:
-    """Create a model line under a new name."""
+                class_names: list[str] | None = None, multilabel: bool = False) -> ModelLine:
+    """Create a model line under a new name (`multilabel`: of `num_classes` labels)."""
     check_name(name, "line_name")
     if num_classes < 2 or (class_names is not None and len(class_names) != num_classes):
         raise InvalidInput("invalid_classes", f"a line needs at least 2 classes and one name "
                            f"per class, got {num_classes} classes and names {class_names}")
-    line = ModelLine(name=name, num_classes=num_classes, class_names=class_names)
+    line = ModelLine(name=name, num_classes=num_classes, class_names=class_names,
+                     multilabel=multilabel)
     return insert_or_conflict(session, line, code="line_exists",
                               message=f"model line {name!r} already exists")
 
@@ -49,17 +50,23 @@ def register_version(
     *, session: Session, store: ArtifactStore, line_name: str, version: str, onnx_path: Path,
     parent: str | None = None, produced_by: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None, source: str | None = None,
-    output: str | None = None, scores: str | None = None,
+    output: str | None = None, scores: str | None = None, multilabel: bool | None = None,
+    thresholds: list[float] | None = None,
 ) -> ModelVersion:
     """Store an ONNX classifier as a new version of a line, creating the line on first use;
     its scores are read from `output` as `scores` (chosen and detected from the graph when
     None). The line takes the class names the model carries; versions must agree on them.
+    A multi-label line (made so by its first version's `multilabel`) reads one score per
+    label; its versions decide at `thresholds`, else at those the model's metadata declares.
     The row is inserted before the file enters the store: a refusal leaves nothing behind."""
     check_name(version, "version", VERSION)
+    multilabel = line_kind(session=session, name=line_name, multilabel=multilabel)
     with library_input():
-        spec = inspect_onnx(onnx_path, source=source, output=output, scores=scores)
+        spec = inspect_onnx(onnx_path, source=source, output=output, scores=scores,
+                            multilabel=multilabel)
         files = model_files(onnx_path, source=source)
-    line = _line_with_classes(session=session, name=line_name, num_classes=spec.num_classes)
+    line = _line_with_classes(session=session, name=line_name, num_classes=spec.num_classes,
+                              multilabel=multilabel)
     _check_input_signature(session=session, line=line, inputs=spec.inputs)
     _take_class_names(line, model_class_names(spec.output))
     row = ModelVersion(
@@ -70,6 +77,7 @@ def register_version(
         num_classes=spec.num_classes, scores_output=spec.output_name,
         scores_kind=spec.output.kind, produced_by=produced_by, meta=metadata or {},
         parent=_parent(session, parent, line),
+        thresholds=version_thresholds(line, thresholds or spec.thresholds),
     )
     insert_or_conflict(session, row, code="version_exists",
                        message=f"version {line_name}:{version} already exists")
@@ -80,14 +88,18 @@ def register_version(
 def register_external_version(
     *, session: Session, line_name: str, version: str, num_classes: int | None,
     parent: str | None = None, metadata: dict[str, Any] | None = None,
+    multilabel: bool | None = None, thresholds: list[float] | None = None,
 ) -> ModelVersion:
     """Register a version without a model file (an LLM prompt, a remote API, another
-    runtime): its predictions arrive only by upload. A new line needs `num_classes`."""
+    runtime): its predictions arrive only by upload. A new line needs `num_classes` (its
+    labels' count, with `multilabel`); a multi-label version decides at `thresholds`."""
     check_name(version, "version", VERSION)
-    line = _external_line(session=session, name=line_name, num_classes=num_classes)
+    multilabel = line_kind(session=session, name=line_name, multilabel=multilabel)
+    line = _external_line(session=session, name=line_name, num_classes=num_classes,
+                          multilabel=multilabel)
     row = ModelVersion(
         line=line, version=version, num_classes=line.num_classes, meta=metadata or {},
-        parent=_parent(session, parent, line),
+        parent=_parent(session, parent, line), thresholds=version_thresholds(line, thresholds),
     )
     return insert_or_conflict(session, row, code="version_exists",
                               message=f"version {line_name}:{version} already exists")
@@ -107,14 +119,48 @@ def _parent(session: Session, reference: str | None, line: ModelLine) -> ModelVe
     return parent
 
 
-def _external_line(*, session: Session, name: str, num_classes: int | None) -> ModelLine:
+def line_kind(*, session: Session, name: str, multilabel: bool | None) -> bool:
+    """Whether the line `name` is multi-label: as it is when it exists (a registration that
+    says otherwise is refused, `line_kind_mismatch`), else as `multilabel` says."""
+    kind = session.scalars(select(ModelLine.multilabel).where(ModelLine.name == name)).first()
+    if kind is not None and multilabel is not None and kind != multilabel:
+        raise InvalidInput("line_kind_mismatch", f"model line {name!r} is "
+                           f"{describe_kind(kind)}; this version says it is "
+                           f"{describe_kind(multilabel)}")
+    return bool(multilabel) if kind is None else kind
+
+
+def describe_kind(multilabel: bool) -> str:
+    return "multi-label" if multilabel else "single-label"
+
+
+def version_thresholds(line: ModelLine, thresholds: "list[float] | tuple[float, ...] | None"
+                       ) -> list[float] | None:
+    """A version's decision thresholds: one number in (0, 1) per label of a multi-label
+    line (`invalid_thresholds`); none for a single-label line (`thresholds_need_multilabel`)."""
+    if thresholds is None:
+        return None
+    if not line.multilabel:
+        raise InvalidInput("thresholds_need_multilabel", f"model line {line.name!r} is "
+                           "single-label: thresholds apply to multi-label lines only")
+    with library_input():
+        values = list(check_thresholds(list(thresholds), "thresholds"))
+    if len(values) != line.num_classes:
+        raise InvalidInput("invalid_thresholds", f"{len(values)} thresholds for the "
+                           f"{line.num_classes} labels of model line {line.name!r}")
+    return values
+
+
+def _external_line(*, session: Session, name: str, num_classes: int | None,
+                   multilabel: bool = False) -> ModelLine:
     """The line of an external version: the named one, or a new one of `num_classes`."""
     exists = session.scalars(select(ModelLine.id).where(ModelLine.name == name)).first()
     if num_classes is None and exists is None:
         raise InvalidInput("num_classes_required", f"model line {name!r} does not exist yet: "
                            "give num_classes (or an artifact) to create it")
     return get_line(session=session, name=name) if num_classes is None else \
-        _line_with_classes(session=session, name=name, num_classes=num_classes)
+        _line_with_classes(session=session, name=name, num_classes=num_classes,
+                           multilabel=multilabel)
 
 
 def model_upload(path: Path, *, max_bytes: int, source: str) -> Path:
@@ -139,18 +185,25 @@ def model_files(onnx_path: Path, *, source: str | None = None) -> dict[str, Path
     return {BUNDLE_MODEL: onnx_path} | {name: onnx_path.parent / name for name in names}
 
 
-def _line_with_classes(*, session: Session, name: str, num_classes: int) -> ModelLine:
+def _line_with_classes(*, session: Session, name: str, num_classes: int,
+                       multilabel: bool = False) -> ModelLine:
     """The named line, created on first use (or by a concurrent first use: then it is read,
-    not refused); it must have `num_classes` classes."""
+    not refused); it must have `num_classes` classes (labels, on a multi-label line)."""
     line = session.scalars(select(ModelLine).where(ModelLine.name == name)).one_or_none()
     if line is None:
         try:
-            return create_line(session=session, name=name, num_classes=num_classes)
+            return create_line(session=session, name=name, num_classes=num_classes,
+                               multilabel=multilabel)
         except Conflict:  # another request created it meanwhile, and has committed
             line = session.scalars(select(ModelLine).where(ModelLine.name == name)).one()
+    if line.multilabel != multilabel:
+        raise InvalidInput("line_kind_mismatch", f"model line {name!r} is "
+                           f"{describe_kind(line.multilabel)}")
     if line.num_classes != num_classes:
-        raise InvalidInput("class_count_mismatch", f"model line {name!r} has "
-                           f"{line.num_classes} classes but the model outputs {num_classes}")
+        code, what = (("label_count_mismatch", "labels") if multilabel
+                      else ("class_count_mismatch", "classes"))
+        raise InvalidInput(code, f"model line {name!r} has {line.num_classes} {what} but "
+                           f"the model outputs {num_classes}")
     return line
 
 
@@ -334,3 +387,23 @@ def resolve_reference(*, session: Session, reference: str) -> ModelVersion:
     if match["separator"] == ":":
         return get_named_version(session=session, line_name=line_name, version=name)
     return get_alias_target(session=session, line_name=line_name, alias=name)
+
+
+def check_evalset_fits(*, line: ModelLine, dataset: Dataset) -> None:
+    """A line is measured on eval sets of its kind (`evalset_kind_mismatch`); a multi-label
+    line's sets have its number of labels (`label_count_mismatch`) and, where both name
+    them, its label names (`class_names_mismatch`). A traffic set fits a single-label line."""
+    if dataset.multilabel != line.multilabel:
+        raise InvalidInput("evalset_kind_mismatch", f"eval set {dataset.name!r} is "
+                           f"{describe_kind(dataset.multilabel)} but model line {line.name!r} "
+                           f"is {describe_kind(line.multilabel)}")
+    if not line.multilabel:
+        return
+    if dataset.num_classes != line.num_classes:
+        raise InvalidInput("label_count_mismatch", f"eval set {dataset.name!r} has "
+                           f"{dataset.num_classes} labels but model line {line.name!r} has "
+                           f"{line.num_classes}")
+    if line.class_names and dataset.label_names and line.class_names != dataset.label_names:
+        raise InvalidInput("class_names_mismatch", f"eval set {dataset.name!r} names its "
+                           f"labels {dataset.label_names[:20]}, model line {line.name!r} "
+                           f"{line.class_names[:20]}")
