@@ -5,10 +5,11 @@ of many projects that hold the same line names, each line with a few versions:
 - a line by name, through a session bound with service.projects.scoping (the filter added
   by with_loader_criteria) against the same statement with `project_id = :p` written by
   hand (what a per-route check would cost);
-- a version by its id (`session.get`, a query each time), through a bound session, which
-  filters versions by their own project_id (0019), against an unbound session (the query
-  every look-up ran before 0019, when nothing filtered versions) and against the same
-  look-up filtered through the version's line (`EXISTS`, the first attempt of issue 47).
+- a version by its id, through a bound session, which filters versions by their own
+  project_id (0019), against an unbound session (the query every look-up ran before 0019,
+  when nothing filtered versions), the same statement with `project_id = :p` written by
+  hand, and the look-up filtered through the version's line (`EXISTS`, the first attempt of
+  issue 47).
 
     python benchmarks/scoping_bench.py [--projects 20] [--lines 50] [--lookups 2000]
 
@@ -24,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import exists, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -66,20 +68,16 @@ def line_by_hand(session: Session, name: str, project_id: int) -> ModelLine:
                                                    ModelLine.name == name)).one()
 
 
-def version_through_its_line(session: Session, version_id: int,
-                             project_id: int) -> ModelVersion:
-    """The version, filtered by its line's project (EXISTS), on an unbound session."""
-    of_project = exists().where(ModelLine.id == ModelVersion.line_id,
-                                ModelLine.project_id == project_id)
+def version_where(session: Session, version_id: int, *criteria: Any) -> ModelVersion:
+    """The version with this id that meets `criteria` (and the session's filter, if bound)."""
     return session.scalars(select(ModelVersion).where(ModelVersion.id == version_id,
-                                                      of_project)).one()
+                                                      *criteria)).one()
 
 
-def version_by_id(session: Session, version_id: int) -> ModelVersion:
-    """session.get, a query each time (as in a request's new session)."""
-    version = session.get(ModelVersion, version_id, populate_existing=True)
-    assert version is not None
-    return version
+def through_its_line(project_id: int) -> Any:
+    """A version's line is of the project (EXISTS), the first attempt of issue 47."""
+    return exists().where(ModelLine.id == ModelVersion.line_id,
+                          ModelLine.project_id == project_id)
 
 
 def lookups(bound: Session, unbound: Session, project_id: int, lines: int
@@ -95,10 +93,12 @@ def lookups(bound: Session, unbound: Session, project_id: int, lines: int
             "project_id by hand": lambda: line_by_hand(unbound, next(names), project_id),
             "bound session": lambda: get_line(session=bound, name=next(names))},
         "a version by id": {
-            "unbound (before 0019)": lambda: version_by_id(unbound, next(ids)),
-            "bound session (0019)": lambda: version_by_id(bound, next(ids)),
-            "EXISTS through the line": lambda: version_through_its_line(unbound, next(ids),
-                                                                        project_id)},
+            "unbound (before 0019)": lambda: version_where(unbound, next(ids)),
+            "bound session (0019)": lambda: version_where(bound, next(ids)),
+            "project_id by hand": lambda: version_where(
+                unbound, next(ids), ModelVersion.project_id == project_id),
+            "EXISTS through the line": lambda: version_where(
+                unbound, next(ids), through_its_line(project_id))},
     }
 
 
