@@ -10,7 +10,9 @@ must not tell which names exist in A either). PROBES says how each route names A
 beside B's line, A's project, A's token ...), and each route that acts in a project is
 asked once more on B's own objects with `?project=default`. The dashboard's pages
 (UI_PROBES) are asked the same way by people signed in with B's read token and with B's
-token of every scope.
+token of every scope. A route added as a future one might be written, loading a row of
+any project-owned table (versions among them) by its raw id with no check of its own,
+answers B for A's rows exactly as for an id of none.
 
 Projects `default` (A) and `beta` (B) each hold a line `fraud` (versions 1 and 2 with logits
 on `holdout`, 1 in production, a policy, a webhook secret, a blocked decision and its repair
