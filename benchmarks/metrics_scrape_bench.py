@@ -84,7 +84,7 @@ def fill(settings: Settings, jobs: int, decisions: int) -> float:
         line = ModelLine(project_id=project_id, name="bench", num_classes=10)
         session.add(line)
         session.flush()
-        versions = [ModelVersion(line_id=line.id, version=str(number), num_classes=10)
+        versions = [ModelVersion(line=line, version=str(number), num_classes=10)
                     for number in (1, 2)]
         session.add_all(versions)
         session.flush()

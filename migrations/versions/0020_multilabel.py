@@ -4,7 +4,7 @@ matrix (and the names of its labels), and each multi-label version's decision th
 label.
 
 Revision ID: 0020_multilabel
-Revises: 0018_ended_at_indexes
+Revises: 0019_version_project
 Create Date: 2026-11-28 16:00:00
 """
 
@@ -16,7 +16,7 @@ from alembic import op
 from migrations.helpers import JSON
 
 revision: str = "0020_multilabel"
-down_revision: str | Sequence[str] | None = "0018_ended_at_indexes"
+down_revision: str | Sequence[str] | None = "0019_version_project"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -6,8 +6,9 @@ ProjectOwned table it touches (SQLAlchemy's with_loader_criteria, the documented
 a global filter), and a ProjectOwned row it adds without a project gets the session's. A
 request's session is bound by its access check (service.deps.require), a worker's to its
 job's project; a session left unbound (the CLI, the sweeper, migrations) sees every row.
-Lines and data sets are looked up by name and jobs and decisions by id only through such
-a session, so a name of another project answers exactly as a name of none.
+Lines and data sets are looked up by name and versions, jobs and decisions by id only
+through such a session, so a name of another project answers exactly as a name of none,
+and a row loaded by a raw id is filtered whatever route loads it.
 """
 
 from typing import Any

@@ -3,7 +3,14 @@
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, String, UniqueConstraint, false
+from sqlalchemy import (
+    CheckConstraint,
+    ForeignKey,
+    ForeignKeyConstraint,
+    String,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, Json, Record, utcnow
@@ -18,7 +25,8 @@ class ModelLine(ProjectOwned, Record, Base):
 
     __tablename__ = "model_lines"
     __table_args__ = (CheckConstraint("num_classes >= 2", name="num_classes"),
-                      UniqueConstraint("project_id", "name"))
+                      UniqueConstraint("project_id", "name"),
+                      UniqueConstraint("id", "project_id"))  # what a version's key points at
 
     name: Mapped[str] = mapped_column(String(NAME_LENGTH))
     num_classes: Mapped[int]
@@ -27,15 +35,22 @@ class ModelLine(ProjectOwned, Record, Base):
     multilabel: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
-class ModelVersion(Record, Base):
+class ModelVersion(ProjectOwned, Record, Base):
     """One classifier of a line: an ONNX file, with the interface read from it, or an external
-    version (no artifact, no inputs) whose predictions are uploaded."""
+    version (no artifact, no inputs) whose predictions are uploaded.
+
+    Its project is its line's: the foreign key (line_id, project_id) points at the line's
+    (id, project_id), so no row can hold another, and `line` copies both when it is set, so
+    the project is filled in wherever a version is made. A session bound to another
+    project does not see the version, even by its id (service.projects.scoping)."""
 
     __tablename__ = "model_versions"
     __table_args__ = (UniqueConstraint("line_id", "version"),
-                      CheckConstraint("num_classes >= 2", name="num_classes"))
+                      CheckConstraint("num_classes >= 2", name="num_classes"),
+                      ForeignKeyConstraint(["line_id", "project_id"],
+                                           ["model_lines.id", "model_lines.project_id"]))
 
-    line_id: Mapped[int] = mapped_column(ForeignKey("model_lines.id"))
+    line_id: Mapped[int]
     version: Mapped[str] = mapped_column(String(NAME_LENGTH))
     artifact_sha256: Mapped[str | None] = mapped_column(String(64))
     input_name: Mapped[str | None] = mapped_column(String(256))

@@ -119,11 +119,11 @@ def line_summaries(session: Session) -> list[LineSummary]:
 
 
 def _names_by_line(session: Session, line_and_version_ids: Any) -> dict[int, str]:
-    """{line id: version name} for (line id, version id) rows."""
-    pairs = dict(session.execute(line_and_version_ids).all())
-    names = dict(session.execute(select(ModelVersion.id, ModelVersion.version)
-                                 .where(ModelVersion.id.in_(pairs.values()))).all())
-    return {line_id: names[version_id] for line_id, version_id in pairs.items()}
+    """{line id: version name} for the (line id, version id) rows whose version the session
+    sees (its project's)."""
+    line_id, version_id = line_and_version_ids.subquery().c
+    return dict(session.execute(select(line_id, ModelVersion.version)
+                                .join(ModelVersion, ModelVersion.id == version_id)).all())
 
 
 def _value(verdict: Any) -> str | None:

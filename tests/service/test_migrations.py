@@ -29,6 +29,7 @@ from service.tables import metadata
 from tests.service.conftest import default_session, postgres_schema
 
 BEFORE_PROJECTS = "0016_traffic_sets"
+BEFORE_VERSION_PROJECT = "0018_ended_at_indexes"
 
 
 def test_migrated_schema_equals_the_models(engine):
@@ -152,6 +153,50 @@ def test_0012_backfills_each_versions_inputs_from_its_single_input(backend, tmp_
         command.downgrade(alembic_config(connection), "0011")
         assert connection.execute(select(versions.c.id, versions.c.input_name)
                                   .order_by(versions.c.id)).all() == [(1, "pixels"), (2, None)]
+
+
+VERSIONS = table("model_versions", column("id"), column("line_id"), column("version"),
+                 column("num_classes"), column("metadata", Json), column("created_at"))
+
+
+def stored_versions(connection, *columns: str) -> list[tuple]:
+    return connection.execute(text(f"SELECT {', '.join(columns)} FROM model_versions "
+                                   "ORDER BY id")).all()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0019_gives_each_version_its_lines_project_and_no_other(backend, tmp_path):
+    """Versions stored at 0018 in two projects hold their line's project at 0019, where a
+    version whose project is not its line's is refused; the downgrade keeps every version."""
+    with empty_database(backend, tmp_path) as engine:
+        settings = Settings(database_url=engine.url.render_as_string(hide_password=False))
+        migrate_to(settings, BEFORE_VERSION_PROJECT)
+        with engine.begin() as connection:
+            connection.execute(text("INSERT INTO projects (name, created_at) VALUES "
+                                    "('team-b', CURRENT_TIMESTAMP)"))
+            projects = dict(connection.execute(text("SELECT name, id FROM projects")).all())
+            connection.execute(text(
+                "INSERT INTO model_lines (id, name, num_classes, project_id, created_at) "
+                "VALUES (1, 'fraud', 2, :a, CURRENT_TIMESTAMP), "
+                "(2, 'fraud', 2, :b, CURRENT_TIMESTAMP)"),
+                {"a": projects["default"], "b": projects["team-b"]})
+            connection.execute(VERSIONS.insert(), [
+                {"id": number, "line_id": line, "version": str(number), "num_classes": 2,
+                 "metadata": {}, "created_at": utcnow()}
+                for number, line in ((1, 1), (2, 2), (3, 2))])
+            before = stored_versions(connection, "id", "line_id", "version")
+        migrate_to(settings, "head")
+        with engine.begin() as connection:
+            assert stored_versions(connection, "id", "project_id") == [
+                (1, projects["default"]), (2, projects["team-b"]), (3, projects["team-b"])]
+            with pytest.raises(IntegrityError), connection.begin_nested():
+                connection.execute(text("UPDATE model_versions SET project_id = :b WHERE id = 1"),
+                                   {"b": projects["team-b"]})
+        migrate_to(settings, BEFORE_VERSION_PROJECT)
+        with engine.connect() as connection:
+            assert stored_versions(connection, "id", "line_id", "version") == before
+            assert "project_id" not in {column["name"] for column in
+                                        inspect(connection).get_columns("model_versions")}
 
 
 def projects_holding(engine: Engine, *, team_b_token: bool) -> Settings:

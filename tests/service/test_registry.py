@@ -5,12 +5,15 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import IntegrityError
 
 from service.config import Settings
 from service.db import create_db_engine, create_session_factory, session_scope
 from service.errors import Conflict, InvalidInput, NotFound
 from service.migrate import upgrade
+from service.projects.service import create_project
+from service.registry.models import ModelVersion
 from service.registry.schemas import ModelVersionRead
 from service.registry.service import (
     create_line,
@@ -53,6 +56,20 @@ def test_version_strings_are_unique_per_line(session, register):
     assert refused.value.code == "version_exists" and refused.value.status_code == 409
     register("letters", "1.0")
     assert [v.version for v in list_versions(session=session, line_name="digits")] == ["1.0"]
+
+
+def test_a_version_holds_its_lines_project_and_no_other(session, register):
+    """A version takes its line's project even when made with another one, and the database
+    refuses to move a version out of its line's project."""
+    line = register("digits", "1.0").line
+    other = create_project(session=session, name="team-b")
+    version = ModelVersion(line=line, version="1.1", num_classes=3, project_id=other.id)
+    session.add(version)
+    session.flush()
+    assert version.project_id == line.project_id != other.id
+    with pytest.raises(IntegrityError), session.begin_nested():
+        session.execute(text("UPDATE model_versions SET project_id = :other WHERE id = :id"),
+                        {"other": other.id, "id": version.id})
 
 
 def test_a_version_must_have_the_line_s_class_count(register):

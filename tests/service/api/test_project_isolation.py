@@ -10,7 +10,9 @@ must not tell which names exist in A either). PROBES says how each route names A
 beside B's line, A's project, A's token ...), and each route that acts in a project is
 asked once more on B's own objects with `?project=default`. The dashboard's pages
 (UI_PROBES) are asked the same way by people signed in with B's read token and with B's
-token of every scope.
+token of every scope. A route added as a future one might be written, loading a row of
+any project-owned table (versions among them) by its raw id with no check of its own,
+answers B for A's rows exactly as for an id of none.
 
 Projects `default` (A) and `beta` (B) each hold a line `fraud` (versions 1 and 2 with logits
 on `holdout`, 1 in production, a policy, a webhook secret, a blocked decision and its repair
@@ -24,13 +26,15 @@ on `only-a`.
 import itertools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from fastapi import APIRouter
 from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 from httpx import Response
@@ -41,8 +45,11 @@ from flipgate.signing import HEADER, signature
 from service.audit.models import AuditEvent
 from service.auth.service import create_token
 from service.db import Base, session_scope
+from service.deps import CommittingRoute, SessionDep, require
+from service.errors import NotFound
 from service.integrations.mlflow.models import MlflowEvent
 from service.jobs.models import Job
+from service.projects.models import ProjectOwned
 from service.projects.service import create_project, get_project, grant
 from tests.integrations.mlflow_world import alias_event, signed
 from tests.service.api.conftest import (
@@ -642,3 +649,68 @@ def test_the_sweepers_reconcile_job_is_in_the_connectors_project(client, project
         job = session.scalars(select(Job).where(Job.kind == "mlflow")).one()
         assert (job.params, job.project_id) == ({"reconcile": True},
                                                 get_project(session=session, name=B).id)
+
+
+OWNED = {mapper.local_table.name: mapper.class_ for mapper in Base.registry.mappers
+         if issubclass(mapper.class_, ProjectOwned)}  # tables a bound session filters
+
+
+@contextmanager
+def route_loading_by_raw_id(client: TestClient) -> Iterator[str]:
+    """A route added to the app as a future one might be written, with no check of its own:
+    GET /raw/{table}/{row_id} loads the row of a project-owned table by its id through the
+    request's session (`session.get`), 404 `row_not_found` when there is none; removed
+    afterwards. Yields its path's prefix."""
+    router = APIRouter(prefix="/raw", route_class=CommittingRoute)
+
+    @router.get("/{table}/{row_id}", dependencies=[require("read")])
+    def load(table: str, row_id: int, session: SessionDep) -> dict[str, int]:
+        row = session.get(OWNED[table], row_id)
+        if row is None:
+            raise NotFound("row_not_found", f"no {table} row {row_id}")
+        return {"id": row.id}
+
+    routes = client.app.router.routes
+    added = len(routes)
+    client.app.include_router(router)
+    try:
+        yield "/raw"
+    finally:
+        del routes[added:]
+
+
+def ids_by_table(client: TestClient, project: str) -> dict[str, list[int]]:
+    """The ids of `project`'s rows in each project-owned table (read unbound: every row)."""
+    with session_scope(client.app.state.sessions) as session:
+        project_id = get_project(session=session, name=project).id
+        return {table: list(session.scalars(select(model.id)
+                                            .where(model.project_id == project_id)))
+                for table, model in OWNED.items()}
+
+
+def answer_to(client: TestClient, url: str, row_id: int, token: str) -> tuple[int, str]:
+    """The status and body of GET `url` with `token`, the row's id in the body as <id>."""
+    response = client.get(url, headers=bearer(token))
+    return response.status_code, response.text.replace(str(row_id), "<id>")
+
+
+def test_a_row_loaded_by_a_raw_id_is_filtered_by_its_project(client, projects):
+    """Versions, lines, data sets, jobs and decisions are scoped by their own project_id, not
+    by the routes that reach them: a new route that loads A's row by its raw id, asked by
+    B's read token, answers exactly as for an id of none; A's caller and B's own rows get
+    the row."""
+    assert {"model_versions", "model_lines", "datasets", "jobs", "gate_decisions"} <= set(OWNED)
+    reader, missing = projects.b_tokens[("read",)], NOWHERE.decision
+    a_rows, b_rows = ids_by_table(client, A), ids_by_table(client, B)
+    assert all(a_rows.values()) and all(b_rows.values())
+    with route_loading_by_raw_id(client) as prefix:
+        for table in OWNED:
+            none = answer_to(client, f"{prefix}/{table}/{missing}", missing, reader)
+            assert none[0] == 404 and "row_not_found" in none[1]
+            for row_id in a_rows[table]:
+                url = f"{prefix}/{table}/{row_id}"
+                assert answer_to(client, url, row_id, reader) == none, url
+                assert client.get(url).json() == {"id": row_id}  # the server admin, in A
+            for row_id in b_rows[table]:
+                assert answer_to(client, f"{prefix}/{table}/{row_id}", row_id, reader) == (
+                    200, '{"id":<id>}')
