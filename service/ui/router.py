@@ -295,8 +295,9 @@ def decision(request: Request, who: SignedIn, session: ReadSession,
 
 
 @router.get("/jobs", response_class=HTMLResponse)
-def jobs(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse:
-    return render(request, "jobs.html", who, view=queries.jobs_page(session, who.project))
+def jobs(request: Request, who: SignedIn, session: ReadSession, page: int = 1) -> HTMLResponse:
+    """Open jobs, the latest failures and the finished jobs, a page at a time."""
+    return render(request, "jobs.html", who, view=queries.jobs_page(session, who.project, page))
 
 
 def to_signin(request: Request, error: SignInRequired) -> RedirectResponse:

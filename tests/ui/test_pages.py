@@ -349,10 +349,32 @@ def test_jobs_page_shows_progress_of_open_jobs_and_errors_of_failed_ones(db, sig
             Job(kind=JobKind.METRICS, state=JobState.SUCCEEDED, params={"done": True})])
     text = signed_in.get("/ui/jobs").text
     open_section, failed_section = text.split('id="failed-jobs"')
+    failed_section, finished_section = failed_section.split('id="finished-jobs"')
     assert 'value="0.375"' in open_section and "37.5%" in open_section
     assert "state-queued" in open_section and open_jobs_shown(text) == already_open + 2
     assert "RuntimeError: logits have 9 classes" in failed_section
-    assert "&#34;done&#34;" not in text and '"done"' not in text  # succeeded jobs are not listed
+    assert '"done"' not in open_section + failed_section  # succeeded: finished, not failed
+    assert '{"done": true}' in finished_section
+
+
+def test_finished_jobs_are_listed_with_their_outcome_a_page_at_a_time(db, signed_in):
+    with db() as session:
+        already = session.scalars(select(Job.id).where(Job.state.in_(
+            [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]))).all()
+        start = datetime.now(UTC)
+        session.add_all([Job(kind=JobKind.METRICS, params={"n": n}, progress=1.0,
+                             state=JobState.CANCELLED if n == 25 else JobState.SUCCEEDED,
+                             finished_at=start + timedelta(seconds=n)) for n in range(26)])
+    total = len(already) + 26
+    first = signed_in.get("/ui/jobs").text.split('id="finished-jobs"')[1]
+    assert f"Finished ({total})" in first and "Nothing queued" not in first
+    rows = re.findall(r'<tr data-job="(\d+)">.*?state-(\w+)".*?</tr>', first, re.DOTALL)
+    assert len(rows) == 25 and rows[0][1] == "cancelled"  # the last finished first
+    assert {state for _job, state in rows[1:]} == {"succeeded"}
+    assert f"page 1 of {-(-total // 25)}" in first and 'href="?page=2#finished-jobs"' in first
+    second = signed_in.get("/ui/jobs?page=2").text.split('id="finished-jobs"')[1]
+    older = re.findall(r'<tr data-job="(\d+)">', second)
+    assert len(older) == total - 25 and not {job for job, _state in rows} & set(older)
 
 
 def test_jobs_name_the_line_versions_and_decision_they_serve_with_links(seeded, db, signed_in):
@@ -639,3 +661,81 @@ def test_links_carry_their_project_and_a_page_of_another_offers_to_switch(
     assert opened.status_code == 200 and f"Decision #{seeded.blocked_id}" in opened.text
     assert f'href="/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}&amp;project=default"' \
         in opened.text
+
+
+def test_the_home_page_names_its_project_and_the_viewers_role(seeded, browser_client, mint):
+    for token, role in ((mint("read"), "viewer"), (ADMIN_TOKEN, "admin"),
+                        (mint("read", "gate"), "gatekeeper"),
+                        (mint("read", "write", "gate"), "scopes gate, read, write")):
+        browser_client.post("/ui/signin", data={"token": token})
+        text = browser_client.get("/ui").text
+        assert '<span id="home-project">default</span>' in text
+        shown = re.search(r'<p class="muted" id="home-role">(.*?)</p>', text, re.DOTALL)
+        assert shown and f"<strong>{role}</strong> in project default" in shown.group(1), role
+
+
+def test_verdict_badges_link_to_their_decisions(seeded, signed_in):
+    badge = r'<a class="badge-link" href="/ui/decisions/(\d+)\?project=default"><span ' \
+            r'class="badge verdict-(\w+)">'
+    home = re.findall(badge, signed_in.get("/ui").text)
+    assert home == [(str(seeded.blocked_id), "block")]
+    line = signed_in.get(f"/ui/lines/{LINE}").text
+    log = line.split('id="decision-log"')[1].split("</table>")[0]
+    history = line.split('id="history-table"')[1].split("</table>")[0]
+    assert re.findall(badge, log) == [(str(seeded.blocked_id), "block"),
+                                      (str(seeded.blocked_id - 1), "approve")]
+    assert sorted(re.findall(badge, history)) == sorted(re.findall(badge, log))
+    for decision_id, verdict in re.findall(badge, log):
+        assert f'<span class="badge verdict-{verdict}">' in signed_in.get(
+            f"/ui/decisions/{decision_id}").text
+
+
+def test_a_version_waiting_for_its_decision_is_pending_not_ungated(
+        seeded, signed_in, upload_model, upload_logits):
+    signed_in.headers.update(bearer(ADMIN_TOKEN))
+    assert upload_model(LINE, "4", seed=4).status_code == 201
+    assert upload_logits(f"{LINE}:4", EVALSET, seeded.logits["3"]).status_code == 201
+    pending = signed_in.post("/gate", json={"model": LINE, "candidate": "4"}).json()
+    signed_in.headers.pop("Authorization")
+    assert pending["verdict"] == "pending", pending
+    line = signed_in.get(f"/ui/lines/{LINE}").text
+    row = re.search(r'<tr id="history-4" class="">(.*?)</tr>', line, re.DOTALL).group(1)
+    assert "not gated" not in row
+    assert (f'<a class="badge-link" href="/ui/decisions/{pending["decision_id"]}?project='
+            'default"><span class="badge verdict-pending">pending</span></a>') in row
+    assert "not gated" in re.search(r'<tr id="history-3" class="">(.*?)</tr>', line,
+                                    re.DOTALL).group(1)
+
+
+def test_a_repairs_decision_names_what_it_repairs_and_whether_it_went_to_production(
+        seeded, signed_in, client, db):
+    repaired = client.post("/gate", json={"model": LINE, "candidate": "3"},
+                           headers=bearer(ADMIN_TOKEN)).json()
+    with db() as session:  # version 3 stands for the version a repair job registered
+        session.add(Job(kind=JobKind.TRAIN, state=JobState.SUCCEEDED, progress=1.0,
+                        params={"method": "ensemble", "decision_id": seeded.blocked_id}))
+        version = session.scalars(select(ModelVersion).where(ModelVersion.version == "3")).one()
+        version.produced_by = {"method": "ensemble", "decision_id": seeded.blocked_id}
+        session.get(Decision, repaired["decision_id"]).repair_of_id = seeded.blocked_id
+
+    def shown(decision_id: int, where: str) -> str:
+        text = signed_in.get(f"/ui/decisions/{decision_id}").text
+        section = text.split('<section id="repair">')[1].split("</section>")[0]
+        assert "No repair was asked for" not in section
+        found = re.search(rf'<p id="{where}">(.*?)</p>', section, re.DOTALL)
+        assert found, section
+        return " ".join(found.group(1).split())
+
+    repair = shown(repaired["decision_id"], "repair-of")
+    assert (f'the repair of <a href="/ui/decisions/{seeded.blocked_id}?project=default">'
+            f"decision #{seeded.blocked_id}</a>") in repair
+    assert 'data-production="never"' in repair
+    assert 'data-production="never"' in shown(seeded.blocked_id, "repaired")
+    moved = client.post(f"/models/{LINE}/aliases/production", headers=bearer(ADMIN_TOKEN),
+                        json={"version": "3", "force": True})
+    assert moved.is_success, moved.text
+    assert 'data-production="now"' in shown(repaired["decision_id"], "repair-of")
+    assert 'data-production="now"' in shown(seeded.blocked_id, "repaired")
+    assert client.post(f"/models/{LINE}/aliases/production", headers=bearer(ADMIN_TOKEN),
+                       json={"version": "1", "force": True}).is_success
+    assert 'data-production="was"' in shown(repaired["decision_id"], "repair-of")

@@ -164,3 +164,11 @@ def test_a_person_lists_and_revokes_their_own_tokens_only(browser_client, oidc_p
         "heidi", "heidi@example.com", "oidc", "vision", "revoke_personal_token",
         action.split("?")[0], "ok", None)
     assert browser_client.get("/models", headers=bearer(secret)).status_code == 401
+
+
+def test_the_no_project_page_does_not_link_back_to_itself(browser_client, oidc_provider):
+    sign_in(browser_client, oidc_provider, "nobody")  # granted no role anywhere
+    page = browser_client.get("/ui")
+    assert page.status_code == 403 and "No project" in page.text
+    main = page.text.split('<main id="main"')[1]
+    assert 'href="/ui"' not in main and 'id="way-out"' in main
