@@ -27,6 +27,7 @@ from service.errors import NotFound
 from service.projects.models import DEFAULT_PROJECT
 from service.projects.scoping import scope_session
 from service.projects.service import ROLES, get_project, project_not_found
+from service.ui import numbers
 from service.ui.ci import ci_links
 from service.ui.session import COOKIE, Viewer, max_age, viewer
 
@@ -44,7 +45,7 @@ def role_of(who: Viewer) -> str:
     return named[0] if named else "scopes " + ", ".join(sorted(held))
 
 
-templates.env.globals.update(ci_links=ci_links, urls=urls, role_of=role_of)
+templates.env.globals.update(ci_links=ci_links, urls=urls, role_of=role_of, numbers=numbers)
 
 
 class PageRefused(Exception):

@@ -32,6 +32,7 @@ from flipgate.metrics import compare_logits
 from flipgate.processes import free_port
 from tests.conftest import linear_onnx
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
+from tests.ui.conftest import RATE, as_rate
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.slow
@@ -188,7 +189,7 @@ def test_dashboard_in_a_browser(server, page, digits, tmp_path):
     save_screenshot(page, tmp_path, "dashboard-decision.png")
     reason = page.locator("#reasons tr.blocking")
     assert reason.locator("code").inner_text() == "max_nfr"
-    measured = float(reason.locator("td.num").first.inner_text())
+    measured = as_rate(reason.locator("td.num").first.inner_text())
     assert measured == pytest.approx(expected["1", "3"]["nfr"], abs=5e-5) and measured > MAX_NFR
     decision = page.url.removeprefix(base)
     assert layout_faults(page, base + decision, shots) == {}
@@ -268,10 +269,10 @@ def sign_in(page, base: str, token: str) -> None:
 def heatmap_titles(page, metric: str) -> dict[tuple[str, str], float]:
     """{(old, new): value} read from the hover titles of the heatmap's cells."""
     titles = page.locator(f'svg.heatmap[data-metric="{metric}"] a.cell title').all_text_contents()
-    title_form = re.compile(r"(\S+) → (\S+): \S+ ([0-9.]+)(?: \(above the limit\))?"
+    title_form = re.compile(rf"(\S+) → (\S+): \S+ {RATE}(?: \(above the limit\))?"
                             r"(?: \(a move of production\))?")
     parsed = [title_form.fullmatch(title) for title in titles]
-    return {(m.group(1), m.group(2)): float(m.group(3)) for m in parsed}
+    return {(m.group(1), m.group(2)): as_rate(m.group(3)) for m in parsed}
 
 
 def count_gallery_images(page) -> int:

@@ -45,7 +45,9 @@ from tests.ui.conftest import (
     CLASSES,
     EVALSET,
     LINE,
+    RATE,
     SAMPLES,
+    as_rate,
     ensemble_curve,
     seed,
 )
@@ -226,7 +228,7 @@ def test_line_page_lists_lineage_matrix_policy_and_decisions(seeded, signed_in):
     cell = re.search(r'data-old="1" data-new="2" data-value="([^"]+)"', text)
     assert cell and float(cell.group(1)) == pytest.approx(expected["nfr"])
     assert expected["nfr"] > 0.05  # the policy's max_nfr: the cell is marked
-    assert f"NFR {expected['nfr']:.4f} (above the limit)</title>" in text
+    assert f"NFR {100 * expected['nfr']:.2f}% (above the limit)</title>" in text
     assert re.search(r'data-nfr="[^"]+" data-churn="' + re.escape(str(expected["churn"])), text)
     assert "max_nfr" in text and "(current)" in text
     assert f'href="/ui/decisions/{seeded.blocked_id}?project=default"' in text
@@ -241,14 +243,14 @@ def test_a_cell_without_a_full_report_links_to_its_counts_and_how_to_measure_it(
                                                   PairMetrics.new_version_id == ids["3"]))
     text = signed_in.get(f"/ui/lines/{LINE}").text
     expected = compare_logits(seeded.logits["1"], seeded.logits["3"], seeded.labels)
-    assert f"1 → 3: NFR {expected['nfr']:.4f}" in text
+    assert f"1 → 3: NFR {100 * expected['nfr']:.2f}%" in text
     link = f'href="/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}&amp;project=default"'
     assert link in text
     counted = signed_in.get(f"/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}")
     assert counted.status_code == 200 and "has not been measured" not in counted.text
     for metric in ("nfr", "pfr", "churn"):
-        shown = re.search(rf'data-metric="{metric}">([0-9.]+)<', counted.text)
-        assert shown and float(shown.group(1)) == pytest.approx(expected[metric], abs=5e-5)
+        shown = re.search(rf'data-metric="{metric}">{RATE}<', counted.text)
+        assert shown and as_rate(shown.group(1)) == pytest.approx(expected[metric], abs=5e-5)
     assert f"POST /compare/{LINE}:1/{LINE}:3?evalset={EVALSET}" in counted.text
 
 
@@ -313,8 +315,8 @@ def test_decision_page_tables_each_group_and_its_repairs_before_and_after(
         shown = re.search(rf'<tr data-group="{group}"( class="blocking")?>(.*?)</tr>',
                           table.group(1), re.DOTALL)
         assert shown and bool(shown.group(1)) == (row["nfr"] == max(thin, thick))
-        nfr = re.search(r'data-key="nfr">([0-9.]+)<', shown.group(2))
-        assert float(nfr.group(1)) == pytest.approx(row["nfr"], abs=5e-5)
+        nfr = re.search(rf'data-key="nfr">{RATE}<', shown.group(2))
+        assert as_rate(nfr.group(1)) == pytest.approx(row["nfr"], abs=5e-5)
         assert f'<td class="num">{row["n"]}</td>' in shown.group(2)
     after = client.post("/gate", json={"model": LINE, "candidate": "3"}).json()
     with db() as session:  # 3 stands for the repair of 2
@@ -327,8 +329,8 @@ def test_decision_page_tables_each_group_and_its_repairs_before_and_after(
     table = re.search(r'<table class="data" id="before-after">(.*?)</table>', text, re.DOTALL)
     repaired = {row["group"]: row for row in after["metrics"]["grouped"]["groups"]}
     for group in measured:
-        shown = re.findall(rf'<td class="num" data-group="{group}">([0-9.]+)</td>', table.group(1))
-        assert [float(value) for value in shown] == [
+        shown = re.findall(rf'<td class="num" data-group="{group}">{RATE}</td>', table.group(1))
+        assert [as_rate(value) for value in shown] == [
             pytest.approx(measured[group]["nfr"], abs=5e-5),
             pytest.approx(repaired[group]["nfr"], abs=5e-5)]
 
@@ -444,9 +446,9 @@ def test_line_history_plots_and_tables_the_gates_numbers(seeded, signed_in, clie
     assert '<rect class="blocked" data-version="2"' in text
     assert '<rect class="blocked" data-version="1"' not in text
     assert '<g class="production" data-version="1">' in text
-    assert "policy max NFR 0.05" in text  # the limit's line
+    assert "policy max NFR 5.00%" in text  # the limit's line
     row = re.search(r'<tr id="history-2" class="blocked">(.*?)</tr>', text, re.DOTALL)
-    assert row and f"{decision['metrics'][EVALSET]['nfr']:.4f}" in row.group(1)
+    assert row and f"{100 * decision['metrics'][EVALSET]['nfr']:.2f}%" in row.group(1)
     assert decision["reasons"][0]["message"] in row.group(1)
     promotions = re.search(r'<table class="data" id="promotions">(.*?)</table>', text, re.DOTALL)
     assert promotions and promotions.group(1).count("<tr>") == 1 + 1  # header and one move
@@ -466,7 +468,7 @@ def test_matrix_opens_on_the_policys_eval_set_with_its_limit_in_the_legend(
     assert "aaa-calibration" in signed_in.get(f"/ui/lines/{LINE}").text  # measured there
     text = signed_in.get(f"/ui/lines/{LINE}").text
     assert re.search(rf'class="active" aria-current="page">{EVALSET}<', text)
-    assert "NFR limit 0.05" in text and 'data-anchor="0.05"' in text
+    assert "NFR limit 5.00%" in text and 'data-anchor="0.05"' in text
 
 
 def test_matrix_outlines_moves_of_production_and_updates_to_the_next_version(
@@ -544,13 +546,13 @@ def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
     repair = text.split('<section id="repair">')[1].split("</section>")[0]
     assert 'class="badge verdict-block" id="repair-state"' in repair
     assert "state-succeeded" not in repair and "verdict-approve" not in repair
-    cells = re.findall(r'<td class="num" data-key="nfr">([0-9.]+)</td>', repair)
+    cells = re.findall(rf'<td class="num" data-key="nfr">{RATE}</td>', repair)
     after = repaired["metrics"][EVALSET]["nfr"]
-    assert [float(cell) for cell in cells] == [pytest.approx(before["nfr"], abs=5e-5),
+    assert [as_rate(cell) for cell in cells] == [pytest.approx(before["nfr"], abs=5e-5),
                                                pytest.approx(after, abs=5e-5)]
     assert f'Chosen weight w = <strong data-share="{weight}">' in repair
     assert '<strong id="calibration-set">calibration-set</strong>' in repair
-    assert "max_nfr 0.01" in repair and 'class="limit-label"' in repair
+    assert "max_nfr 1.00%" in repair and 'class="limit-label"' in repair
     assert f'<g class="chosen" data-share="{weight!r}">' in repair
     for key in ("er", "nfr"):
         plotted = re.findall(rf'data-series="{key}" data-share="([^"]+)" data-value="([^"]+)"',
@@ -739,3 +741,34 @@ def test_a_repairs_decision_names_what_it_repairs_and_whether_it_went_to_product
     assert client.post(f"/models/{LINE}/aliases/production", headers=bearer(ADMIN_TOKEN),
                        json={"version": "1", "force": True}).is_success
     assert 'data-production="was"' in shown(repaired["decision_id"], "repair-of")
+
+
+RAW_FRACTION = re.compile(r'<td class="num"[^>]*>\s*0\.\d{3,}\s*</td>|<title>[^<]* 0\.\d{3,}[^<]*'
+                          r"</title>|<text[^>]*>!?0\.\d{3,}</text>")  # a rate as a bare fraction
+
+
+def test_numbers_are_written_one_way_percentages_as_the_pair_report_does(
+        seeded, signed_in, client):
+    decision = client.get(f"/gate/decisions/{seeded.blocked_id}",
+                          headers=bearer(ADMIN_TOKEN)).json()
+    text = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    metrics = text.split('<section id="metrics">')[1].split("</section>")[0]
+    head = metrics.split("</thead>")[0]
+    assert "er_old" not in head and "mcnemar_p" not in head and "Error before" in head
+    cells = dict(re.findall(r'<td class="num" data-key="([^"]+)">(.*?)</td>', metrics))
+    measured = decision["metrics"][EVALSET]
+    for key in ("nfr", "pfr", "er_old", "er_new", "churn"):
+        shown = re.fullmatch(RATE, cells[key])
+        assert shown and as_rate(shown.group(1)) == pytest.approx(measured[key], abs=5e-5), key
+    assert cells["negative_flips"] == str(measured["negative_flips"])
+    reason = decision["reasons"][0]
+    assert reason["code"] == "max_nfr"
+    reasons = text.split('<section id="reasons">')[1].split("</section>")[0]
+    for key in ("measured", "limit"):
+        shown = re.search(rf'data-key="{key}">{RATE}<', reasons)
+        assert shown and as_rate(shown.group(1)) == pytest.approx(reason[key], abs=5e-5)
+    line = signed_in.get(f"/ui/lines/{LINE}").text
+    assert "<dt>max_nfr</dt><dd>5.00%</dd>" in line  # the policy card
+    for page in pages(seeded):
+        shown = signed_in.get(page).text
+        assert not RAW_FRACTION.search(shown), (page, RAW_FRACTION.search(shown))
