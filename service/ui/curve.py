@@ -8,7 +8,8 @@ from service.ui.history import nice
 from service.ui.numbers import percent, percent_tick
 
 WIDTH, HEIGHT = 640, 240
-LEFT, RIGHT, TOP, BOTTOM = 52, 16, 24, 40
+LEFT, RIGHT, TOP, BOTTOM = 52, 16, 40, 40
+LEGEND_Y = 14  # the legend's row, above the chosen share's label (TOP - 8): never over it
 SERIES = (("er", "error rate", "#0b5cad"), ("nfr", "NFR", "#bc4c00"))
 
 
@@ -43,15 +44,20 @@ def repair_curve_svg(curve: list[dict[str, Any]], share: float,
                      f"max NFR {percent(max_nfr)}</text>")
     parts.append(f'<g class="chosen" data-share="{share!r}"><line x1="{x(share):.1f}" '
                  f'x2="{x(share):.1f}" y1="{TOP - 4}" y2="{HEIGHT - BOTTOM}"/>'
-                 f'<text x="{x(share):.1f}" y="{TOP - 8}" text-anchor="middle">'
+                 f'<text x="{x(share):.1f}" y="{TOP - 8}" text-anchor="{_anchor(share)}">'
                  f"chosen {share:.3g}</text></g>")
     parts += [_series(curve, key, label, colour, x, y) for key, label, colour in SERIES]
-    parts.append(f'<text class="legend" x="{LEFT + 4}" y="{TOP - 8}">' + "".join(
+    parts.append(f'<text class="legend" x="{LEFT + 4}" y="{LEGEND_Y}">' + "".join(
         f'<tspan fill="{colour}">● {label}  </tspan>' for _, label, colour in SERIES) + "</text>")
     parts.append(f'<text class="axis" x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 6}" '
                  "text-anchor=\"middle\">the baseline's share (0: the candidate alone, "
                  "1: the baseline alone)</text></svg>")
     return "".join(parts)
+
+
+def _anchor(share: float) -> str:
+    """Where the chosen share's label hangs from, so that it stays inside the plot."""
+    return "start" if share < 0.1 else "end" if share > 0.9 else "middle"
 
 
 def _series(curve: list[dict[str, Any]], key: str, label: str, colour: str, x, y) -> str:

@@ -226,12 +226,44 @@ CLIPPED_PLOTS = """svgs => svgs.filter(svg => {  // wider than its box, which do
 }).map(svg => svg.getAttribute('class'))"""
 
 
+COVERED_WORDS = """() => {
+  const meets = (a, b) => a.left < b.right - 1 && b.left < a.right - 1
+                          && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  const found = [];
+  for (const svg of document.querySelectorAll("svg.history, svg.repair-curve")) {
+    const texts = [...svg.querySelectorAll("text")].filter(t => t.textContent.trim());
+    const boxes = texts.map(t => t.getBoundingClientRect());
+    const frame = svg.getBoundingClientRect();
+    texts.forEach((t, i) => {
+      if (boxes[i].left < frame.left - 1 || boxes[i].right > frame.right + 1)
+        found.push([t.textContent, "cut off"]);
+    });
+    for (let i = 0; i < texts.length; i++)
+      for (let j = i + 1; j < texts.length; j++)
+        if (meets(boxes[i], boxes[j])) found.push([texts[i].textContent, texts[j].textContent]);
+  }
+  for (const legend of document.querySelectorAll("p.legend")) {
+    const swatches = [...legend.querySelectorAll(".swatch")].map(s => s.getBoundingClientRect());
+    const walker = document.createTreeWalker(legend, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      for (const box of range.getClientRects())
+        if (node.textContent.trim() && swatches.some(s => meets(s, box)))
+          found.push([node.textContent.trim()]);
+    }
+  }
+  return found;
+}"""  # words drawn over each other or cut off in a plot, or under a legend's swatch
+
+
 def layout_faults(page, url: str, shots: Path | None = None) -> dict[int, dict]:
     """At 390 and 1440 px, what breaks the page's layout, by window width (nothing: it
     holds): the page wider than the window (its scrollWidth), numbers, badges, version
     names or timestamps drawn on more than one line (their text), any one word (a number, a
-    name) broken across lines, text drawn under 10 px (an SVG's scaled down with it), and
-    plots wider than their box where it does not scroll. With `shots`, a full-page
+    name) broken across lines, text drawn under 10 px (an SVG's scaled down with it),
+    plots wider than their box where it does not scroll, and words drawn over other words
+    or under a legend's swatch. With `shots`, a full-page
     screenshot of each width is written there."""
     faults = {}
     for width in (390, 1440):
@@ -242,7 +274,8 @@ def layout_faults(page, url: str, shots: Path | None = None) -> dict[int, dict]:
                  "broken words": page.evaluate(BROKEN_WORDS),
                  "under 10 px": page.evaluate(SMALL_TEXT),
                  "clipped": page.locator("svg.history, svg.repair-curve").evaluate_all(
-                     CLIPPED_PLOTS)}
+                     CLIPPED_PLOTS),
+                 "covered words": page.evaluate(COVERED_WORDS)}
         if found["wider"] <= width:
             del found["wider"]
         if found := {key: value for key, value in found.items() if value}:

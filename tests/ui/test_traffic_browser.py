@@ -166,7 +166,8 @@ def test_links_open_from_ci_and_across_projects(server, page):
 
 SHOTS = {"line": f"/ui/lines/{LINE}#matrix",
          "pair": f"/ui/lines/{LINE}/pairs/old/new?evalset={TRAFFIC}",
-         "pending-decision": "/ui/decisions/{decision}", "audit": "/ui/audit"}
+         "pending-decision": "/ui/decisions/{decision}", "audit": "/ui/audit", "home": "/ui",
+         "jobs": "/ui/jobs"}
 
 
 def test_the_pages_read_at_390_and_1440_px(server, page):
