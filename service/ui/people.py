@@ -214,8 +214,8 @@ def _mint(session: Session, who: Viewer, scopes: list[str],
 
 def _token_form(request: Request, session: Session, who: Viewer, status: int = 200,
                 **context) -> HTMLResponse:
-    """The token page: the form that mints, and the person's tokens (now: whether each
-    still signs in)."""
+    """The token page: the form that mints, and the person's own tokens (with the time now,
+    to tell an active one from an expired one)."""
     settings: Settings = request.app.state.settings
     held = who.roles[who.project]
     return render(request, "tokens.html", who, status=status, nav="tokens",
