@@ -160,5 +160,10 @@ def ui_oidc_callback() -> str:
 
 
 def ui_tokens(project: str | None = None) -> str:
-    """The dashboard's page where a signed-in person mints a personal API token."""
-    return f"{UI}/tokens" + (f"?{urlencode({'project': project})}" if project else "")
+    """The dashboard's page where a signed-in person lists and mints personal API tokens."""
+    return f"{UI}/tokens{_query(project=project)}"
+
+
+def ui_revoke_token(token_id: int, project: str | None = None) -> str:
+    """Where the dashboard's form that revokes a person's own token posts."""
+    return f"{UI}/tokens/{token_id}/revoke{_query(project=project)}"

@@ -9,6 +9,7 @@ alias a thick green one, and the production version's labels are green."""
 from collections.abc import Callable
 from html import escape
 
+from service.ui.numbers import percent, percent_interval
 from service.ui.queries import Matrix
 
 CELL, LABEL_WIDTH, HEADER_HEIGHT = 52, 84, 40
@@ -82,7 +83,7 @@ def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: flo
         return _unknown_cell(matrix, label, pair, x, y, emphasis, pair_url)
     above = value > anchor
     fill = ABOVE if above else _shade(value / anchor)
-    title = (f"<title>{escape(old)} → {escape(new)}: {label} {value:.4f}"
+    title = (f"<title>{escape(old)} → {escape(new)}: {label} {percent(value)}"
              f"{' (above the limit)' if above else ''}"
              f"{' (a move of production)' if emphasis == ' promoted' else ''}</title>")
     classes = "cell" + (" above" if above else "") + emphasis
@@ -90,8 +91,8 @@ def _cell(matrix: Matrix, metric: str, label: str, pair: tuple[str, str], x: flo
     return (f'<a href="{href}" class="{classes}" data-old="{escape(old)}" '
             f'data-new="{escape(new)}" data-value="{value!r}">{title}{_rect(x, y, fill, "")}'
             f'<text x="{x + CELL / 2}" y="{y + CELL / 2 + 4}"'
-            f'{"" if ink(fill) == BLACK else " class=light"}>{"!" if above else ""}{value:.3f}'
-            "</text></a>")
+            f'{"" if ink(fill) == BLACK else " class=light"}>'
+            f'{"!" if above else ""}{percent(value, 1)}</text></a>')
 
 
 def _unknown_cell(matrix: Matrix, label: str, pair: tuple[str, str], x: float, y: float,
@@ -101,7 +102,7 @@ def _unknown_cell(matrix: Matrix, label: str, pair: tuple[str, str], x: float, y
     in the title."""
     old, new = pair
     interval = matrix.intervals.get(pair)
-    known = (f"95% interval {interval[0]:.4f}–{interval[1]:.4f} from the labels so far"
+    known = (f"95% interval {percent_interval(interval)} from the labels so far"
              if interval else "a traffic set: churn only; NFR is known from labels")
     title = f"<title>{escape(old)} → {escape(new)}: {label} unknown ({known})</title>"
     return (f'<a href="{escape(pair_url(old, new))}" class="cell unknown{emphasis}" '

@@ -7,6 +7,7 @@ value (data-value) and a <title>."""
 from html import escape
 from math import ceil, log10
 
+from service.ui.numbers import percent, percent_tick
 from service.ui.queries import HistoryRow
 
 WIDTH, HEIGHT = 960, 260
@@ -70,7 +71,7 @@ def _axis(y: Scale, side: str) -> list[str]:
             parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" '
                          f'y1="{y(value):.1f}" y2="{y(value):.1f}"/>')
         parts.append(f'<text class="axis" data-side="{side}" x="{x}" y="{y(value) + 4:.1f}" '
-                     f'text-anchor="{anchor}">{value:.3g}</text>')
+                     f'text-anchor="{anchor}">{percent_tick(value)}</text>')
     return parts
 
 
@@ -84,7 +85,7 @@ def _band(row: HistoryRow, x: float, step: float) -> str:
 def _limit_line(limit: float, y: Scale) -> str:
     return (f'<line class="limit" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(limit):.1f}" '
             f'y2="{y(limit):.1f}"/><text class="limit-label" x="{WIDTH - RIGHT}" '
-            f'y="{y(limit) - 4:.1f}" text-anchor="end">policy max NFR {limit:g}</text>')
+            f'y="{y(limit) - 4:.1f}" text-anchor="end">policy max NFR {percent(limit)}</text>')
 
 
 def _series(rows: list[HistoryRow], xs: list[float], key: str, label: str, colour: str,
@@ -97,7 +98,7 @@ def _series(rows: list[HistoryRow], xs: list[float], key: str, label: str, colou
         f'<circle class="point{" blocked" if row.blocked else ""}" data-series="{key}" '
         f'data-version="{escape(row.version)}" data-value="{value!r}" cx="{x:.1f}" '
         f'cy="{y(value):.1f}" r="3.5" fill="{"#fff" if row.blocked else colour}" '
-        f'stroke="{colour}"><title>{escape(row.version)}: {label} {value:.4f}'
+        f'stroke="{colour}"><title>{escape(row.version)}: {label} {percent(value)}'
         f'{" (blocked)" if row.blocked else ""}</title></circle>' for row, x, value in points)
     return (f'<g class="series" data-series="{key}"><polyline points="{path}" fill="none" '
             f'stroke="{colour}" stroke-width="1.5"/>{dots}</g>')

@@ -26,7 +26,8 @@ from service.db import read_only
 from service.errors import NotFound
 from service.projects.models import DEFAULT_PROJECT
 from service.projects.scoping import scope_session
-from service.projects.service import get_project, project_not_found
+from service.projects.service import ROLES, get_project, project_not_found
+from service.ui import numbers
 from service.ui.ci import ci_links
 from service.ui.session import COOKIE, Viewer, max_age, viewer
 
@@ -34,7 +35,17 @@ HERE = Path(__file__).parent
 PROJECT_COOKIE = "flipgate_project"  # the project chosen last (not a credential)
 PROJECT_PARAM = "project"
 templates = Jinja2Templates(directory=HERE / "templates")
-templates.env.globals.update(ci_links=ci_links, urls=urls)
+
+
+def role_of(who: Viewer) -> str:
+    """The viewer's role in the page's project ("admin", "viewer", …), or the scopes they
+    hold there where no role holds exactly those (a token's)."""
+    held = who.roles.get(who.project or "", frozenset())
+    named = [role for role, scopes in ROLES.items() if scopes == held]
+    return named[0] if named else "scopes " + ", ".join(sorted(held))
+
+
+templates.env.globals.update(ci_links=ci_links, urls=urls, role_of=role_of, numbers=numbers)
 
 
 class PageRefused(Exception):

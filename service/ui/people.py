@@ -1,7 +1,11 @@
 """The dashboard's pages for people: single sign-on with OpenID Connect (service.ui.oidc),
-and the one form that writes, where a signed-in person mints a personal API token for
-their own roles in the project the page acts in (same origin, a token bound to the
-session, a bounded expiry, shown once).
+and the forms that write, where a signed-in person mints a personal API token for their
+own roles in the project the page acts in (same origin, a token bound to the session, a
+bounded expiry, shown once), and lists and revokes the tokens they minted.
+
+A personal token's owner is the person whose `ok` audit event `mint_personal_token` names
+it (its project and name, unique there for good: token rows are never deleted), so a
+person sees and revokes their own tokens only, and nothing else can make a token theirs.
 """
 
 import logging
@@ -15,6 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service import urls
+from service.audit.models import AuditEvent
 from service.audit.requests import (
     SIGN_IN,
     add_event,
@@ -22,17 +27,20 @@ from service.audit.requests import (
     record_change,
     record_page_refusal,
 )
+from service.audit.service import OK
 from service.auth.access import not_held
 from service.auth.models import ApiToken
-from service.auth.service import SCOPES, create_token
+from service.auth.service import SCOPES, create_token, revoke_token
 from service.config import Settings
-from service.db import session_scope
+from service.db import session_scope, utcnow
 from service.deps import Acting, CommittingRoute
 from service.errors import ServiceError
+from service.projects.models import Project
 from service.projects.service import get_project
 from service.ui import oidc
 from service.ui.pages import (
     PageRefused,
+    ReadSession,
     SignedIn,
     acting_viewer,
     cross_site,
@@ -47,7 +55,9 @@ from service.ui.session import Viewer, csrf_token, person_cookie
 router = APIRouter(prefix=urls.UI, include_in_schema=False, route_class=CommittingRoute)
 TOKEN_DAYS, MAX_TOKEN_DAYS = 30, 90  # a personal token's default and longest life
 NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
-CROSS_SITE, NOT_HELD = "cross_site_request", "missing_scope"  # the form's refusals' reasons
+CROSS_SITE, NOT_HELD = "cross_site_request", "missing_scope"  # the forms' refusals' reasons
+NOT_OWNED = "token_not_found"  # a revocation of a token that is not the person's
+MINT = "mint_personal_token"  # the action of a minted personal token's audit event
 logger = logging.getLogger(__name__)
 
 
@@ -94,12 +104,13 @@ def oidc_callback(request: Request) -> Response:
 
 
 @router.get("/tokens", response_class=HTMLResponse)
-def tokens_page(request: Request, who: SignedIn) -> HTMLResponse:
-    """The personal-token form, for a person signed in with single sign-on."""
-    return _token_form(request, _person(who))
+def tokens_page(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse:
+    """The personal-token form and the person's own tokens, for a person signed in with
+    single sign-on."""
+    return _token_form(request, session, _person(who))
 
 
-@router.post("/tokens", response_class=HTMLResponse)
+@router.post("/tokens", response_class=HTMLResponse, name=MINT)
 def mint_personal_token(
         request: Request, csrf: Annotated[str, Form()] = "",
         read: Annotated[bool, Form()] = False, write: Annotated[bool, Form()] = False,
@@ -126,20 +137,62 @@ def mint_personal_token(
             record_page_refusal(request, session, NOT_HELD)
             return refused(request, error)
         except ServiceError as error:
-            return _token_form(request, who, status=error.status_code, code=error.code,
-                               error=error.message)
+            return _token_form(request, session, who, status=error.status_code,
+                               code=error.code, error=error.message)
         request.state.audit_details = {"name": row.name, "scopes": row.scopes}
         record_change(request, session)
-        response = _token_form(request, who, minted=row, secret=secret)
+        response = _token_form(request, session, who, minted=row, secret=secret)
     response.headers.update(NO_STORE)
     return response
 
 
-def _acting(session: Session, who: Viewer) -> Acting:
-    """A signed-in person as the caller of the page's project, for the audit trail (their
-    subject, holding no token)."""
-    project = get_project(session=session, name=who.project)
-    return Acting(token=ApiToken(name=who.subject, scopes=sorted(who.roles[who.project]),
+@router.post("/tokens/{token_id}/revoke", response_class=HTMLResponse)
+def revoke_personal_token(request: Request, token_id: int,
+                          csrf: Annotated[str, Form()] = "") -> HTMLResponse:
+    """Revoke one of the person's own personal tokens, at once (its row stays, revoked); an
+    `ok` audit event of the person's in the token's project, with the token's name, as
+    DELETE /tokens/{name} writes. Another person's token, or none, answers 404 exactly
+    alike (a `denied` event token_not_found); a post from another site or session 403."""
+    settings: Settings = request.app.state.settings
+    with session_scope(request.app.state.sessions) as session:
+        who = _person(acting_viewer(request, session))
+        owned = {row.id: (row, project) for row, project in personal_tokens(session, who)}
+        row, project = owned.get(token_id, (None, who.project))
+        request.state.acting = _acting(session, who, project)
+        if not same_origin(request, settings) or csrf != csrf_token(settings, who):
+            record_page_refusal(request, session, CROSS_SITE)
+            return cross_site(request)
+        if row is None:
+            record_page_refusal(request, session, NOT_OWNED, status=404)
+            return refused(request, PageRefused(who, 404, f"You have no personal token "
+                                                          f"#{token_id}.", heading="Not found"))
+        revoke_token(session=session, name=row.name, project=project)
+        request.state.audit_details = {"name": row.name}
+        record_change(request, session)
+        return _token_form(request, session, who, revoked=row)
+
+
+def personal_tokens(session: Session, who: Viewer) -> list[tuple[ApiToken, str]]:
+    """The personal tokens `who` minted (see the module), the newest first, each with its
+    project's name: revoked and expired ones too, in every project."""
+    minted = session.execute(select(AuditEvent.project_id, AuditEvent.details).where(
+        AuditEvent.actor == who.subject, AuditEvent.auth == oidc.AUTH,
+        AuditEvent.action == MINT, AuditEvent.outcome == OK))
+    names = {(project_id, (details or {}).get("name")) for project_id, details in minted}
+    rows = session.execute(select(ApiToken, Project.name)
+                           .join(Project, Project.id == ApiToken.project_id)
+                           .where(ApiToken.name.in_({name for _project, name in names}))
+                           .order_by(ApiToken.id.desc()))
+    return [(row, project) for row, project in rows if (row.project_id, row.name) in names]
+
+
+def _acting(session: Session, who: Viewer, project_name: str | None = None) -> Acting:
+    """A signed-in person as the caller in `project_name` (default: the page's project),
+    for the audit trail (their subject, holding no token; the scopes they hold there)."""
+    name = project_name or who.project
+    project = get_project(session=session, name=name)
+    return Acting(token=ApiToken(name=who.subject,
+                                 scopes=sorted(who.roles.get(name, frozenset())),
                                  project_id=project.id),
                   project=project, auth=oidc.AUTH, email=who.email)
 
@@ -159,13 +212,16 @@ def _mint(session: Session, who: Viewer, scopes: list[str],
                         project=who.project, expires_in=timedelta(days=days))
 
 
-def _token_form(request: Request, who: Viewer, status: int = 200, **context) -> HTMLResponse:
+def _token_form(request: Request, session: Session, who: Viewer, status: int = 200,
+                **context) -> HTMLResponse:
+    """The token page: the form that mints, and the person's own tokens (with the time now,
+    to tell an active one from an expired one)."""
     settings: Settings = request.app.state.settings
     held = who.roles[who.project]
     return render(request, "tokens.html", who, status=status, nav="tokens",
                   scopes=[scope for scope in SCOPES if scope in held],
                   csrf=csrf_token(settings, who), days=TOKEN_DAYS, max_days=MAX_TOKEN_DAYS,
-                  **context)
+                  tokens=personal_tokens(session, who), now=utcnow(), **context)
 
 
 def _person(who: Viewer) -> Viewer:

@@ -20,12 +20,19 @@ from service.predictions.models import Prediction
 from service.predictions.service import versions_with_predictions
 from service.projects.models import Project
 from service.registry.models import Alias, ModelLine, ModelVersion
-from service.registry.service import PRODUCTION, get_line, production_aliases
+from service.registry.service import (
+    PRODUCTION,
+    get_line,
+    production_aliases,
+    production_version_id,
+)
 from service.ui.serves import JobView, job_views
 
 DECISIONS_PER_PAGE = 20
 MATRIX_WINDOW = 12
 FAILED_JOBS_SHOWN = 50
+FINISHED_JOBS_PER_PAGE = 25
+FINISHED = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,7 @@ class LineSummary:
     latest: str | None
     production: str | None
     verdict: str | None
+    decision_id: int | None  # the latest decision's
 
 
 @dataclass(frozen=True)
@@ -111,10 +119,11 @@ def line_summaries(session: Session) -> list[LineSummary]:
                             .group_by(ModelVersion.line_id))
     production = _names_by_line(session, production_aliases())
     last_decisions = select(func.max(Decision.id)).group_by(Decision.line_id)
-    verdicts = dict(session.execute(select(Decision.line_id, Decision.verdict)
-                                    .where(Decision.id.in_(last_decisions))).all())
+    last = {line_id: (_value(verdict), decision_id) for line_id, decision_id, verdict in
+            session.execute(select(Decision.line_id, Decision.id, Decision.verdict)
+                            .where(Decision.id.in_(last_decisions)))}
     return [LineSummary(line.name, line.num_classes, counts.get(line.id, 0), latest.get(line.id),
-                        production.get(line.id), _value(verdicts.get(line.id)))
+                        production.get(line.id), *last.get(line.id, (None, None)))
             for line in session.scalars(select(ModelLine).order_by(ModelLine.name))]
 
 
@@ -279,6 +288,7 @@ class HistoryRow:
     decision: DecisionView | None
     promotion: Promotion | None
     production: bool
+    pending_id: int | None = None  # its latest decision that is not final yet, if any
 
     def metric(self, key: str) -> float | None:
         """`key` ("er_new", "nfr", "churn") of the decision on the eval set, if measured."""
@@ -314,10 +324,14 @@ def history(session: Session, versions: list[VersionView], evalset: str | None
                             .order_by(Decision.id))
     last_decision = {view.row.candidate_id: view
                      for view in _decision_views(session, list(final))}
+    pending = dict(session.execute(select(Decision.candidate_id, func.max(Decision.id)).where(
+        Decision.candidate_id.in_(ids), Decision.verdict == Verdict.PENDING)
+        .group_by(Decision.candidate_id)).all())
     last_promotion = {row.to_version_id: row for row in session.scalars(
         select(Promotion).where(Promotion.to_version_id.in_(ids)).order_by(Promotion.id))}
     return [HistoryRow(view.row.version, evalset, last_decision.get(view.row.id),
-                       last_promotion.get(view.row.id), PRODUCTION in view.aliases)
+                       last_promotion.get(view.row.id), PRODUCTION in view.aliases,
+                       pending.get(view.row.id))
             for view in versions]
 
 
@@ -377,6 +391,8 @@ class DecisionPage:
     repaired_decision: Decision | None
     waiting_for: list[Job]
     callback: Callback | None
+    production: "ProductionState"  # of the decision's candidate (a repair's: what it made)
+    repaired_production: "ProductionState | None"  # of the version its repair produced
 
     @property
     def working(self) -> bool:
@@ -412,6 +428,23 @@ SHARES = ("weight", "alpha")  # the baseline's share: the ensemble's w, interpol
 
 
 @dataclass(frozen=True)
+class ProductionState:
+    """Whether a version went to production: its last promotion (None: never), and whether
+    the production alias points at it now."""
+
+    promotion: Promotion | None
+    now: bool
+
+
+def production_state(session: Session, version: ModelVersion) -> ProductionState:
+    """Whether `version` went to production, and is there now."""
+    promotion = session.scalar(select(Promotion).where(Promotion.to_version_id == version.id)
+                               .order_by(Promotion.id.desc()).limit(1))
+    return ProductionState(promotion, production_version_id(
+        session=session, line_id=version.line_id) == version.id)
+
+
+@dataclass(frozen=True)
 class RepairChoice:
     """The baseline's share a repair chose, and what it chose it on."""
 
@@ -439,27 +472,40 @@ def decision_page(session: Session, decision_id: int) -> DecisionPage:
     callback = session.scalar(select(Callback).where(Callback.decision_id == row.id))
     return DecisionPage(_decision_views(session, [row])[0], line,
                         repair_jobs[0] if repair_jobs else None, repaired, follow_up, waiting,
-                        callback)
+                        callback, production_state(session, session.get(ModelVersion,
+                                                                        row.candidate_id)),
+                        production_state(session, repaired) if repaired else None)
 
 
 @dataclass(frozen=True)
 class JobsPage:
-    """Open jobs (with progress) and the most recent failures (with their errors), each with
-    what it serves."""
+    """Open jobs (with progress), the most recent failures (with their errors) and one page
+    of the finished jobs (with their outcome), each with what it serves."""
 
     open: list[JobView]
     failed: list[JobView]
+    finished: list[JobView]
+    finished_count: int
+    page: int
+    pages: int
 
 
-def jobs_page(session: Session, project: str | None) -> JobsPage:
-    """Queued and running jobs, oldest first, and the latest failed ones (linked in
-    `project`)."""
+def jobs_page(session: Session, project: str | None, page: int = 1) -> JobsPage:
+    """Queued and running jobs, oldest first, the latest failed ones, and page `page` of
+    the finished ones, the last finished first (linked in `project`)."""
     open_jobs = session.scalars(select(Job).where(
         Job.state.in_([JobState.QUEUED, JobState.RUNNING])).order_by(Job.id))
     failed = session.scalars(select(Job).where(Job.state == JobState.FAILED)
                              .order_by(Job.id.desc()).limit(FAILED_JOBS_SHOWN))
+    total = session.scalar(select(func.count()).where(Job.state.in_(FINISHED))) or 0
+    page, pages = paged(page, total, FINISHED_JOBS_PER_PAGE)
+    finished = session.scalars(select(Job).where(Job.state.in_(FINISHED))
+                               .order_by(Job.finished_at.desc().nulls_last(), Job.id.desc())
+                               .offset((page - 1) * FINISHED_JOBS_PER_PAGE)
+                               .limit(FINISHED_JOBS_PER_PAGE))
     return JobsPage(job_views(session, list(open_jobs), project),
-                    job_views(session, list(failed), project))
+                    job_views(session, list(failed), project),
+                    job_views(session, list(finished), project), total, page, pages)
 
 
 @dataclass(frozen=True)

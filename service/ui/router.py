@@ -4,8 +4,8 @@ signed in with a session cookie.
 Every page needs a session (else 303 to the sign-in page) and acts in one project of the
 viewer's (service.ui.pages); the pages here only read. All this module writes is a failed
 sign-in (the throttle's count, and a refused token's audit event) and the record of a
-sign-out. Sign-in and sign-out refuse cross-site posts (Origin). Single sign-on and the form
-that mints personal API tokens are service.ui.people's pages.
+sign-out. Sign-in and sign-out refuse cross-site posts (Origin). Single sign-on and the forms
+that mint, list and revoke personal API tokens are service.ui.people's pages.
 """
 
 import functools
@@ -295,8 +295,9 @@ def decision(request: Request, who: SignedIn, session: ReadSession,
 
 
 @router.get("/jobs", response_class=HTMLResponse)
-def jobs(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse:
-    return render(request, "jobs.html", who, view=queries.jobs_page(session, who.project))
+def jobs(request: Request, who: SignedIn, session: ReadSession, page: int = 1) -> HTMLResponse:
+    """Open jobs, the latest failures and the finished jobs, a page at a time."""
+    return render(request, "jobs.html", who, view=queries.jobs_page(session, who.project, page))
 
 
 def to_signin(request: Request, error: SignInRequired) -> RedirectResponse:

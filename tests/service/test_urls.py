@@ -44,6 +44,7 @@ def app(tmp_path_factory):
     ("GET", urls.ui_oidc_callback()),
     ("GET", urls.ui_tokens("default")),
     ("POST", urls.ui_tokens("default")),
+    ("POST", urls.ui_revoke_token(7, "default")),
     ("GET", urls.ui_line("a line", "ev")),
     ("GET", urls.ui_pair("a line", "1.0", "2.0", "ev")),
     ("GET", urls.ui_disagreements("a line", "1.0", "2.0", "ev", "csv")),

@@ -116,3 +116,11 @@ def signed_in(browser_client, mint) -> TestClient:  # noqa: F811
                                     follow_redirects=False)
     assert response.status_code == 303, response.text
     return browser_client
+
+
+RATE = r"([0-9.]+)%"  # a rate as the dashboard writes it: a percentage (12.34%)
+
+
+def as_rate(percent: str) -> float:
+    """The fraction a shown percentage stands for ('12.34' of '12.34%' -> 0.1234)."""
+    return float(percent.removesuffix("%")) / 100

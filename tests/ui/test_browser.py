@@ -32,6 +32,7 @@ from flipgate.metrics import compare_logits
 from flipgate.processes import free_port
 from tests.conftest import linear_onnx
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
+from tests.ui.conftest import RATE, as_rate
 
 playwright = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.slow
@@ -188,7 +189,7 @@ def test_dashboard_in_a_browser(server, page, digits, tmp_path):
     save_screenshot(page, tmp_path, "dashboard-decision.png")
     reason = page.locator("#reasons tr.blocking")
     assert reason.locator("code").inner_text() == "max_nfr"
-    measured = float(reason.locator("td.num").first.inner_text())
+    measured = as_rate(reason.locator("td.num").first.inner_text())
     assert measured == pytest.approx(expected["1", "3"]["nfr"], abs=5e-5) and measured > MAX_NFR
     decision = page.url.removeprefix(base)
     assert layout_faults(page, base + decision, shots) == {}
@@ -225,12 +226,44 @@ CLIPPED_PLOTS = """svgs => svgs.filter(svg => {  // wider than its box, which do
 }).map(svg => svg.getAttribute('class'))"""
 
 
+COVERED_WORDS = """() => {
+  const meets = (a, b) => a.left < b.right - 1 && b.left < a.right - 1
+                          && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  const found = [];
+  for (const svg of document.querySelectorAll("svg.history, svg.repair-curve")) {
+    const texts = [...svg.querySelectorAll("text")].filter(t => t.textContent.trim());
+    const boxes = texts.map(t => t.getBoundingClientRect());
+    const frame = svg.getBoundingClientRect();
+    texts.forEach((t, i) => {
+      if (boxes[i].left < frame.left - 1 || boxes[i].right > frame.right + 1)
+        found.push([t.textContent, "cut off"]);
+    });
+    for (let i = 0; i < texts.length; i++)
+      for (let j = i + 1; j < texts.length; j++)
+        if (meets(boxes[i], boxes[j])) found.push([texts[i].textContent, texts[j].textContent]);
+  }
+  for (const legend of document.querySelectorAll("p.legend")) {
+    const swatches = [...legend.querySelectorAll(".swatch")].map(s => s.getBoundingClientRect());
+    const walker = document.createTreeWalker(legend, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      for (const box of range.getClientRects())
+        if (node.textContent.trim() && swatches.some(s => meets(s, box)))
+          found.push([node.textContent.trim()]);
+    }
+  }
+  return found;
+}"""  # words drawn over each other or cut off in a plot, or under a legend's swatch
+
+
 def layout_faults(page, url: str, shots: Path | None = None) -> dict[int, dict]:
     """At 390 and 1440 px, what breaks the page's layout, by window width (nothing: it
     holds): the page wider than the window (its scrollWidth), numbers, badges, version
     names or timestamps drawn on more than one line (their text), any one word (a number, a
-    name) broken across lines, text drawn under 10 px (an SVG's scaled down with it), and
-    plots wider than their box where it does not scroll. With `shots`, a full-page
+    name) broken across lines, text drawn under 10 px (an SVG's scaled down with it),
+    plots wider than their box where it does not scroll, and words drawn over other words
+    or under a legend's swatch. With `shots`, a full-page
     screenshot of each width is written there."""
     faults = {}
     for width in (390, 1440):
@@ -241,7 +274,8 @@ def layout_faults(page, url: str, shots: Path | None = None) -> dict[int, dict]:
                  "broken words": page.evaluate(BROKEN_WORDS),
                  "under 10 px": page.evaluate(SMALL_TEXT),
                  "clipped": page.locator("svg.history, svg.repair-curve").evaluate_all(
-                     CLIPPED_PLOTS)}
+                     CLIPPED_PLOTS),
+                 "covered words": page.evaluate(COVERED_WORDS)}
         if found["wider"] <= width:
             del found["wider"]
         if found := {key: value for key, value in found.items() if value}:
@@ -268,10 +302,10 @@ def sign_in(page, base: str, token: str) -> None:
 def heatmap_titles(page, metric: str) -> dict[tuple[str, str], float]:
     """{(old, new): value} read from the hover titles of the heatmap's cells."""
     titles = page.locator(f'svg.heatmap[data-metric="{metric}"] a.cell title').all_text_contents()
-    title_form = re.compile(r"(\S+) → (\S+): \S+ ([0-9.]+)(?: \(above the limit\))?"
+    title_form = re.compile(rf"(\S+) → (\S+): \S+ {RATE}(?: \(above the limit\))?"
                             r"(?: \(a move of production\))?")
     parsed = [title_form.fullmatch(title) for title in titles]
-    return {(m.group(1), m.group(2)): float(m.group(3)) for m in parsed}
+    return {(m.group(1), m.group(2)): as_rate(m.group(3)) for m in parsed}
 
 
 def count_gallery_images(page) -> int:

@@ -38,7 +38,7 @@ from service.migrate import upgrade
 from service.registry.models import ModelVersion
 from tests.service.conftest import in_default_project
 from tests.test_cli_gate import checked, serve
-from tests.ui.conftest import ensemble_curve
+from tests.ui.conftest import as_rate, ensemble_curve
 from tests.ui.test_browser import chromium_browser, layout_faults, sign_in
 from worker import runtime, tasks
 from worker.runtime import WorkerContext
@@ -316,7 +316,7 @@ def test_heatmap_cells_equal_the_api_and_link_to_the_pair_or_its_counts(site, pa
     page.goto(f"{site.url}/ui/lines/{LINE}?versions=all")
     page.locator('svg.heatmap[data-metric="nfr"] a[href*="/pairs/36/5?"]').click()
     page.wait_for_url(re.compile(r"/pairs/36/5"))
-    counted = float(page.locator('#counts td[data-metric="nfr"]').inner_text())
+    counted = as_rate(page.locator('#counts td[data-metric="nfr"]').inner_text())
     assert counted == pytest.approx(expected["36", "5"]["nfr"], abs=5e-5)
 
 
@@ -328,7 +328,7 @@ def test_the_blocked_repair_is_shown_blocked_with_its_numbers(site, page):
     assert "verdict-block" in state.get_attribute("class")
     assert page.locator("#repair .state-succeeded, #repair .verdict-approve").count() == 0
     nfr = page.locator('#before-after td[data-key="nfr"]').all_inner_texts()
-    assert [float(value) for value in nfr] == [
+    assert [as_rate(value) for value in nfr] == [
         pytest.approx(blocked["metrics"][EVALSET]["nfr"], abs=5e-5),
         pytest.approx(site.repaired_decision["metrics"][EVALSET]["nfr"], abs=5e-5)]
     assert page.locator("#calibration-set").inner_text() == "calibration"

@@ -2,9 +2,12 @@
 serve`, against the suite's OpenID provider on another site (localhost vs 127.0.0.1): the
 provider's redirect back is a cross-site navigation, which must still carry the flow's
 cookie (SameSite=Lax), and the session cookie (SameSite=Strict) set on its answer must sign
-the person in on the next page."""
+the person in on the next page. The person then mints a personal token, sees it listed and
+revokes it (the tokens page at 390 and 1440 px, its screenshots with DASHBOARD_SCREENSHOT_DIR)."""
 
+import os
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,7 +18,8 @@ from service.db import settings_session
 from service.projects.service import create_project, get_project, grant
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
 from tests.ui.oidc_provider import CLIENT_ID, CLIENT_SECRET
-from tests.ui.test_browser import page, ready  # noqa: F401 (the fixture: on this server)
+from tests.ui.test_browser import layout_faults, page, ready  # noqa: F401 (the fixture)
+from tests.ui.test_traffic_browser import small_png
 
 pytestmark = pytest.mark.slow
 
@@ -60,3 +64,18 @@ def test_single_sign_on_in_a_browser(server, page, oidc_provider):  # noqa: F811
     assert cookies["flipgate_session"]["sameSite"] == "Strict"
     assert cookies["flipgate_session"]["httpOnly"]
     assert "flipgate_oidc" not in cookies  # the flow is finished
+    page.goto(server + "/ui/tokens")  # the person's tokens: minted, listed, revoked here
+    page.get_by_role("button", name="Mint a token").click()
+    minted = page.locator("#minted-name").inner_text()
+    row = page.locator(f'#tokens tr[data-token="{minted}"]')
+    assert "ACTIVE" in row.inner_text() and "default" in row.inner_text()  # a badge: capitals
+    assert layout_faults(page, server + "/ui/tokens") == {}
+    if folder := os.environ.get("DASHBOARD_SCREENSHOT_DIR"):
+        for width, height in ((390, 844), (1440, 900)):
+            page.set_viewport_size({"width": width, "height": height})
+            page.goto(server + "/ui/tokens")
+            small_png(page.screenshot(), Path(folder) / f"dashboard-tokens-{width}.png")
+    page.goto(server + "/ui/tokens")
+    row.get_by_role("button", name=f"Revoke {minted}").click()
+    assert page.locator("#revoked-name").inner_text() == minted
+    assert "REVOKED" in page.locator(f'#tokens tr[data-token="{minted}"]').inner_text()

@@ -45,7 +45,9 @@ from tests.ui.conftest import (
     CLASSES,
     EVALSET,
     LINE,
+    RATE,
     SAMPLES,
+    as_rate,
     ensemble_curve,
     seed,
 )
@@ -226,7 +228,7 @@ def test_line_page_lists_lineage_matrix_policy_and_decisions(seeded, signed_in):
     cell = re.search(r'data-old="1" data-new="2" data-value="([^"]+)"', text)
     assert cell and float(cell.group(1)) == pytest.approx(expected["nfr"])
     assert expected["nfr"] > 0.05  # the policy's max_nfr: the cell is marked
-    assert f"NFR {expected['nfr']:.4f} (above the limit)</title>" in text
+    assert f"NFR {100 * expected['nfr']:.2f}% (above the limit)</title>" in text
     assert re.search(r'data-nfr="[^"]+" data-churn="' + re.escape(str(expected["churn"])), text)
     assert "max_nfr" in text and "(current)" in text
     assert f'href="/ui/decisions/{seeded.blocked_id}?project=default"' in text
@@ -241,14 +243,14 @@ def test_a_cell_without_a_full_report_links_to_its_counts_and_how_to_measure_it(
                                                   PairMetrics.new_version_id == ids["3"]))
     text = signed_in.get(f"/ui/lines/{LINE}").text
     expected = compare_logits(seeded.logits["1"], seeded.logits["3"], seeded.labels)
-    assert f"1 → 3: NFR {expected['nfr']:.4f}" in text
+    assert f"1 → 3: NFR {100 * expected['nfr']:.2f}%" in text
     link = f'href="/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}&amp;project=default"'
     assert link in text
     counted = signed_in.get(f"/ui/lines/{LINE}/pairs/1/3?evalset={EVALSET}")
     assert counted.status_code == 200 and "has not been measured" not in counted.text
     for metric in ("nfr", "pfr", "churn"):
-        shown = re.search(rf'data-metric="{metric}">([0-9.]+)<', counted.text)
-        assert shown and float(shown.group(1)) == pytest.approx(expected[metric], abs=5e-5)
+        shown = re.search(rf'data-metric="{metric}">{RATE}<', counted.text)
+        assert shown and as_rate(shown.group(1)) == pytest.approx(expected[metric], abs=5e-5)
     assert f"POST /compare/{LINE}:1/{LINE}:3?evalset={EVALSET}" in counted.text
 
 
@@ -313,8 +315,8 @@ def test_decision_page_tables_each_group_and_its_repairs_before_and_after(
         shown = re.search(rf'<tr data-group="{group}"( class="blocking")?>(.*?)</tr>',
                           table.group(1), re.DOTALL)
         assert shown and bool(shown.group(1)) == (row["nfr"] == max(thin, thick))
-        nfr = re.search(r'data-key="nfr">([0-9.]+)<', shown.group(2))
-        assert float(nfr.group(1)) == pytest.approx(row["nfr"], abs=5e-5)
+        nfr = re.search(rf'data-key="nfr">{RATE}<', shown.group(2))
+        assert as_rate(nfr.group(1)) == pytest.approx(row["nfr"], abs=5e-5)
         assert f'<td class="num">{row["n"]}</td>' in shown.group(2)
     after = client.post("/gate", json={"model": LINE, "candidate": "3"}).json()
     with db() as session:  # 3 stands for the repair of 2
@@ -327,8 +329,8 @@ def test_decision_page_tables_each_group_and_its_repairs_before_and_after(
     table = re.search(r'<table class="data" id="before-after">(.*?)</table>', text, re.DOTALL)
     repaired = {row["group"]: row for row in after["metrics"]["grouped"]["groups"]}
     for group in measured:
-        shown = re.findall(rf'<td class="num" data-group="{group}">([0-9.]+)</td>', table.group(1))
-        assert [float(value) for value in shown] == [
+        shown = re.findall(rf'<td class="num" data-group="{group}">{RATE}</td>', table.group(1))
+        assert [as_rate(value) for value in shown] == [
             pytest.approx(measured[group]["nfr"], abs=5e-5),
             pytest.approx(repaired[group]["nfr"], abs=5e-5)]
 
@@ -349,10 +351,32 @@ def test_jobs_page_shows_progress_of_open_jobs_and_errors_of_failed_ones(db, sig
             Job(kind=JobKind.METRICS, state=JobState.SUCCEEDED, params={"done": True})])
     text = signed_in.get("/ui/jobs").text
     open_section, failed_section = text.split('id="failed-jobs"')
+    failed_section, finished_section = failed_section.split('id="finished-jobs"')
     assert 'value="0.375"' in open_section and "37.5%" in open_section
     assert "state-queued" in open_section and open_jobs_shown(text) == already_open + 2
     assert "RuntimeError: logits have 9 classes" in failed_section
-    assert "&#34;done&#34;" not in text and '"done"' not in text  # succeeded jobs are not listed
+    assert '"done"' not in open_section + failed_section  # succeeded: finished, not failed
+    assert '{"done": true}' in finished_section
+
+
+def test_finished_jobs_are_listed_with_their_outcome_a_page_at_a_time(db, signed_in):
+    with db() as session:
+        already = session.scalars(select(Job.id).where(Job.state.in_(
+            [JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED]))).all()
+        start = datetime.now(UTC)
+        session.add_all([Job(kind=JobKind.METRICS, params={"n": n}, progress=1.0,
+                             state=JobState.CANCELLED if n == 25 else JobState.SUCCEEDED,
+                             finished_at=start + timedelta(seconds=n)) for n in range(26)])
+    total = len(already) + 26
+    first = signed_in.get("/ui/jobs").text.split('id="finished-jobs"')[1]
+    assert f"Finished ({total})" in first and "Nothing queued" not in first
+    rows = re.findall(r'<tr data-job="(\d+)">.*?state-(\w+)".*?</tr>', first, re.DOTALL)
+    assert len(rows) == 25 and rows[0][1] == "cancelled"  # the last finished first
+    assert {state for _job, state in rows[1:]} == {"succeeded"}
+    assert f"page 1 of {-(-total // 25)}" in first and 'href="?page=2#finished-jobs"' in first
+    second = signed_in.get("/ui/jobs?page=2").text.split('id="finished-jobs"')[1]
+    older = re.findall(r'<tr data-job="(\d+)">', second)
+    assert len(older) == total - 25 and not {job for job, _state in rows} & set(older)
 
 
 def test_jobs_name_the_line_versions_and_decision_they_serve_with_links(seeded, db, signed_in):
@@ -422,9 +446,9 @@ def test_line_history_plots_and_tables_the_gates_numbers(seeded, signed_in, clie
     assert '<rect class="blocked" data-version="2"' in text
     assert '<rect class="blocked" data-version="1"' not in text
     assert '<g class="production" data-version="1">' in text
-    assert "policy max NFR 0.05" in text  # the limit's line
+    assert "policy max NFR 5.00%" in text  # the limit's line
     row = re.search(r'<tr id="history-2" class="blocked">(.*?)</tr>', text, re.DOTALL)
-    assert row and f"{decision['metrics'][EVALSET]['nfr']:.4f}" in row.group(1)
+    assert row and f"{100 * decision['metrics'][EVALSET]['nfr']:.2f}%" in row.group(1)
     assert decision["reasons"][0]["message"] in row.group(1)
     promotions = re.search(r'<table class="data" id="promotions">(.*?)</table>', text, re.DOTALL)
     assert promotions and promotions.group(1).count("<tr>") == 1 + 1  # header and one move
@@ -444,7 +468,7 @@ def test_matrix_opens_on_the_policys_eval_set_with_its_limit_in_the_legend(
     assert "aaa-calibration" in signed_in.get(f"/ui/lines/{LINE}").text  # measured there
     text = signed_in.get(f"/ui/lines/{LINE}").text
     assert re.search(rf'class="active" aria-current="page">{EVALSET}<', text)
-    assert "NFR limit 0.05" in text and 'data-anchor="0.05"' in text
+    assert "NFR limit 5.00%" in text and 'data-anchor="0.05"' in text
 
 
 def test_matrix_outlines_moves_of_production_and_updates_to_the_next_version(
@@ -522,13 +546,13 @@ def test_a_repair_whose_result_is_blocked_shows_blocked_with_before_and_after(
     repair = text.split('<section id="repair">')[1].split("</section>")[0]
     assert 'class="badge verdict-block" id="repair-state"' in repair
     assert "state-succeeded" not in repair and "verdict-approve" not in repair
-    cells = re.findall(r'<td class="num" data-key="nfr">([0-9.]+)</td>', repair)
+    cells = re.findall(rf'<td class="num" data-key="nfr">{RATE}</td>', repair)
     after = repaired["metrics"][EVALSET]["nfr"]
-    assert [float(cell) for cell in cells] == [pytest.approx(before["nfr"], abs=5e-5),
+    assert [as_rate(cell) for cell in cells] == [pytest.approx(before["nfr"], abs=5e-5),
                                                pytest.approx(after, abs=5e-5)]
     assert f'Chosen weight w = <strong data-share="{weight}">' in repair
     assert '<strong id="calibration-set">calibration-set</strong>' in repair
-    assert "max_nfr 0.01" in repair and 'class="limit-label"' in repair
+    assert "max_nfr 1.00%" in repair and 'class="limit-label"' in repair
     assert f'<g class="chosen" data-share="{weight!r}">' in repair
     for key in ("er", "nfr"):
         plotted = re.findall(rf'data-series="{key}" data-share="([^"]+)" data-value="([^"]+)"',
@@ -639,3 +663,112 @@ def test_links_carry_their_project_and_a_page_of_another_offers_to_switch(
     assert opened.status_code == 200 and f"Decision #{seeded.blocked_id}" in opened.text
     assert f'href="/ui/lines/{LINE}/pairs/1/2?evalset={EVALSET}&amp;project=default"' \
         in opened.text
+
+
+def test_the_home_page_names_its_project_and_the_viewers_role(seeded, browser_client, mint):
+    for token, role in ((mint("read"), "viewer"), (ADMIN_TOKEN, "admin"),
+                        (mint("read", "gate"), "gatekeeper"),
+                        (mint("read", "write", "gate"), "scopes gate, read, write")):
+        browser_client.post("/ui/signin", data={"token": token})
+        text = browser_client.get("/ui").text
+        assert '<span id="home-project">default</span>' in text
+        shown = re.search(r'<p class="muted" id="home-role">(.*?)</p>', text, re.DOTALL)
+        assert shown and f"<strong>{role}</strong> in project default" in shown.group(1), role
+
+
+def test_verdict_badges_link_to_their_decisions(seeded, signed_in):
+    badge = r'<a class="badge-link" href="/ui/decisions/(\d+)\?project=default"><span ' \
+            r'class="badge verdict-(\w+)">'
+    home = re.findall(badge, signed_in.get("/ui").text)
+    assert home == [(str(seeded.blocked_id), "block")]
+    line = signed_in.get(f"/ui/lines/{LINE}").text
+    log = line.split('id="decision-log"')[1].split("</table>")[0]
+    history = line.split('id="history-table"')[1].split("</table>")[0]
+    assert re.findall(badge, log) == [(str(seeded.blocked_id), "block"),
+                                      (str(seeded.blocked_id - 1), "approve")]
+    assert sorted(re.findall(badge, history)) == sorted(re.findall(badge, log))
+    for decision_id, verdict in re.findall(badge, log):
+        assert f'<span class="badge verdict-{verdict}">' in signed_in.get(
+            f"/ui/decisions/{decision_id}").text
+
+
+def test_a_version_waiting_for_its_decision_is_pending_not_ungated(
+        seeded, signed_in, upload_model, upload_logits):
+    signed_in.headers.update(bearer(ADMIN_TOKEN))
+    assert upload_model(LINE, "4", seed=4).status_code == 201
+    assert upload_logits(f"{LINE}:4", EVALSET, seeded.logits["3"]).status_code == 201
+    pending = signed_in.post("/gate", json={"model": LINE, "candidate": "4"}).json()
+    signed_in.headers.pop("Authorization")
+    assert pending["verdict"] == "pending", pending
+    line = signed_in.get(f"/ui/lines/{LINE}").text
+    row = re.search(r'<tr id="history-4" class="">(.*?)</tr>', line, re.DOTALL).group(1)
+    assert "not gated" not in row
+    assert (f'<a class="badge-link" href="/ui/decisions/{pending["decision_id"]}?project='
+            'default"><span class="badge verdict-pending">pending</span></a>') in row
+    assert "not gated" in re.search(r'<tr id="history-3" class="">(.*?)</tr>', line,
+                                    re.DOTALL).group(1)
+
+
+def test_a_repairs_decision_names_what_it_repairs_and_whether_it_went_to_production(
+        seeded, signed_in, client, db):
+    repaired = client.post("/gate", json={"model": LINE, "candidate": "3"},
+                           headers=bearer(ADMIN_TOKEN)).json()
+    with db() as session:  # version 3 stands for the version a repair job registered
+        session.add(Job(kind=JobKind.TRAIN, state=JobState.SUCCEEDED, progress=1.0,
+                        params={"method": "ensemble", "decision_id": seeded.blocked_id}))
+        version = session.scalars(select(ModelVersion).where(ModelVersion.version == "3")).one()
+        version.produced_by = {"method": "ensemble", "decision_id": seeded.blocked_id}
+        session.get(Decision, repaired["decision_id"]).repair_of_id = seeded.blocked_id
+
+    def shown(decision_id: int, where: str) -> str:
+        text = signed_in.get(f"/ui/decisions/{decision_id}").text
+        section = text.split('<section id="repair">')[1].split("</section>")[0]
+        assert "No repair was asked for" not in section
+        found = re.search(rf'<p id="{where}">(.*?)</p>', section, re.DOTALL)
+        assert found, section
+        return " ".join(found.group(1).split())
+
+    repair = shown(repaired["decision_id"], "repair-of")
+    assert (f'the repair of <a href="/ui/decisions/{seeded.blocked_id}?project=default">'
+            f"decision #{seeded.blocked_id}</a>") in repair
+    assert 'data-production="never"' in repair
+    assert 'data-production="never"' in shown(seeded.blocked_id, "repaired")
+    moved = client.post(f"/models/{LINE}/aliases/production", headers=bearer(ADMIN_TOKEN),
+                        json={"version": "3", "force": True})
+    assert moved.is_success, moved.text
+    assert 'data-production="now"' in shown(repaired["decision_id"], "repair-of")
+    assert 'data-production="now"' in shown(seeded.blocked_id, "repaired")
+    assert client.post(f"/models/{LINE}/aliases/production", headers=bearer(ADMIN_TOKEN),
+                       json={"version": "1", "force": True}).is_success
+    assert 'data-production="was"' in shown(repaired["decision_id"], "repair-of")
+
+
+RAW_FRACTION = re.compile(r'<td class="num"[^>]*>\s*0\.\d{3,}\s*</td>|<title>[^<]* 0\.\d{3,}[^<]*'
+                          r"</title>|<text[^>]*>!?0\.\d{3,}</text>")  # a rate as a bare fraction
+
+
+def test_numbers_are_written_one_way_percentages_as_the_pair_report_does(
+        seeded, signed_in, client):
+    decision = client.get(f"/gate/decisions/{seeded.blocked_id}",
+                          headers=bearer(ADMIN_TOKEN)).json()
+    text = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    metrics = text.split('<section id="metrics">')[1].split("</section>")[0]
+    head = metrics.split("</thead>")[0]
+    assert "er_old" not in head and "mcnemar_p" not in head and "Error before" in head
+    cells = dict(re.findall(r'<td class="num" data-key="([^"]+)">(.*?)</td>', metrics))
+    measured = decision["metrics"][EVALSET]
+    for key in ("nfr", "pfr", "er_old", "er_new", "churn"):
+        shown = re.fullmatch(RATE, cells[key])
+        assert shown and as_rate(shown.group(1)) == pytest.approx(measured[key], abs=5e-5), key
+    assert cells["negative_flips"] == str(measured["negative_flips"])
+    reason = decision["reasons"][0]
+    assert reason["code"] == "max_nfr"
+    reasons = text.split('<section id="reasons">')[1].split("</section>")[0]
+    for key in ("measured", "limit"):
+        shown = re.search(rf'data-key="{key}">{RATE}<', reasons)
+        assert shown and as_rate(shown.group(1)) == pytest.approx(reason[key], abs=5e-5)
+    line = signed_in.get(f"/ui/lines/{LINE}").text
+    assert "<dt>max_nfr</dt><dd>5.00%</dd>" in line  # the policy card
+    for page in pages(seeded):
+        shown = signed_in.get(page).text
+        assert not RAW_FRACTION.search(shown), (page, RAW_FRACTION.search(shown))

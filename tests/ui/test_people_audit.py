@@ -4,6 +4,7 @@ events (auth oidc); a refused callback is only logged; a sign-in with a revoked 
 token is that token's `denied` event, as on the API."""
 
 import logging
+import re
 from datetime import timedelta
 
 import pytest
@@ -106,3 +107,72 @@ def test_a_dashboard_sign_in_with_an_ended_token_is_its_denied_event(browser_cli
         assert answer.status_code == 401
     assert trail(browser_client) == [("ci", None, "token", "default", "sign_in", "/ui/signin",
                                       "denied", f"token_{ending}")]
+
+
+def token_rows(page: str) -> dict[str, str]:
+    """The tokens the page lists: {name: the row's HTML}."""
+    table = page.split('id="tokens"')[1].split("</table>")[0] if 'id="tokens"' in page else ""
+    return dict(re.findall(r'<tr data-token="([^"]+)">(.*?)</tr>', table, re.DOTALL))
+
+
+def revoke_form(page: str, name: str) -> tuple[str, str]:
+    """The address and CSRF token of the revoke button of the token `name`."""
+    row = token_rows(page)[name]
+    action = re.search(r'<form method="post" action="([^"]+)"', row).group(1)
+    return action.replace("&amp;", "&"), re.search(r'name="csrf" value="([^"]+)"', row).group(1)
+
+
+def test_a_person_lists_and_revokes_their_own_tokens_only(browser_client, oidc_provider, db):
+    member(db, "heidi", "maintainer", "vision")
+    member(db, "ivan", "maintainer", "default")
+    with db() as session:  # a project admin's token named as a person's is not theirs
+        create_token(session=session, name="person-heidi-9", scopes=["read"], project="vision")
+    sign_in(browser_client, oidc_provider, "ivan", email="ivan@example.com")
+    assert browser_client.post("/ui/tokens", data={
+        "csrf": mint_form(browser_client), "read": "true"}).status_code == 200
+    ivans = token_rows(browser_client.get("/ui/tokens").text)
+    assert list(ivans) == ["person-ivan-1"]
+    ivan_action = revoke_form(browser_client.get("/ui/tokens").text,
+                              "person-ivan-1")[0].split("?")[0]
+    sign_in(browser_client, oidc_provider, "heidi", email="heidi@example.com")
+    browser_client.get("/ui/tokens", params={"project": "vision"})
+    minted = browser_client.post("/ui/tokens", data={
+        "csrf": mint_form(browser_client), "read": "true", "write": "true"})
+    secret = minted.text.split('<code id="minted-token">')[1].split("<")[0]
+    name = minted.text.split('<strong id="minted-name">')[1].split("<")[0]
+    page = browser_client.get("/ui/tokens").text
+    listed = token_rows(page)
+    assert list(listed) == [name]  # not ivan's, not the admin's look-alike
+    assert "vision" in listed[name] and "read, write" in listed[name]
+    assert "active" in listed[name]
+    _action, csrf = revoke_form(page, name)
+    others = browser_client.post(ivan_action, data={"csrf": csrf})
+    missing = browser_client.post("/ui/tokens/999999/revoke", data={"csrf": csrf})
+    assert others.status_code == missing.status_code == 404
+    assert others.text.replace(ivan_action.split("/")[3], "N") == missing.text.replace(
+        "999999", "N")  # another's token answers exactly as a missing one
+    with db() as session:
+        assert session.scalars(select(ApiToken.name).where(
+            ApiToken.revoked_at.is_not(None))).all() == []
+    assert trail(browser_client)[:2] == [
+        ("heidi", "heidi@example.com", "oidc", "vision", "revoke_personal_token", resource,
+         "denied", "token_not_found") for resource in ("/ui/tokens/999999/revoke", ivan_action)]
+    action, csrf = revoke_form(page, name)
+    assert browser_client.post(action, data={"csrf": csrf},
+                               headers={"Origin": "http://evil.example"}).status_code == 403
+    assert browser_client.get("/models", headers=bearer(secret)).status_code == 200
+    revoked = browser_client.post(action, data={"csrf": csrf})
+    assert revoked.status_code == 200 and "revoked" in token_rows(revoked.text)[name]
+    assert "<form" not in token_rows(revoked.text)[name]
+    assert trail(browser_client)[0] == (
+        "heidi", "heidi@example.com", "oidc", "vision", "revoke_personal_token",
+        action.split("?")[0], "ok", None)
+    assert browser_client.get("/models", headers=bearer(secret)).status_code == 401
+
+
+def test_the_no_project_page_does_not_link_back_to_itself(browser_client, oidc_provider):
+    sign_in(browser_client, oidc_provider, "nobody")  # granted no role anywhere
+    page = browser_client.get("/ui")
+    assert page.status_code == 403 and "No project" in page.text
+    main = page.text.split('<main id="main"')[1]
+    assert 'href="/ui"' not in main and 'id="way-out"' in main

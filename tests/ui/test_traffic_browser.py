@@ -21,6 +21,7 @@ import pytest
 from flipgate.processes import free_port
 from tests.e2e.conftest import flipgate_env, flipgate_process, wait_for
 from tests.traffic_digits import digits_files
+from tests.ui.conftest import as_rate
 from tests.ui.test_browser import chromium_browser, layout_faults, ready, sign_in
 
 pytestmark = pytest.mark.slow
@@ -111,7 +112,8 @@ def test_the_matrix_shows_nfr_unknown_where_the_api_says_null(server, page):
     cell = page.locator('svg.heatmap[data-metric="nfr"] a.cell[data-old="old"][data-new="new"]')
     assert cell.get_attribute("data-value") == "unknown"
     assert cell.locator("rect").get_attribute("fill") == "#c9ced6"
-    assert f"95% interval {low:.4f}–{high:.4f}" in cell.locator("title").text_content()
+    assert f"95% interval {100 * low:.2f}% – {100 * high:.2f}%" in cell.locator(
+        "title").text_content()
     churn = page.locator('svg.heatmap[data-metric="churn"] a.cell[data-old="old"][data-new="new"]')
     assert float(churn.get_attribute("data-value")) == api["matrix"]["churn"][0][1]
 
@@ -136,12 +138,14 @@ def test_the_traffic_pages_tell_the_labelling_story(server, page, tmp_path):
     page.goto(f"{base}/ui/decisions/{decision}")
     assert page.locator('meta[http-equiv="refresh"]').count() == 0
     row = page.locator(f'#labelling tr[data-evalset="{TRAFFIC}"]')
-    assert row.locator('[data-key="nfr_interval"]').inner_text() == f"{low:.4f}–{high:.4f}"
+    assert row.locator('[data-key="nfr_interval"]').inner_text() == (
+        f"{100 * low:.2f}% – {100 * high:.2f}%")
     estimate = api["decision"]["metrics"][TRAFFIC]["nfr_estimate"]
-    assert float(row.locator('[data-key="nfr_estimate"]').inner_text()) == pytest.approx(
+    assert as_rate(row.locator('[data-key="nfr_estimate"]').inner_text()) == pytest.approx(
         estimate, abs=5e-5)
     limit = api["decision"]["policy"]["max_nfr"]
-    assert float(row.locator('[data-key="max_nfr"]').inner_text()) == pytest.approx(limit)
+    assert as_rate(row.locator('[data-key="max_nfr"]').inner_text()) == pytest.approx(
+        limit, abs=5e-5)
     unlabelled = api["report"]["disagreements"]["count"] - api["report"]["disagreements"][
         "labelled"]
     assert row.locator('[data-key="unlabelled"]').inner_text().startswith(f"{unlabelled} ")
@@ -162,7 +166,8 @@ def test_links_open_from_ci_and_across_projects(server, page):
 
 SHOTS = {"line": f"/ui/lines/{LINE}#matrix",
          "pair": f"/ui/lines/{LINE}/pairs/old/new?evalset={TRAFFIC}",
-         "pending-decision": "/ui/decisions/{decision}", "audit": "/ui/audit"}
+         "pending-decision": "/ui/decisions/{decision}", "audit": "/ui/audit", "home": "/ui",
+         "jobs": "/ui/jobs"}
 
 
 def test_the_pages_read_at_390_and_1440_px(server, page):

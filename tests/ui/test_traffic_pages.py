@@ -26,6 +26,7 @@ from tests.service.api.conftest import (
 )
 from tests.service.api.test_traffic_api import import_labels, npz_bytes
 from tests.traffic_digits import digits_files
+from tests.ui.conftest import RATE, as_rate
 
 LINE, TRAFFIC, OLD, NEW = "digits", "traffic", "digits:old", "digits:new"
 KNOWN_NEGATIVE = 2  # the first 12 disagreements are labelled, more until 2 flips are known
@@ -89,23 +90,24 @@ def test_the_matrix_shows_churn_and_never_an_unknown_nfr_as_a_number(traffic, si
         r'data-old="([^"]+)" data-new="([^"]+)" data-value="([^"]+)"', nfr))
     assert cells == {("old", "new"): "unknown", ("new", "old"): "unknown"}
     low, high = traffic.report["disagreements"]["nfr_interval"]
-    assert f"old → new: NFR unknown (95% interval {low:.4f}–{high:.4f}" in nfr
+    assert f"old → new: NFR unknown (95% interval {100 * low:.2f}% – {100 * high:.2f}%" in nfr
     assert "new → old: NFR unknown (a traffic set: churn only" in nfr
     churn = text.split('data-metric="churn"')[1].split("</svg>")[0]
     shown = re.search(r'data-old="old" data-new="new" data-value="([^"]+)"', churn)
     assert float(shown.group(1)) == traffic.matrix["churn"][0][1]
     table = re.search(r'<table class="data matrix-table" id="matrix-table">(.*?)</table>', text,
                       re.DOTALL).group(1)
-    assert f"{low:.4f}–{high:.4f}</span> / {traffic.matrix['churn'][0][1]:.4f}" in table
-    assert "0.0000 /" not in table and 'data-nfr="0.0"' not in table
+    churn = traffic.matrix["churn"][0][1]
+    assert f"{100 * low:.2f}% – {100 * high:.2f}%</span> / {100 * churn:.2f}%" in table
+    assert "0.00% /" not in table and 'data-nfr="0.0"' not in table
 
 
 def test_a_pair_counted_on_traffic_shows_nfr_unknown(traffic, signed_in):
     text = signed_in.get(f"/ui/lines/{LINE}/pairs/new/old", params={"evalset": TRAFFIC}).text
     assert 'data-metric="nfr"><span class="unknown">unknown</span>' in text
     assert 'data-metric="pfr"><span class="unknown">unknown</span>' in text
-    churn = re.search(r'data-metric="churn">([0-9.]+)<', text)
-    assert float(churn.group(1)) == pytest.approx(traffic.matrix["churn"][1][0], abs=5e-5)
+    churn = re.search(rf'data-metric="churn">{RATE}<', text)
+    assert as_rate(churn.group(1)) == pytest.approx(traffic.matrix["churn"][1][0], abs=5e-5)
 
 
 def test_the_traffic_pair_page_draws_the_known_negative_flips_and_links_the_exports(
@@ -145,11 +147,11 @@ def test_the_pending_decision_tables_its_numbers_and_does_not_reload(traffic, si
                                                 re.DOTALL).group(1)).strip()
 
     low, high = numbers["nfr_interval"]
-    assert float(cell("nfr_estimate")) == pytest.approx(numbers["nfr_estimate"], abs=5e-5)
-    assert cell("nfr_interval") == f"{low:.4f}–{high:.4f}"
-    assert float(cell("max_nfr")) == pytest.approx(decision["policy"]["max_nfr"], abs=5e-5)
+    assert as_rate(cell("nfr_estimate")) == pytest.approx(numbers["nfr_estimate"], abs=5e-5)
+    assert cell("nfr_interval") == f"{100 * low:.2f}% – {100 * high:.2f}%"
+    assert as_rate(cell("max_nfr")) == pytest.approx(decision["policy"]["max_nfr"], abs=5e-5)
     assert cell("unlabelled").startswith(f"{numbers['unlabelled']} ")
     to_decide = next(r["labels_to_decide"] for r in decision["reasons"] if r.get("pending"))
     assert f"about {to_decide} would decide" in cell("unlabelled")
     metrics = re.search(r'<section id="metrics">(.*?)</section>', text, re.DOTALL).group(1)
-    assert 'data-key="nfr"><span class="interval"' in metrics and "0.0000" not in metrics
+    assert 'data-key="nfr"><span class="interval"' in metrics and ">0.00%" not in metrics

@@ -348,6 +348,9 @@ EXEMPT = {
     ("GET", "/healthz"): "a liveness probe: no caller, no project",
     ("GET", "/readyz"): "a readiness probe: no caller, no project",
     ("GET", "/metrics"): "server-level (the metrics scope): counts, no project's names",
+    ("POST", "/ui/tokens/{token_id}/revoke"): "a person's own tokens, in any project, by "
+    "their mint_personal_token events (a token's signed-in viewer is refused: no person); "
+    "another person's token answers as a missing one: tests/ui/test_people_audit.py",
     ("POST", "/integrations/mlflow/webhook"): "signed by MLflow, no token: it serves one "
     "project (FLIPGATE_MLFLOW_PROJECT), test_the_mlflow_connector_serves_its_project",
     ("GET", "/ui/signin"): "the sign-in page, before any project",

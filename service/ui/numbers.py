@@ -1,0 +1,57 @@
+"""How the dashboard writes a number, the same on every page: a rate (NFR, error, churn) as a
+percentage, with its 95% interval where it has one, as the pair report and the `flipgate`
+command write them (flipgate.reporting.rows: `1.23%`, `1.00% – 2.00%`); a count as an
+integer; a p-value to three significant digits. Templates use it through macros.html's
+`rate` and `metric`, the SVGs (heatmap, history, repair curve) directly."""
+
+from typing import Any
+
+from flipgate.reporting.rows import fmt_ci, fmt_pct
+from service.gate.rules import GROUP_LIMITS, LIMITS
+
+RATES = frozenset({"nfr", "pfr", "er_old", "er_new", "er", "churn", "er_increase",
+                   "er_decrease", "nfr_upper", "worst_class_nfr", "nfr_mc", "history_nfr",
+                   "nfr_estimate", "max_nfr", "max_churn", "max_nfr_upper", "max_class_nfr",
+                   "max_er_increase", "min_er_decrease", "max_nfr_mc", "max_group_nfr",
+                   "max_group_er_increase", "max_nfr_vs_history"})
+COUNTS = frozenset({"n", "negative_flips", "positive_flips", "disagreements", "labelled",
+                    "unlabelled"})
+P_VALUES = frozenset({"mcnemar_p", "cost_p", "significance"})
+LABELS = {"nfr": "NFR", "pfr": "PFR", "er_old": "Error before", "er_new": "Error after",
+          "churn": "Churn", "negative_flips": "Negative flips",
+          "positive_flips": "Positive flips", "mcnemar_p": "McNemar p"}
+
+
+def percent(value: float, digits: int = 2) -> str:
+    """A rate as a percentage: 0.0123 -> '1.23%' (fewer `digits` where space is short)."""
+    return fmt_pct(value) if digits == 2 else f"{100 * value:.{digits}f}%"
+
+
+def percent_tick(value: float) -> str:
+    """A rate's mark on a plot's axis, to three significant digits: 0.0125 -> '1.25%'."""
+    return f"{100 * value:.3g}%"
+
+
+def percent_interval(bounds: Any) -> str:
+    """A rate's interval: [0.01, 0.02] -> '1.00% – 2.00%'."""
+    return fmt_ci(list(bounds))
+
+
+def kind(key: str) -> str:
+    """How the number named `key` (a metric, or a policy limit's name) is written: "rate",
+    "count", "p" or "number"."""
+    for name, keys in (("rate", RATES), ("count", COUNTS), ("p", P_VALUES)):
+        if key in keys:
+            return name
+    return "number"
+
+
+def limit_metric(code: str) -> str:
+    """The metric a reason's code bounds (max_class_nfr -> worst_class_nfr), else the code."""
+    spec = LIMITS.get(code) or GROUP_LIMITS.get(code)
+    return spec.metric if spec is not None else code
+
+
+def label(key: str) -> str:
+    """A metric's name for a table's header (not its API key)."""
+    return LABELS.get(key, key.replace("_", " "))
