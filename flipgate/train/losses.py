@@ -3,10 +3,10 @@
 Shapes: logits and targets are (B, C), labels are (B,) class indices. Every ``forward`` returns a
 scalar: per-sample terms are averaged over the batch. A multi-label model (logits (B, L), labels
 a 0/1 matrix (B, L)) is trained through the same losses by `as_classes`: each (sample, label)
-pair becomes a two-class problem, so every per-sample term becomes a per-(sample, label) term. Logits that act as fixed targets (teacher,
-old model, reference ensemble) are detached, so no gradient reaches the model that produced them.
-A method's loss takes its defaults from the method's options (flipgate.train.methods), the one
-place they are set.
+pair becomes a two-class problem, so every per-sample term becomes a per-(sample, label) term.
+Logits that act as fixed targets (teacher, old model, reference ensemble) are detached, so no
+gradient reaches the model that produced them. A method's loss takes its defaults from the
+method's options (flipgate.train.methods), the one place they are set.
 """
 
 import math

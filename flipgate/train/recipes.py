@@ -3,9 +3,9 @@
 Each recipe takes its options dataclass from flipgate.train.methods (saved beside the model)
 and trains through the same loop. A multi-label training set (y a 0/1 matrix (N, L)) trains
 the same recipes on per-label logits (flipgate.train.losses.as_classes); the methods that do
-not apply to it are refused (flipgate.train.methods). Old-model logits for the training set are computed once
-before training: the loop applies no augmentation, so they equal the "online per batch"
-logits of docs/metrics.md.
+not apply to it are refused (flipgate.train.methods). Old-model logits for the training set
+are computed once before training: the loop applies no augmentation, so they equal the
+"online per batch" logits of docs/metrics.md.
 """
 
 import json
