@@ -53,8 +53,7 @@ def ensemble(old: str | Path, new: str | Path, out: str | Path, *, weight: float
     pair = _compatible_pair(old, new)
     data = None if calibration is None else calibration_set(calibration, multilabel=multilabel)
     mixing = Mixing(probabilities, multilabel or (data is not None and data.multilabel))
-    thresholds = mixed_thresholds(pair[0][0], pair[1][0], pair[0][1].num_classes,
-                                  mixing.multilabel)
+    thresholds = mixed_thresholds(pair[0][0], pair[1][0], mixing.multilabel)
     curve = []
     if data is not None:
         weight, curve = _chosen_weight(old, new, calibration_for(data, old, thresholds),
@@ -109,7 +108,7 @@ def ensemble_graph(old: str | Path, new: str | Path, weight: float,
     (multi-label: per label, with the mixed thresholds)."""
     pair = _compatible_pair(old, new)
     mixing = Mixing(probabilities, multilabel)
-    thresholds = mixed_thresholds(pair[0][0], pair[1][0], pair[0][1].num_classes, multilabel)
+    thresholds = mixed_thresholds(pair[0][0], pair[1][0], multilabel)
     return with_thresholds(_combined(pair, weight, mixing), thresholds(weight))
 
 

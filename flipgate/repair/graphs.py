@@ -50,8 +50,8 @@ def write_checked(model: onnx.ModelProto, out: str | Path) -> Path:
     return out
 
 
-def mixed_thresholds(old: onnx.ModelProto, new: onnx.ModelProto, num_labels: int,
-                     multilabel: bool) -> Thresholds:
+def mixed_thresholds(old: onnx.ModelProto, new: onnx.ModelProto, multilabel: bool,
+                     ) -> Thresholds:
     """A multi-label repair's thresholds at the old model's share s: s·t_old + (1 − s)·t_new
     per label, t being what each model's metadata declares (0.5 where it declares none), so
     that each end decides as its model does; None (0.5 everywhere) when neither declares any,
@@ -59,11 +59,12 @@ def mixed_thresholds(old: onnx.ModelProto, new: onnx.ModelProto, num_labels: int
     declared = [model_thresholds(model, name) for model, name in ((old, "old"), (new, "new"))]
     if not multilabel or declared == [None, None]:
         return lambda share: None
-    t_old, t_new = (np.full(num_labels, DEFAULT_THRESHOLD) if values is None
+    count = len(next(values for values in declared if values is not None))
+    t_old, t_new = (np.full(count, DEFAULT_THRESHOLD) if values is None
                     else np.asarray(values) for values in declared)
-    if len(t_old) != num_labels or len(t_new) != num_labels:
-        raise InputError("invalid_thresholds", f"the models declare {len(t_old)} and "
-                         f"{len(t_new)} thresholds for {num_labels} labels")
+    if len(t_old) != len(t_new):
+        raise InputError("invalid_thresholds", f"the old model declares {len(t_old)} "
+                         f"thresholds, the new one {len(t_new)}: one per label each")
     return lambda share: share * t_old + (1 - share) * t_new
 
 

@@ -39,7 +39,7 @@ def interpolate(old: str | Path, new: str | Path, calibration: str | Path | Eval
     (flipgate.repair.graphs.mixed_thresholds)."""
     old_model, new_model = same_structure(old, new)
     data = calibration_set(calibration)
-    thresholds = mixed_thresholds(old_model, new_model, data.y.shape[-1], data.multilabel)
+    thresholds = mixed_thresholds(old_model, new_model, data.multilabel)
     reference = calibration_for(data, old, thresholds)
     blend = _blender(old_model, new_model)
 
@@ -51,9 +51,13 @@ def interpolate(old: str | Path, new: str | Path, calibration: str | Path | Eval
     return RepairResult("interpolate", alpha, curve, path, limits)
 
 
-def interpolate_graph(old: str | Path, new: str | Path, alpha: float) -> onnx.ModelProto:
-    """The new model's graph with every float initializer set to α·θ_old + (1 − α)·θ_new."""
-    return _blender(*same_structure(old, new))(alpha)
+def interpolate_graph(old: str | Path, new: str | Path, alpha: float,
+                      multilabel: bool = False) -> onnx.ModelProto:
+    """The new model's graph with every float initializer set to α·θ_old + (1 − α)·θ_new
+    (multi-label: with the mixed thresholds at α)."""
+    old_model, new_model = same_structure(old, new)
+    thresholds = mixed_thresholds(old_model, new_model, multilabel)
+    return with_thresholds(_blender(old_model, new_model)(alpha), thresholds(alpha))
 
 
 def _blender(old: onnx.ModelProto, new: onnx.ModelProto,
