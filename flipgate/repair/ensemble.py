@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import compose, helper, numpy_helper, version_converter
-from scipy.special import expit
 
 from flipgate.errors import InputError
 from flipgate.formats.evalsets import EvalSet
@@ -36,7 +35,7 @@ from flipgate.repair.search import (
     calibration_set,
     smallest_share,
 )
-from flipgate.scores import PROBABILITY_FLOOR
+from flipgate.scores import LOGITS, PROBABILITY_FLOOR, label_probabilities
 
 PREFIXES = ("old/", "new/")
 
@@ -77,7 +76,8 @@ class Mixing:
         if not self.probabilities:
             return logits
         if self.multilabel:
-            return np.stack([expit(logits), expit(-logits)])
+            return np.stack([label_probabilities(logits, LOGITS),
+                             label_probabilities(-logits, LOGITS)])
         return softmax(logits)
 
     def output(self, mixed: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.special import expit
 
 from flipgate.errors import InputError
 from flipgate.formats.evalsets import EvalSet, load_evalset
@@ -19,6 +18,7 @@ from flipgate.inference import MultiLabelOnnx, OnnxClassifier
 from flipgate.metrics import count_flips
 from flipgate.metrics.multilabel import predicted_labels
 from flipgate.repair.graphs import Thresholds
+from flipgate.scores import LOGITS, label_probabilities
 
 Progress = Callable[[int, int], None]
 GRID_STEPS = 20  # the curve is measured at share 0, 0.05, ..., 1
@@ -109,7 +109,7 @@ class LabelCalibration:
     def measure(self, share: float, logits: np.ndarray) -> CurvePoint:
         """Hamming loss, NFR_sample and churn_sample of per-label `logits` (N, L), decided
         with the thresholds at `share`, against the old model's decisions."""
-        decisions = predicted_labels(expit(logits.astype(np.float64)), self.thresholds(share))
+        decisions = predicted_labels(label_probabilities(logits, LOGITS), self.thresholds(share))
         y, old = self.data.y, self.old_decisions
         turned_wrong = (old == y) & (decisions != y)
         er, er_old = float((decisions != y).mean()), float((old != y).mean())
