@@ -35,7 +35,12 @@ def add_repair_command(commands: argparse._SubParsersAction) -> None:
                         help="choose the smallest w meeting the limits on these samples")
     _add_limit_arguments(ensemble)
     ensemble.add_argument("--probabilities", action="store_true",
-                          help="mix softmax probabilities (the output is their log)")
+                          help="mix softmax probabilities (the output is their log); for "
+                               "multi-label models each label's sigmoid probability (the "
+                               "output is its logit)")
+    ensemble.add_argument("--multilabel", action="store_true",
+                          help="the models score labels (one sigmoid logit each); implied "
+                               "by a multi-label calibration set")
     ensemble.set_defaults(run=run_ensemble)
 
 
@@ -73,7 +78,8 @@ def run_ensemble(args: argparse.Namespace) -> int:
     with progress_bars(enabled=not args.json) as bar:
         result = ensemble(args.old, args.new, args.out, weight=args.weight,
                           calibration=args.calibration, limits=_limits(args),
-                          probabilities=args.probabilities, progress=bar("searching w"))
+                          probabilities=args.probabilities, multilabel=args.multilabel,
+                          progress=bar("searching w"))
     _report(result, args.json)
     return 0
 

@@ -1,6 +1,8 @@
 """Loading, running and writing the ONNX graphs a repair reads and produces."""
 
+import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +11,11 @@ import onnx
 from flipgate.errors import InputError
 from flipgate.formats.onnx_models import OnnxSpec, inspect_onnx
 from flipgate.inference import OnnxClassifier
+from flipgate.metrics.multilabel import DEFAULT_THRESHOLD
+from flipgate.onnx_io import model_thresholds
 from flipgate.scores import LOGITS
+
+Thresholds = Callable[[float], np.ndarray | None]  # a repair's per-label thresholds at a share
 
 
 def load_classifier(path: str | Path) -> tuple[onnx.ModelProto, OnnxSpec]:
@@ -42,3 +48,30 @@ def write_checked(model: onnx.ModelProto, out: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(out))
     return out
+
+
+def mixed_thresholds(old: onnx.ModelProto, new: onnx.ModelProto, multilabel: bool,
+                     ) -> Thresholds:
+    """A multi-label repair's thresholds at the old model's share s: s·t_old + (1 − s)·t_new
+    per label, t being what each model's metadata declares (0.5 where it declares none), so
+    that each end decides as its model does; None (0.5 everywhere) when neither declares any,
+    and for a single-label repair."""
+    declared = [model_thresholds(model, name) for model, name in ((old, "old"), (new, "new"))]
+    if not multilabel or declared == [None, None]:
+        return lambda share: None
+    count = len(next(values for values in declared if values is not None))
+    t_old, t_new = (np.full(count, DEFAULT_THRESHOLD) if values is None
+                    else np.asarray(values) for values in declared)
+    if len(t_old) != len(t_new):
+        raise InputError("invalid_thresholds", f"the old model declares {len(t_old)} "
+                         f"thresholds, the new one {len(t_new)}: one per label each")
+    return lambda share: share * t_old + (1 - share) * t_new
+
+
+def with_thresholds(model: onnx.ModelProto, thresholds: np.ndarray | None) -> onnx.ModelProto:
+    """`model` with its metadata `thresholds` set to these (removed when None)."""
+    props = {prop.key: prop.value for prop in model.metadata_props if prop.key != "thresholds"}
+    if thresholds is not None:
+        props["thresholds"] = json.dumps([float(value) for value in thresholds])
+    onnx.helper.set_model_props(model, props)
+    return model

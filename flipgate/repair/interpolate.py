@@ -9,14 +9,20 @@ from onnx import numpy_helper
 
 from flipgate.errors import InputError
 from flipgate.formats.evalsets import EvalSet
-from flipgate.inference import OnnxClassifier
-from flipgate.repair.graphs import load_classifier, logits_of, write_checked
+from flipgate.repair.graphs import (
+    load_classifier,
+    logits_of,
+    mixed_thresholds,
+    with_thresholds,
+    write_checked,
+)
 from flipgate.repair.search import (
     DEFAULT_LIMITS,
-    Calibration,
     Limits,
     Progress,
     RepairResult,
+    calibration_for,
+    calibration_set,
     smallest_share,
 )
 
@@ -26,22 +32,32 @@ FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProt
 def interpolate(old: str | Path, new: str | Path, calibration: str | Path | EvalSet,
                 out: str | Path, limits: Limits = DEFAULT_LIMITS,
                 progress: Progress | None = None) -> RepairResult:
-    """Write the interpolation with the smallest α meeting `limits` on the calibration set."""
+    """Write the interpolation with the smallest α meeting `limits` on the calibration set.
+
+    A multi-label calibration set (y a 0/1 matrix (N, L)) measures the curve per label
+    (flipgate.repair.search) and the model written carries the mixed thresholds at α
+    (flipgate.repair.graphs.mixed_thresholds)."""
     old_model, new_model = same_structure(old, new)
-    reference = Calibration(calibration, OnnxClassifier(old, device="cpu"))
+    data = calibration_set(calibration)
+    thresholds = mixed_thresholds(old_model, new_model, data.multilabel)
+    reference = calibration_for(data, old, thresholds)
     blend = _blender(old_model, new_model)
 
     def measure(alpha: float):
-        return reference.measure(alpha, logits_of(blend(alpha), reference.data.x))
+        return reference.measure(alpha, logits_of(blend(alpha), data.x))
 
     alpha, curve = smallest_share(measure, limits, progress)
-    path = write_checked(blend(alpha), out)
+    path = write_checked(with_thresholds(blend(alpha), thresholds(alpha)), out)
     return RepairResult("interpolate", alpha, curve, path, limits)
 
 
-def interpolate_graph(old: str | Path, new: str | Path, alpha: float) -> onnx.ModelProto:
-    """The new model's graph with every float initializer set to α·θ_old + (1 − α)·θ_new."""
-    return _blender(*same_structure(old, new))(alpha)
+def interpolate_graph(old: str | Path, new: str | Path, alpha: float,
+                      multilabel: bool = False) -> onnx.ModelProto:
+    """The new model's graph with every float initializer set to α·θ_old + (1 − α)·θ_new
+    (multi-label: with the mixed thresholds at α)."""
+    old_model, new_model = same_structure(old, new)
+    thresholds = mixed_thresholds(old_model, new_model, multilabel)
+    return with_thresholds(_blender(old_model, new_model)(alpha), thresholds(alpha))
 
 
 def _blender(old: onnx.ModelProto, new: onnx.ModelProto,

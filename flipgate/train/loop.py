@@ -9,12 +9,14 @@ from torch import Tensor
 from flipgate.formats.evalsets import EvalSet
 from flipgate.progress import Progress
 from flipgate.train.config import TrainConfig
+from flipgate.train.losses import as_classes
 from flipgate.train.stack import ModelStack
 
 
 @dataclass(frozen=True)
 class Batch:
-    """One step's data for a stack of m members: x (m, B, ...), y and indices (m, B)."""
+    """One step's data for a stack of m members: x (m, B, ...), indices (m, B), y (m, B) class
+    indices or, multi-label, (m, B, L) label matrices."""
 
     x: Tensor
     y: Tensor
@@ -61,7 +63,8 @@ def fit(stack: ModelStack, data: EvalSet, config: TrainConfig, loss: StackLoss, 
 
 
 def stacked_cross_entropy(logits: Tensor, batch: Batch) -> Tensor:
-    """Sum over members of each member's mean cross-entropy on its own batch."""
-    flat = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.y.flatten(),
-                                             reduction="sum")
-    return flat / batch.y.shape[1]
+    """Sum over members of each member's mean cross-entropy on its own batch (multi-label:
+    binary cross-entropy, its mean over the batch's (sample, label) pairs)."""
+    flat = torch.nn.functional.cross_entropy(
+        *as_classes(logits.flatten(0, 1), batch.y.flatten(0, 1)), reduction="sum")
+    return flat / batch.y[0].numel()

@@ -1,10 +1,12 @@
 """Training losses for flip-free model updates (docs/metrics.md, training methods).
 
 Shapes: logits and targets are (B, C), labels are (B,) class indices. Every ``forward`` returns a
-scalar: per-sample terms are averaged over the batch. Logits that act as fixed targets (teacher,
-old model, reference ensemble) are detached, so no gradient reaches the model that produced them.
-A method's loss takes its defaults from the method's options (flipgate.train.methods), the one
-place they are set.
+scalar: per-sample terms are averaged over the batch. A multi-label model (logits (B, L), labels
+a 0/1 matrix (B, L)) is trained through the same losses by `as_classes`: each (sample, label)
+pair becomes a two-class problem, so every per-sample term becomes a per-(sample, label) term.
+Logits that act as fixed targets (teacher, old model, reference ensemble) are detached, so no
+gradient reaches the model that produced them. A method's loss takes its defaults from the
+method's options (flipgate.train.methods), the one place they are set.
 """
 
 import math
@@ -138,6 +140,29 @@ def _tempered_kl(target_logits: Tensor, logits: Tensor, temperature: float) -> T
     log_p = F.log_softmax(target_logits.detach() / temperature, dim=1)
     log_q = F.log_softmax(logits / temperature, dim=1)
     return temperature**2 * _kl(log_p, log_q)
+
+
+# --- multi-label targets ---------------------------------------------------------------------
+
+
+def two_class_logits(logits: Tensor) -> Tensor:
+    """Per-label logits (B, L) as two-class logits [0, z] (B·L, 2), one row per (sample, label):
+    their softmax is (1 − σ(z), σ(z)) and their argmax σ(z) > 0.5, the default decision."""
+    flat = logits.reshape(-1, 1)
+    return torch.cat([torch.zeros_like(flat), flat], dim=1)
+
+
+def as_classes(logits: Tensor, labels: Tensor, *references: Tensor | None) -> tuple:
+    """Single-label (labels (B,) class indices): everything unchanged. Multi-label (labels a
+    0/1 matrix (B, L)): the logits and each reference (old model's, ensemble's; None stays
+    None) as `two_class_logits` and the labels as (B·L,) indices, so that cross-entropy is the
+    per-label binary cross-entropy averaged over (sample, label) pairs and a distillation term
+    acts on each label's logit."""
+    if labels.dim() == 1:
+        return logits, labels, *references
+    return (two_class_logits(logits), labels.reshape(-1).long(),
+            *(None if reference is None else two_class_logits(reference)
+              for reference in references))
 
 
 # --- losses ----------------------------------------------------------------------------------
@@ -409,9 +434,11 @@ class AntiDistillation(nn.Module):
         return _off_diagonal_penalty(_standardised(signals, self.eps))
 
     def forward(self, member_logits: Tensor, labels: Tensor) -> Tensor:
-        """Return the members' summed CE plus lam times the penalty; logits are (J, B, C)."""
+        """Return the members' summed CE plus lam times the penalty; logits are (J, B, C) (or
+        (J, B, L) with labels (B, L): per-label BCE, the penalty per label's logit)."""
         if member_logits.dim() != 3:
             raise ValueError(f"member_logits must be (J, B, C), got {tuple(member_logits.shape)}")
-        members, _, classes = member_logits.shape
-        ce = F.cross_entropy(member_logits.reshape(-1, classes), labels.repeat(members))
+        members = member_logits.shape[0]
+        stacked_labels = torch.cat([labels] * members)
+        ce = F.cross_entropy(*as_classes(member_logits.flatten(0, 1), stacked_labels))
         return members * ce + self.lam * self.penalty(member_logits)

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Literal, get_args, get_origin
 
+from flipgate.errors import InputError
+
 DEFAULT_LEGACY_WEIGHT = 0.5  # ELODI's λ towards an old model not trained with ELODI
 MAX_MEMBERS = 64  # replicas in an ensemble
 MAX_WEIGHT = 1000.0  # loss weights, temperatures, ramps' β
@@ -157,6 +159,20 @@ class Method:
     phases: int = 1
     resolve: Callable[[Any, bool], Any] = lambda options, has_old: options
     models: Callable[[Any], int] = lambda options: 1  # trained or held at once (old excluded)
+    # why these options cannot train a multi-label model (None: they can)
+    not_multilabel: Callable[[Any], str | None] = lambda options: None
+
+
+SOFTMAX_ONLY = ("{} of the softmax over classes; a multi-label model's labels have no such "
+                "distribution, and a per-label version would be another, unmeasured method")
+
+
+def _elodi_not_multilabel(options: Elodi) -> str | None:
+    """ELODI's K counts a multi-label model's two classes per label (absent, present)."""
+    if options.k == 1:
+        return ("each label is a two-class problem (absent, present), so K = 1 would distil "
+                "only the labels the teacher deems present; use K >= 2 (every label's logit)")
+    return None
 
 
 METHODS: dict[str, Method] = {
@@ -165,16 +181,21 @@ METHODS: dict[str, Method] = {
     "fd": Method(FD, old="required"),
     "elodi": Method(Elodi, old="optional", phases=2,
                     resolve=lambda options, has_old: options.for_old_model(has_old),
-                    models=lambda options: options.members + 1),  # the teacher and student
-    "codistill": Method(Codistill, models=lambda options: 2),
-    "entropy": Method(Entropy),
+                    models=lambda options: options.members + 1,  # the teacher and student
+                    not_multilabel=_elodi_not_multilabel),
+    "codistill": Method(Codistill, models=lambda options: 2, not_multilabel=lambda options:
+                        SOFTMAX_ONLY.format("its agreement term is the symmetric KL")),
+    "entropy": Method(Entropy, not_multilabel=lambda options:
+                      SOFTMAX_ONLY.format("its regulariser is the entropy")),
     "anti_distill": Method(AntiDistill, models=lambda options: options.members),
     "paragon": Method(Paragon, models=lambda options: options.members),
 }
 
 
-def resolve_options(method: str, options: Any, *, has_old: bool) -> Any:
-    """The method's options (defaults when None) as training will use them; checks --old."""
+def resolve_options(method: str, options: Any, *, has_old: bool, multilabel: bool = False,
+                    ) -> Any:
+    """The method's options (defaults when None) as training will use them; checks --old and,
+    for a multi-label training set, that the method applies to one."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     spec = METHODS[method]
@@ -182,4 +203,8 @@ def resolve_options(method: str, options: Any, *, has_old: bool) -> Any:
         raise ValueError(f"method {method!r} needs the old model (--old OLD.onnx)")
     if spec.old == "unused" and has_old:
         raise ValueError(f"method {method!r} does not use an old model; drop --old")
-    return spec.resolve(spec.options() if options is None else options, has_old)
+    resolved = spec.resolve(spec.options() if options is None else options, has_old)
+    if multilabel and (reason := spec.not_multilabel(resolved)):
+        raise InputError("method_not_multilabel", f"method {method!r} does not apply to a "
+                         f"multi-label model: {reason}")
+    return resolved

@@ -1,9 +1,11 @@
 """Training recipes: baseline, KD, FD, ELODI, co-distillation, entropy, anti-distillation, paragon.
 
 Each recipe takes its options dataclass from flipgate.train.methods (saved beside the model)
-and trains through the same loop. Old-model logits for the training set are computed once
-before training: the loop applies no augmentation, so they equal the "online per batch"
-logits of docs/metrics.md.
+and trains through the same loop. A multi-label training set (y a 0/1 matrix (N, L)) trains
+the same recipes on per-label logits (flipgate.train.losses.as_classes); the methods that do
+not apply to it are refused (flipgate.train.methods). Old-model logits for the training set
+are computed once before training: the loop applies no augmentation, so they equal the
+"online per batch" logits of docs/metrics.md.
 """
 
 import json
@@ -19,6 +21,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from flipgate import __version__
+from flipgate.errors import InputError
 from flipgate.export import AveragedEnsemble, export_onnx, read_weights
 from flipgate.formats.evalsets import EvalSet
 from flipgate.progress import ProgressFactory
@@ -31,6 +34,7 @@ from flipgate.train.losses import (
     KnowledgeDistillation,
     MinimumEntropy,
     SymmetricKLCodistillation,
+    as_classes,
 )
 from flipgate.train.methods import (
     FD,
@@ -86,6 +90,11 @@ class TrainingSetup:
                          label, epochs_scale)
         return stack.member(0)
 
+    def towards_old(self, loss: nn.Module, label: str) -> nn.Module:
+        """Train one model with loss(logits, labels, the old model's logits) (per label on a
+        multi-label set)."""
+        return self.single(lambda z, b: loss(*as_classes(z, b.y[0], self.old_logits(b))), label)
+
     def ensemble(self, members: int, label: str) -> ModelStack:
         """`members` models with their own seeds and data orders, trained with cross-entropy."""
         seeds = member_seeds(self.config.seed, members, stream=1)
@@ -103,17 +112,15 @@ class TrainingSetup:
 
 
 def _baseline(ctx: TrainingSetup, options: Baseline) -> nn.Module:
-    return ctx.single(lambda z, batch: F.cross_entropy(z, batch.y[0]), "training (baseline)")
+    return ctx.single(lambda z, b: F.cross_entropy(*as_classes(z, b.y[0])), "training (baseline)")
 
 
 def _kd(ctx: TrainingSetup, options: KD) -> nn.Module:
-    loss = KnowledgeDistillation(**asdict(options))
-    return ctx.single(lambda z, b: loss(z, b.y[0], ctx.old_logits(b)), "training (KD)")
+    return ctx.towards_old(KnowledgeDistillation(**asdict(options)), "training (KD)")
 
 
 def _fd(ctx: TrainingSetup, options: FD) -> nn.Module:
-    loss = FocalDistillation(**asdict(options))
-    return ctx.single(lambda z, b: loss(z, b.y[0], ctx.old_logits(b)), "training (FD)")
+    return ctx.towards_old(FocalDistillation(**asdict(options)), "training (FD)")
 
 
 def _entropy(ctx: TrainingSetup, options: Entropy) -> nn.Module:
@@ -134,13 +141,14 @@ def _elodi(ctx: TrainingSetup, options: Elodi) -> nn.Module:
 
 
 def elodi_student(ctx: TrainingSetup, options: Elodi, reference: Tensor) -> nn.Module:
-    """The student distilled towards `reference`, the teacher's mean logits (N, C)."""
+    """The student distilled towards `reference`, the teacher's mean logits (N, C) (or (N, L):
+    each label's logit towards the teacher's mean logit of that label)."""
     loss = ELODILoss(alpha=options.alpha, k=options.k, p=options.p, select=options.select,
                      legacy_weight=options.legacy_weight)
 
     def student_loss(z: Tensor, batch: Batch) -> Tensor:
         old = None if options.legacy_weight is None else ctx.old_logits(batch)
-        return loss(z, batch.y[0], reference[batch.indices[0]], old)
+        return loss(*as_classes(z, batch.y[0], reference[batch.indices[0]], old))
 
     return ctx.single(student_loss, "ELODI student", options.student_epochs)
 
@@ -198,7 +206,9 @@ def train(
 ) -> TrainedModel:
     """Train with `method`'s recipe; `options` defaults to the recipe's option defaults. With
     `init` (an ONNX file of the same architecture), every model starts from its weights."""
-    options = resolve_options(method, options, has_old=old_logits is not None)
+    options = resolve_options(method, options, has_old=old_logits is not None,
+                              multilabel=data.multilabel)
+    _check_label_count(data, num_classes)
     device = default_device()
     old = None if old_logits is None else torch.from_numpy(old_logits).float().to(device)
     context = TrainingSetup(arch, data, num_classes, config, device, old, progress,
@@ -207,11 +217,19 @@ def train(
     module = RUNNERS[method](context, options).cpu().eval()
     record = {
         "method": method, "arch": arch, "num_classes": num_classes, "samples": data.n,
+        "multilabel": data.multilabel,
         "train": asdict(config), "options": asdict(options), "targets_old_model": old is not None,
         "device": device.type, "seconds": round(time.perf_counter() - started, 3),
         "init": None if init is None else str(init), "flipgate": __version__,
     }
     return TrainedModel(module, record)
+
+
+def _check_label_count(data: EvalSet, num_classes: int) -> None:
+    """A multi-label model has one output per label: as many as y has columns."""
+    if data.multilabel and data.y.shape[1] != num_classes:
+        raise InputError("label_count_mismatch", f"the training set has {data.y.shape[1]} "
+                         f"labels (columns of y) but the model would have {num_classes} outputs")
 
 
 def _warm_start(init: str | Path | None, arch: str, data: EvalSet, num_classes: int,
