@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
-from fastapi import Depends, Path, Query, Request
+from fastapi import Depends, Path, Query, Request, Response
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import ResponseValidationError
 from fastapi.routing import APIRoute
+from fastapi.utils import is_body_allowed_for_status_code
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from starlette.datastructures import State
@@ -32,7 +36,7 @@ from service.auth.access import (
     require_server_scope,
 )
 from service.auth.models import ApiToken
-from service.auth.service import authenticate
+from service.auth.service import look_up_token
 from service.config import Settings
 from service.errors import Unauthorized, UnsupportedMediaType
 from service.outbox import enqueue_after_commit
@@ -147,18 +151,35 @@ def reading(request: Request) -> Iterator[Session]:
 
 class CommittingRoute(APIRoute):
     """The route class of every router (and of the app's own routes): a synchronous endpoint
-    commits the request's session in its own thread right after it returns, before FastAPI
-    validates the answer in another pool thread (get_session commits what is left: a
-    coroutine's session, or none). `audited`: whether its successful requests are changes
+    commits the request's session in its own thread right after it returns, and renders its
+    answer there too when FastAPI would render it as JSON of the response model (else
+    FastAPI validates the answer in another pool thread; get_session commits what is left:
+    a coroutine's session, or none). `audited`: whether its successful requests are changes
     that write an audit event (service.audit.requests)."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, _committing(endpoint), **kwargs)
         self.audited = is_audited(self.methods)
+        if getattr(self.endpoint, "render", None) is _as_is and self.renders_json():
+            self.endpoint.render = functools.partial(_rendered, self)  # type: ignore[attr-defined]
+
+    def renders_json(self) -> bool:
+        """Whether FastAPI answers the endpoint's return value as JSON of the response model,
+        with nothing of the request's own `Response` (headers, status) to add to it."""
+        return (self.response_field is not None and is_body_allowed_for_status_code(
+                    self.status_code) and isinstance(self.response_class, DefaultPlaceholder)
+                and not _sets_response(self.dependant))
+
+
+def _sets_response(dependant: Dependant) -> bool:
+    """Whether the endpoint or a dependency of it takes the request's `Response`."""
+    return dependant.response_param_name is not None or any(
+        _sets_response(dependency) for dependency in dependant.dependencies)
 
 
 def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-    """`endpoint`, committing the request's session when it returns, if it is synchronous."""
+    """`endpoint`, committing the request's session when it returns, if it is synchronous,
+    and rendering its answer (`render`, set by CommittingRoute)."""
     if inspect.iscoroutinefunction(endpoint) or getattr(endpoint, "commits", False):
         return endpoint
 
@@ -168,11 +189,37 @@ def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
         session = _request_session.get()
         if session is not None:
             _commit(session)
-        return answer
+        return run.render(answer)  # type: ignore[attr-defined]
 
     run.commits = True  # type: ignore[attr-defined]  # not again where a FastAPI release
     # copies an included router's routes from their endpoints
+    run.render = _as_is  # type: ignore[attr-defined]
     return run
+
+
+def _as_is(answer: Any) -> Any:
+    return answer
+
+
+def _rendered(route: APIRoute, answer: Any) -> Any:
+    """`answer` validated against `route`'s response model and rendered as the JSON response
+    FastAPI makes of it (fastapi.routing.serialize_response), in the endpoint's thread."""
+    if isinstance(answer, Response):
+        return answer
+    field = route.response_field
+    value, errors = field.validate(answer, {}, loc=("response",))
+    if errors:
+        raise ResponseValidationError(errors=errors, body=answer)
+    content = field.serialize_json(
+        value, include=route.response_model_include, exclude=route.response_model_exclude,
+        by_alias=route.response_model_by_alias,
+        exclude_unset=route.response_model_exclude_unset,
+        exclude_defaults=route.response_model_exclude_defaults,
+        exclude_none=route.response_model_exclude_none)
+    return Response(content, status_code=route.status_code or 200, media_type=JSON_TYPE)
+
+
+JSON_TYPE = "application/json"
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -205,7 +252,7 @@ def token_checker(state: State) -> Callable[[str], ApiToken]:
                                                         admin.get_secret_value().encode()):
             return bootstrap_admin()
         with state.readers() as session:
-            return authenticate(session=session, token=presented)
+            return look_up_token(connection=session.connection(), token=presented)
 
     return check
 
