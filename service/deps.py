@@ -6,7 +6,7 @@ pool thread, a hop that costs more than its work (docs/benchmarks.md, the reques
 import functools
 import inspect
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -105,34 +105,49 @@ StagedModel = Annotated[StagedFile, staged_body("upload")]
 
 _request_session: ContextVar[Session | None] = ContextVar("request_session", default=None)
 REQUEST = "flipgate_request"  # session.info: the request a request's session serves
+SESSION = "flipgate.session"  # request.scope: the request's session and its context token
 
 
-async def get_session(request: Request) -> AsyncIterator[Session]:
-    """One session per request: committed in the endpoint's own thread as soon as it returns
-    (CommittingRoute), rolled back if it raises; the jobs it created are sent to
-    the workers after the commit. A change's audit event joins the commit
+async def get_session(request: Request) -> Session:
+    """One session per request, made on the first ask: committed in the endpoint's own
+    thread as soon as it returns (CommittingRoute), rolled back if it raises, closed before
+    the answer is sent (CommittingRoute's handler); the jobs it created are sent to the
+    workers after the commit. A change's audit event joins the commit
     (service.audit.requests.record_change).
 
     The session connects on its first query, in a synchronous dependency or the endpoint (in
     a pool thread, never on the event loop, which a database that stops answering would hold
-    for every request), and its transaction ends before the response is validated in another
-    pool thread: no request holds a connection or SQLite's write lock while it waits for a
+    for every request), and its transaction ends before the answer leaves the endpoint's
+    thread: no request holds a connection or SQLite's write lock while it waits for a
     thread. Safe methods only read: their sessions (`state.readers`) begin on SQLite without
-    the write lock.
+    the write lock. A plain coroutine, not a generator: FastAPI enters and leaves a
+    generator dependency through an exit stack, which cost more than the session.
     """
-    state = request.app.state
-    with (state.readers if request.method in SAFE_METHODS else state.sessions)() as session:
+    held = request.scope.get(SESSION)
+    if held is None:
+        state = request.app.state
+        session = (state.readers if request.method in SAFE_METHODS else state.sessions)()
         enqueue_after_commit(session=session, celery=state.celery)
         session.info[REQUEST] = request
-        current = _request_session.set(session)
-        try:
-            yield session
-            _commit(session)  # endpoints that are coroutines, or that did not finish
-        except BaseException:
+        held = request.scope[SESSION] = (session, _request_session.set(session))
+    return held[0]
+
+
+def _end_session(request: Request, *, succeeded: bool) -> None:
+    """Commit (what a coroutine endpoint left) or roll back the request's session, if it
+    has one, and close it."""
+    held = request.scope.pop(SESSION, None)
+    if held is None:
+        return
+    session, current = held
+    try:
+        if succeeded:
+            _commit(session)
+        else:
             session.rollback()
-            raise
-        finally:
-            _request_session.reset(current)
+    finally:
+        _request_session.reset(current)
+        session.close()
 
 
 def _commit(session: Session) -> None:
@@ -162,6 +177,21 @@ class CommittingRoute(APIRoute):
         self.audited = is_audited(self.methods)
         if getattr(self.endpoint, "render", None) is _as_is and self.renders_json():
             self.endpoint.render = functools.partial(_rendered, self)  # type: ignore[attr-defined]
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler, ending the request's session (get_session) when it is done."""
+        handle = super().get_route_handler()
+
+        async def handle_in_session(request: Request) -> Response:
+            try:
+                response = await handle(request)
+            except BaseException:
+                _end_session(request, succeeded=False)
+                raise
+            _end_session(request, succeeded=True)
+            return response
+
+        return handle_in_session
 
     def renders_json(self) -> bool:
         """Whether FastAPI answers the endpoint's return value as JSON of the response model,
@@ -224,7 +254,7 @@ JSON_TYPE = "application/json"
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[ArtifactStore, Depends(get_store)]
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SessionDep = Annotated[Session, Depends(get_session)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
