@@ -89,12 +89,9 @@ def look_up_token(*, connection: Connection, token: str) -> ApiToken:
     row = connection.execute(TOKEN_LOOKUP, {"digest": hash_token(token)}).one_or_none()
     if row is None:
         return live_token(None)
-    values = row.tuple()
-    project = None
-    if values[len(TOKEN_COLUMNS)] is not None:
-        project = _detached(Project, PROJECT_COLUMNS, values[len(TOKEN_COLUMNS):])
-    found = _detached(ApiToken, TOKEN_COLUMNS, values[:len(TOKEN_COLUMNS)], project=project)
-    return live_token(found)
+    split = len(TOKEN_COLUMNS)
+    project = None if row[split] is None else _detached(Project, PROJECT_COLUMNS, row[split:])
+    return live_token(_detached(ApiToken, TOKEN_COLUMNS, row[:split], project=project))
 
 
 def _detached(model: type[Row], columns: tuple, values: tuple, **related: object) -> Row:

@@ -26,6 +26,8 @@ URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:@/\s]*):
 
 def redacted(text: str) -> str:
     """`text` with the password of every URL in it masked."""
+    if "://" not in text:  # no URL (the access lines): no pattern to run
+        return text
     return URL_PASSWORD.sub(r"\g<scheme>\g<user>:***@", text)
 
 
