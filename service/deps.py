@@ -38,6 +38,7 @@ from service.auth.access import (
 from service.auth.models import ApiToken
 from service.auth.service import look_up_token
 from service.config import Settings
+from service.db import factory_connection
 from service.errors import Unauthorized, UnsupportedMediaType
 from service.outbox import enqueue_after_commit
 from service.projects.models import Project
@@ -273,16 +274,17 @@ async def current_token(request: Request, credentials: Credentials) -> ApiToken:
 
 def token_checker(state: State) -> Callable[[str], ApiToken]:
     """A function from a presented token to the bootstrap admin token (the server admin: bound
-    to no project) or a live stored one; it reads on a session of its own (from
-    `state.readers`), closed before it returns, and writes nothing."""
+    to no project) or a live stored one; it reads on a connection of its own (of
+    `state.readers`: on SQLite without the write lock), closed before it returns, and
+    writes nothing."""
 
     def check(presented: str) -> ApiToken:
         admin = state.settings.admin_token
         if admin is not None and secrets.compare_digest(presented.encode(),
                                                         admin.get_secret_value().encode()):
             return bootstrap_admin()
-        with state.readers() as session:
-            return look_up_token(connection=session.connection(), token=presented)
+        with factory_connection(state.readers) as connection:
+            return look_up_token(connection=connection, token=presented)
 
     return check
 
