@@ -18,8 +18,8 @@ from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import ResponseValidationError
 from fastapi.routing import APIRoute
-from fastapi.utils import is_body_allowed_for_status_code
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.utils import is_body_allowed_for_status_code
 from sqlalchemy.orm import Session
 from starlette.datastructures import State
 

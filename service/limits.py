@@ -1,6 +1,6 @@
 """Limits on requests: the size of their bodies and how long they may take to arrive,
 enforced while they are read, and how many are served at once (admission), with their
-credentials checked before any body is read and before a slot is taken."""
+credentials checked before any body is read (a bearer token in the slot it takes)."""
 
 import time
 from collections.abc import Callable
