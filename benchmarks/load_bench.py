@@ -4,7 +4,7 @@ two, side by side.
 
     python benchmarks/load_bench.py [--clients 1000] [--seconds 60] [--workers 1 2]
                                     [--client-processes 4] [--database-url URL]
-                                    [--redis-url URL]
+                                    [--redis-url URL] [--honor-retry-after]
 
 The database is a schema of its own in --database-url (created, migrated, and dropped at the
 end), reached through connections named by their application_name so that they can be
@@ -13,7 +13,9 @@ server (stopped before the load). Then, for each --workers N, the server is star
 held for --seconds by --clients aiohttp sessions of one connection each, spread over
 --client-processes processes, each asking again as soon as it is answered: half GET
 /compare of the pair and a quarter GET /models (a `read` token), a quarter POST /gate on the
-measured pair (a `gate` token: a CI job run again). Printed per N: the answers by status,
+measured pair (a `gate` token: a CI job run again); with --honor-retry-after a client answered
+503 waits the Retry-After it was given before it asks again, as a well-behaved client does
+(without it, it asks again at once: the harshest load). Printed per N: the answers by status,
 the 503s (how many carried Retry-After, p50/p99 of their latency: goal <= 100 ms), timeouts
 and transport errors, p50/p99 of the 200s (goal p99 <= 1 s), and the throughput; then what
 is left held with the server still up and idle: the schema's connections in pg_stat_activity
@@ -108,14 +110,14 @@ def ci_requests(tokens: dict[str, str]) -> list[tuple[str, str, dict]]:
 
 
 def hold(url: str, requests: list[tuple[str, str, dict]], *, clients: int, seconds: float,
-         processes: int) -> tuple[Tally, float]:
+         processes: int, backing_off: bool) -> tuple[Tally, float]:
     """`clients` keep-alive clients spread over `processes` processes, asking in turn for
     `seconds`: what they saw together, and the wall time."""
     shares = [clients // processes + (index < clients % processes) for index in range(processes)]
     offsets = np.cumsum([0, *shares[:-1]])
     with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
         started = time.perf_counter()
-        parts = [pool.submit(hold_share, url, requests, share, int(offset), seconds)
+        parts = [pool.submit(hold_share, url, requests, share, int(offset), seconds, backing_off)
                  for share, offset in zip(shares, offsets, strict=True)]
         tally = Tally()
         for part in parts:
@@ -124,23 +126,24 @@ def hold(url: str, requests: list[tuple[str, str, dict]], *, clients: int, secon
 
 
 def hold_share(url: str, requests: list[tuple[str, str, dict]], clients: int, offset: int,
-               seconds: float) -> Tally:
+               seconds: float, backing_off: bool) -> Tally:
     """In a client process: what its clients saw."""
-    return asyncio.run(hold_clients(url, requests, clients, offset, seconds))
+    return asyncio.run(hold_clients(url, requests, clients, offset, seconds, backing_off))
 
 
 async def hold_clients(url: str, requests: list[tuple[str, str, dict]], clients: int,
-                       offset: int, seconds: float) -> Tally:
+                       offset: int, seconds: float, backing_off: bool) -> Tally:
     tally, deadline = Tally(), time.monotonic() + seconds
-    await asyncio.gather(*(one_client(url, requests, offset + index, deadline, tally)
-                           for index in range(clients)))
+    await asyncio.gather(*(one_client(url, requests, offset + index, deadline, tally,
+                                      backing_off) for index in range(clients)))
     return tally
 
 
 async def one_client(url: str, requests: list[tuple[str, str, dict]], turn: int,
-                     deadline: float, tally: Tally) -> None:
+                     deadline: float, tally: Tally, backing_off: bool) -> None:
     """One session of one connection, kept alive (reopened only when the server closes it),
-    asking in turn until `deadline`."""
+    asking in turn until `deadline` (after a 503, with `backing_off`, once its Retry-After
+    has passed)."""
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
     async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=1),
                                      timeout=timeout) as http:
@@ -164,6 +167,9 @@ async def one_client(url: str, requests: list[tuple[str, str, dict]], turn: int,
             elif response.status == 503:
                 tally.busy_seconds.append(latency)
                 tally.busy_with_retry_after += "Retry-After" in response.headers
+                if backing_off and "Retry-After" in response.headers:
+                    await asyncio.sleep(min(float(response.headers["Retry-After"]),
+                                            max(deadline - time.monotonic(), 0)))
 
 
 def held_afterwards(settings: Settings, url: str, token: str, *, base_url: str,
@@ -219,6 +225,8 @@ def main() -> None:
     parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--database-url", default=POSTGRES_URL)
     parser.add_argument("--redis-url", default=REDIS_URL)
+    parser.add_argument("--honor-retry-after", action="store_true",
+                        help="a client answered 503 waits its Retry-After before asking again")
     args = parser.parse_args()
     lines = []
     with (tempfile.TemporaryDirectory(prefix="load-bench-") as folder,
@@ -229,11 +237,13 @@ def main() -> None:
         with server(settings, free_port()) as url:
             verdict = measured_pair(url, tokens["gate"], settings)["verdict"]
         lines.append(f"PostgreSQL and Redis; the gate's verdict on the measured pair: {verdict}; "
-                     f"{args.client_processes} client processes")
+                     f"{args.client_processes} client processes; clients "
+                     f"{'wait' if args.honor_retry_after else 'do not wait'} for Retry-After")
         for workers in args.workers:
             with server(settings, free_port(), "--workers", str(workers)) as url:
                 tally, seconds = hold(url, ci_requests(tokens), clients=args.clients,
-                                      seconds=args.seconds, processes=args.client_processes)
+                                      seconds=args.seconds, processes=args.client_processes,
+                                      backing_off=args.honor_retry_after)
                 lines += report(workers, args.clients, tally, seconds)
                 lines += held_afterwards(settings, url, tokens["read"], base_url=args.database_url,
                                          application=application, workers=workers)

@@ -29,13 +29,13 @@ from serving import api_server, cpu_seconds, get_models, listening_pid
 
 SAMPLES_PER_SECOND = 250
 STEPS = [  # (step, a frame of it), matched from the innermost frame out
-    ("authentication", r"Admission\.look_up|token_checker"),
+    ("authentication", r"Admission\.(look_up|admits)|token_checker"),
     ("project binding", r"require\.<locals>\.check|authorize|act_in"),
     ("audit hook", r"record_change"),
-    ("session and commit", r"get_session|_commit|enqueue_after_commit"),
+    ("session and commit", r"get_session|_commit|_end_session|enqueue_after_commit"),
     ("request guard", r"check_request_scalars"),
     ("the endpoint's query", r"list_lines \(service|models \(.*request_bench"),
-    ("response validation", r"serialize_response"),
+    ("response validation", r"serialize_response|_rendered \(service"),
     ("access log line", r"Logger\.(info|_log)"),
     ("request figures", r"observe_request|count \(service/observability"),
     ("pool-thread hops", r"run_sync|run_in_threadpool|WorkerThread\.run|_worker \(concurrent"),

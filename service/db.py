@@ -154,6 +154,20 @@ def read_only(session: Session) -> None:
 
 
 @contextmanager
+def factory_connection(factory: sessionmaker[Session]) -> Iterator[Connection]:
+    """A connection of the sessions of `factory`, for a Core statement that needs no session
+    (a session's own transaction bookkeeping costs more than one short read): a new one of
+    the factory's engine, closed when the block ends, or the connection the factory is bound
+    to (the tests' shared one)."""
+    bind = factory.kw["bind"]
+    if isinstance(bind, Connection):
+        yield bind
+        return
+    with bind.connect() as connection:
+        yield connection
+
+
+@contextmanager
 def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
     """A session in a transaction that commits when the block ends and rolls back on error."""
     with factory() as session, session.begin():

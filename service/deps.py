@@ -6,16 +6,20 @@ pool thread, a hop that costs more than its work (docs/benchmarks.md, the reques
 import functools
 import inspect
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio
-from fastapi import Depends, Path, Query, Request
+from fastapi import Depends, Path, Query, Request, Response
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import ResponseValidationError
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.utils import is_body_allowed_for_status_code
 from sqlalchemy.orm import Session
 from starlette.datastructures import State
 
@@ -32,8 +36,9 @@ from service.auth.access import (
     require_server_scope,
 )
 from service.auth.models import ApiToken
-from service.auth.service import authenticate
+from service.auth.service import look_up_token
 from service.config import Settings
+from service.db import factory_connection
 from service.errors import Unauthorized, UnsupportedMediaType
 from service.outbox import enqueue_after_commit
 from service.projects.models import Project
@@ -101,34 +106,49 @@ StagedModel = Annotated[StagedFile, staged_body("upload")]
 
 _request_session: ContextVar[Session | None] = ContextVar("request_session", default=None)
 REQUEST = "flipgate_request"  # session.info: the request a request's session serves
+SESSION = "flipgate.session"  # request.scope: the request's session and its context token
 
 
-async def get_session(request: Request) -> AsyncIterator[Session]:
-    """One session per request: committed in the endpoint's own thread as soon as it returns
-    (CommittingRoute), rolled back if it raises; the jobs it created are sent to
-    the workers after the commit. A change's audit event joins the commit
+async def get_session(request: Request) -> Session:
+    """One session per request, made on the first ask: committed in the endpoint's own
+    thread as soon as it returns (CommittingRoute), rolled back if it raises, closed before
+    the answer is sent (CommittingRoute's handler); the jobs it created are sent to the
+    workers after the commit. A change's audit event joins the commit
     (service.audit.requests.record_change).
 
     The session connects on its first query, in a synchronous dependency or the endpoint (in
     a pool thread, never on the event loop, which a database that stops answering would hold
-    for every request), and its transaction ends before the response is validated in another
-    pool thread: no request holds a connection or SQLite's write lock while it waits for a
+    for every request), and its transaction ends before the answer leaves the endpoint's
+    thread: no request holds a connection or SQLite's write lock while it waits for a
     thread. Safe methods only read: their sessions (`state.readers`) begin on SQLite without
-    the write lock.
+    the write lock. A plain coroutine, not a generator: FastAPI enters and leaves a
+    generator dependency through an exit stack, which cost more than the session.
     """
-    state = request.app.state
-    with (state.readers if request.method in SAFE_METHODS else state.sessions)() as session:
+    held = request.scope.get(SESSION)
+    if held is None:
+        state = request.app.state
+        session = (state.readers if request.method in SAFE_METHODS else state.sessions)()
         enqueue_after_commit(session=session, celery=state.celery)
         session.info[REQUEST] = request
-        current = _request_session.set(session)
-        try:
-            yield session
-            _commit(session)  # endpoints that are coroutines, or that did not finish
-        except BaseException:
+        held = request.scope[SESSION] = (session, _request_session.set(session))
+    return held[0]
+
+
+def _end_session(request: Request, *, succeeded: bool) -> None:
+    """Commit (what a coroutine endpoint left) or roll back the request's session, if it
+    has one, and close it."""
+    held = request.scope.pop(SESSION, None)
+    if held is None:
+        return
+    session, current = held
+    try:
+        if succeeded:
+            _commit(session)
+        else:
             session.rollback()
-            raise
-        finally:
-            _request_session.reset(current)
+    finally:
+        _request_session.reset(current)
+        session.close()
 
 
 def _commit(session: Session) -> None:
@@ -147,18 +167,50 @@ def reading(request: Request) -> Iterator[Session]:
 
 class CommittingRoute(APIRoute):
     """The route class of every router (and of the app's own routes): a synchronous endpoint
-    commits the request's session in its own thread right after it returns, before FastAPI
-    validates the answer in another pool thread (get_session commits what is left: a
-    coroutine's session, or none). `audited`: whether its successful requests are changes
+    commits the request's session in its own thread right after it returns, and renders its
+    answer there too when FastAPI would render it as JSON of the response model (else
+    FastAPI validates the answer in another pool thread; get_session commits what is left:
+    a coroutine's session, or none). `audited`: whether its successful requests are changes
     that write an audit event (service.audit.requests)."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         super().__init__(path, _committing(endpoint), **kwargs)
         self.audited = is_audited(self.methods)
+        if getattr(self.endpoint, "render", None) is _as_is and self.renders_json():
+            self.endpoint.render = functools.partial(_rendered, self)  # type: ignore[attr-defined]
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        """FastAPI's handler, ending the request's session (get_session) when it is done."""
+        handle = super().get_route_handler()
+
+        async def handle_in_session(request: Request) -> Response:
+            try:
+                response = await handle(request)
+            except BaseException:
+                _end_session(request, succeeded=False)
+                raise
+            _end_session(request, succeeded=True)
+            return response
+
+        return handle_in_session
+
+    def renders_json(self) -> bool:
+        """Whether FastAPI answers the endpoint's return value as JSON of the response model,
+        with nothing of the request's own `Response` (headers, status) to add to it."""
+        return (self.response_field is not None and is_body_allowed_for_status_code(
+                    self.status_code) and isinstance(self.response_class, DefaultPlaceholder)
+                and not _sets_response(self.dependant))
+
+
+def _sets_response(dependant: Dependant) -> bool:
+    """Whether the endpoint or a dependency of it takes the request's `Response`."""
+    return dependant.response_param_name is not None or any(
+        _sets_response(dependency) for dependency in dependant.dependencies)
 
 
 def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-    """`endpoint`, committing the request's session when it returns, if it is synchronous."""
+    """`endpoint`, committing the request's session when it returns, if it is synchronous,
+    and rendering its answer (`render`, set by CommittingRoute)."""
     if inspect.iscoroutinefunction(endpoint) or getattr(endpoint, "commits", False):
         return endpoint
 
@@ -168,16 +220,42 @@ def _committing(endpoint: Callable[..., Any]) -> Callable[..., Any]:
         session = _request_session.get()
         if session is not None:
             _commit(session)
-        return answer
+        return run.render(answer)  # type: ignore[attr-defined]
 
     run.commits = True  # type: ignore[attr-defined]  # not again where a FastAPI release
     # copies an included router's routes from their endpoints
+    run.render = _as_is  # type: ignore[attr-defined]
     return run
+
+
+def _as_is(answer: Any) -> Any:
+    return answer
+
+
+def _rendered(route: APIRoute, answer: Any) -> Any:
+    """`answer` validated against `route`'s response model and rendered as the JSON response
+    FastAPI makes of it (fastapi.routing.serialize_response), in the endpoint's thread."""
+    if isinstance(answer, Response):
+        return answer
+    field = route.response_field
+    value, errors = field.validate(answer, {}, loc=("response",))
+    if errors:
+        raise ResponseValidationError(errors=errors, body=answer)
+    content = field.serialize_json(
+        value, include=route.response_model_include, exclude=route.response_model_exclude,
+        by_alias=route.response_model_by_alias,
+        exclude_unset=route.response_model_exclude_unset,
+        exclude_defaults=route.response_model_exclude_defaults,
+        exclude_none=route.response_model_exclude_none)
+    return Response(content, status_code=route.status_code or 200, media_type=JSON_TYPE)
+
+
+JSON_TYPE = "application/json"
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[ArtifactStore, Depends(get_store)]
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+SessionDep = Annotated[Session, Depends(get_session)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
 
@@ -196,16 +274,17 @@ async def current_token(request: Request, credentials: Credentials) -> ApiToken:
 
 def token_checker(state: State) -> Callable[[str], ApiToken]:
     """A function from a presented token to the bootstrap admin token (the server admin: bound
-    to no project) or a live stored one; it reads on a session of its own (from
-    `state.readers`), closed before it returns, and writes nothing."""
+    to no project) or a live stored one; it reads on a connection of its own (of
+    `state.readers`: on SQLite without the write lock), closed before it returns, and
+    writes nothing."""
 
     def check(presented: str) -> ApiToken:
         admin = state.settings.admin_token
         if admin is not None and secrets.compare_digest(presented.encode(),
                                                         admin.get_secret_value().encode()):
             return bootstrap_admin()
-        with state.readers() as session:
-            return authenticate(session=session, token=presented)
+        with factory_connection(state.readers) as connection:
+            return look_up_token(connection=connection, token=presented)
 
     return check
 

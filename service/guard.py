@@ -33,7 +33,7 @@ _INTEGER = TypeAdapter(int)
 
 async def check_request_scalars(request: Request) -> None:
     """Refuse out-of-range integers in the path and query, and NUL bytes anywhere."""
-    _refuse_nul(request.url.path, "the path")
+    _refuse_nul(request.scope["path"], "the path")
     query = request.query_params.multi_items()
     _refuse_duplicates(query, "query parameter")
     for key, value in query:

@@ -1,6 +1,6 @@
 """Limits on requests: the size of their bodies and how long they may take to arrive,
 enforced while they are read, and how many are served at once (admission), with their
-credentials checked before any body is read and before a slot is taken."""
+credentials checked before any body is read (a bearer token in the slot it takes)."""
 
 import time
 from collections.abc import Callable
@@ -12,6 +12,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.datastructures import Headers, State
 from starlette.exceptions import HTTPException
 from starlette.requests import HTTPConnection
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from flipgate.signing import HEADER as SIGNATURE_HEADER
@@ -87,24 +88,26 @@ class BodyBudget:
 class Admission:
     """ASGI middleware in front of every database-backed request.
 
-    - Credentials are checked from the headers before anything reads the body and before a
-      slot is taken: a bearer token (on its own short read-only session, at most
-      TOKEN_LOOKUPS at once; one that waits LOOKUP_WAIT_SECONDS for its turn, behind lookups
-      that a database which stopped answering holds, is answered 503 `server_busy`; a
-      revoked or expired one is written to the audit trail, an unknown one only counted), the
-      signature headers of a SIGNED_ROUTES webhook (the gate's
-      must parse, with its timestamp in the window; the endpoint checks digests), or on /ui a
-      well-signed session cookie. Bad credentials, and a body sent without any (except the
-      dashboard's small forms), are refused with 401 unread. The checked token waits in
-      `request.state.token` for the route's scope check.
+    - Credentials are checked from the headers before anything reads the body: a bearer
+      token (on its own short read-only session; a revoked or expired one is written to the
+      audit trail, an unknown one only counted), the signature headers of a SIGNED_ROUTES
+      webhook (the gate's must parse, with its timestamp in the window; the endpoint checks
+      digests), or on /ui a well-signed session cookie. Bad credentials, and a body sent
+      without any (except the dashboard's small forms), are refused with 401 unread. The
+      checked token waits in `request.state.token` for the route's scope check.
     - Only requests with credentials take a slot: at most `slots` are served at once (fewer
       than the database pool's connections and the thread pool's threads, so an admitted
       request never waits for either); beyond that the answer is 503 `server_busy` with
-      Retry-After at once. Requests without credentials carry no body, or a dashboard form
-      of at most DASHBOARD_FORM_BYTES, and are served outside the slots (their endpoints
-      refuse them, or serve a public page).
+      Retry-After at once. A bearer token is looked up in its slot: when none is free the
+      request is refused before any database work, so a refusal costs no more than its
+      answer. Requests without credentials carry no body, or a dashboard form of at most
+      DASHBOARD_FORM_BYTES, and are served outside the slots (their endpoints refuse them,
+      or serve a public page).
     - The probes (/healthz, /readyz) skip all of it, so they answer under any load; a
-      scrape of /metrics has its token checked but takes no slot (UNSLOTTED).
+      scrape of /metrics has its token checked but takes no slot (UNSLOTTED): its lookups
+      run at most TOKEN_LOOKUPS at once, and one that waits LOOKUP_WAIT_SECONDS for its turn
+      (behind lookups that a database which stopped answering holds) is answered 503
+      `server_busy`.
     - The slots are per process: `flipgate serve --workers N` serves up to N × `slots`.
     """
 
@@ -120,41 +123,77 @@ class Admission:
         if scope["type"] != "http" or scope["path"] in PROBES:
             await self.app(scope, receive, send)
             return
+        presented = bearer_token(scope)
         try:
-            credentialed = await self.check_credentials(scope)
+            credentialed = presented is not None or self.check_credentials(scope)
         except Unauthorized as error:
-            refusal = error_response(401, error.code, error.message, UNREAD_BODY_CHALLENGE)
-            await refusal(scope, receive, send)
+            await refused(error)(scope, receive, send)
             return
-        except LookupsBusy:
-            await BUSY(scope, receive, send)
+        if not credentialed:
+            await self.app(scope, receive, send)
+        elif scope["path"] in UNSLOTTED:
+            await self.serve_unslotted(presented, scope, receive, send)
+        else:
+            await self.serve_in_slot(presented, scope, receive, send)
+
+    async def serve_in_slot(self, presented: str | None, scope: Scope, receive: Receive,
+                            send: Send) -> None:
+        """Serve a credentialed request in a slot (its bearer token looked up there), or
+        refuse it at once when none is free."""
+        if self.free == 0:  # one event loop: no await between this check and the claim
+            await busy(scope)(scope, receive, send)
             return
+        self.free -= 1
+        try:
+            if presented is None or await self.admits(presented, scope, receive, send):
+                await self.app(scope, receive, send)
+        finally:
+            self.free += 1
+
+    async def serve_unslotted(self, presented: str | None, scope: Scope, receive: Receive,
+                              send: Send) -> None:
+        """Serve an UNSLOTTED request, its bearer token looked up at most TOKEN_LOOKUPS at
+        once (503 `server_busy` when no turn comes within LOOKUP_WAIT_SECONDS)."""
+        if presented is not None:
+            with anyio.move_on_after(LOOKUP_WAIT_SECONDS) as waiting:
+                await self.lookups.acquire()
+            if waiting.cancelled_caught:
+                await busy(scope)(scope, receive, send)
+                return
+            try:
+                admitted = await self.admits(presented, scope, receive, send)
+            finally:
+                self.lookups.release()
+            if not admitted:
+                return
+        await self.app(scope, receive, send)
+
+    async def admits(self, presented: str, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Whether the presented token is live (it is stored in the scope); else the refusal
+        is answered: 401 (a revoked or expired token written to the audit trail first), or
+        503 when the database cannot look it up."""
+        try:
+            token = await anyio.to_thread.run_sync(self.authenticate, presented)
+        except TokenRefused as error:
+            await anyio.to_thread.run_sync(record_token_refusal, self.state.sessions, scope,
+                                           error)
+            await refused(error)(scope, receive, send)
+            return False
+        except Unauthorized as error:
+            await refused(error)(scope, receive, send)
+            return False
         except (OperationalError, PoolTimeout) as error:  # the token's lookup: 503, not 500
             refusal = database_refusal(error)
             refusal.headers["Connection"] = "close"  # the body, if any, was not read
             await refusal(scope, receive, send)
-            return
-        if not credentialed or scope["path"] in UNSLOTTED:
-            await self.app(scope, receive, send)
-            return
-        if self.free == 0:  # one event loop: no await between this check and the claim
-            await BUSY(scope, receive, send)
-            return
-        self.free -= 1
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.free += 1
+            return False
+        scope.setdefault("state", {})["token"] = token
+        return True
 
-    async def check_credentials(self, scope: Scope) -> bool:
-        """Whether the request carries valid credentials (a token is stored in the scope);
+    def check_credentials(self, scope: Scope) -> bool:
+        """Whether a request without a bearer token carries other valid credentials;
         Unauthorized for bad ones, or for a body sent without any."""
         headers, path = Headers(scope=scope), scope["path"]
-        scheme, _, presented = headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and presented.strip():
-            token = await self.look_up(presented.strip(), scope)
-            scope.setdefault("state", {})["token"] = token
-            return True
         signed = SIGNED_ROUTES.get(path)
         if signed is not None and all(name in headers for name in signed.headers):
             if SIGNATURE_HEADER in signed.headers:
@@ -168,23 +207,6 @@ class Admission:
             raise Unauthorized(refusal.missing_code, f"{refusal.hint}; the body was not read")
         return False
 
-    async def look_up(self, presented: str, scope: Scope) -> object:
-        """The presented token's lookup, in a thread, at most TOKEN_LOOKUPS at once;
-        LookupsBusy when no turn comes within LOOKUP_WAIT_SECONDS. A stored token refused
-        (revoked, expired) is written to the audit trail in the same turn."""
-        with anyio.move_on_after(LOOKUP_WAIT_SECONDS) as waiting:
-            await self.lookups.acquire()
-        if waiting.cancelled_caught:
-            raise LookupsBusy
-        try:
-            return await anyio.to_thread.run_sync(self.authenticate, presented)
-        except TokenRefused as error:
-            await anyio.to_thread.run_sync(record_token_refusal, self.state.sessions, scope,
-                                           error)
-            raise
-        finally:
-            self.lookups.release()
-
     def check_signature_time(self, header: str) -> None:
         """Unauthorized unless the signature header parses and is within the window."""
         tolerance = self.state.settings.signature_tolerance_seconds
@@ -194,8 +216,18 @@ class Admission:
             raise Unauthorized(error.code, f"{error.message}; the body was not read") from error
 
 
-class LookupsBusy(Exception):
-    """Every token lookup is taken and none freed in time."""
+def bearer_token(scope: Scope) -> str | None:
+    """The token of the request's `Authorization: Bearer` header, if it sends one."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, presented = value.decode("latin-1").partition(" ")
+            return presented.strip() or None if scheme.lower() == "bearer" else None
+    return None
+
+
+def refused(error: Unauthorized) -> Response:
+    """The 401 of bad credentials, answered before the body was read."""
+    return error_response(401, error.code, error.message, UNREAD_BODY_CHALLENGE)
 
 
 def _has_body(headers: Headers) -> bool:
@@ -233,12 +265,19 @@ SIGNED_ROUTES = {
 }
 COOKIE_SIGNED_PREFIX = urls.UI
 DASHBOARD_FORM_BYTES = 4096  # the sign-in form's token (and sign-out's empty form) fit
-TOKEN_LOOKUPS = 2  # bearer tokens looked up in the database at once, outside the slots
-LOOKUP_WAIT_SECONDS = 5  # a bearer token waits this long for a lookup, then 503 server_busy
+TOKEN_LOOKUPS = 2  # bearer tokens of UNSLOTTED requests looked up in the database at once
+LOOKUP_WAIT_SECONDS = 5  # such a token waits this long for a lookup, then 503 server_busy
 BEARER_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 # answered before the body was read: the connection closes, so no client reuses it while the
 # unread body is still arriving (a reused one would end in a transport error)
 CLOSE = {"Connection": "close"}
 UNREAD_BODY_CHALLENGE = BEARER_CHALLENGE | CLOSE
-BUSY = error_response(503, "server_busy", "the server is serving as many requests as it can; "
-                      "retry shortly", {"Retry-After": "1"} | CLOSE)
+BUSY_MESSAGE = "the server is serving as many requests as it can; retry shortly"
+RETRY = {"Retry-After": "1"}
+
+
+def busy(scope: Scope) -> Response:
+    """503 `server_busy`: on the client's connection kept open, unless the request declares
+    a body, which was not read (the connection closes, CLOSE)."""
+    unread = _has_body(Headers(scope=scope))
+    return error_response(503, "server_busy", BUSY_MESSAGE, RETRY | CLOSE if unread else RETRY)

@@ -31,13 +31,12 @@ def send_task_after_commit(*, session: Session, task: str, argument: int,
 
 
 def enqueue_after_commit(*, session: Session, celery: Celery) -> None:
-    """Send the tasks this session asks for through `celery` after each commit."""
+    """Send the tasks this session asks for through `celery` after each commit (the
+    listeners are the Session class's: a request's session costs no listener of its own)."""
     session.info[SENDER] = celery
-    if not event.contains(session, "after_commit", _send_asked):
-        event.listen(session, "after_commit", _send_asked)
-        event.listen(session, "after_rollback", _forget_asked)
 
 
+@event.listens_for(Session, "after_commit")
 def _send_asked(session: Session) -> None:
     """After a commit: the tasks the transaction asked for; the arguments the broker accepted
     go to their `on_sent` hooks in a transaction of their own (a session bound to a
@@ -45,9 +44,10 @@ def _send_asked(session: Session) -> None:
     harmless). A savepoint's release fires after_commit too: its tasks wait for the real
     commit. The first send the broker refuses (or does not answer) ends the sending: the
     sweeper sends the rest, so a request waits on an unanswering broker once at most."""
-    if session.in_nested_transaction():
+    celery = session.info.get(SENDER)
+    if celery is None or TASKS_TO_SEND not in session.info or session.in_nested_transaction():
         return
-    asks, celery = session.info.pop(TASKS_TO_SEND, []), session.info[SENDER]
+    asks = session.info.pop(TASKS_TO_SEND)
     accepted: dict[OnSent, list[int]] = {}
     for task, argument, on_sent in asks:
         if not send_now(celery, task, argument):
@@ -72,5 +72,6 @@ def send_now(celery: Celery, task: str, argument: int) -> bool:
     return True
 
 
+@event.listens_for(Session, "after_rollback")
 def _forget_asked(session: Session) -> None:
     session.info.pop(TASKS_TO_SEND, None)

@@ -81,8 +81,7 @@ def acting_project(*, session: Session, token: ApiToken, named: str | None) -> P
     if token.project_id is None:
         return get_project(session=session, name=named or DEFAULT_PROJECT)
     own = _loaded_project(token)
-    own = session.get_one(Project, token.project_id) if own is None else session.merge(
-        own, load=False)  # the session's own copy, without a query
+    own = session.get_one(Project, token.project_id) if own is None else _attached(session, own)
     if named is not None and named != own.name:
         raise project_not_found(named)
     return own
@@ -92,6 +91,17 @@ def knows_project(token: ApiToken) -> bool:
     """Whether acting_project answers for `token` without reading the database: a bound
     token whose project was loaded with it (service.auth.service.authenticate)."""
     return token.project_id is not None and _loaded_project(token) is not None
+
+
+def _attached(session: Session, project: Project) -> Project:
+    """`project`, loaded with its token, as `session`'s own without a query: the row itself
+    when it belongs to no session and `session` holds no copy of it (a token just looked up),
+    else a copy merged in."""
+    state = inspect(project)
+    if state.detached and state.key not in session.identity_map:
+        session.add(project)
+        return project
+    return session.merge(project, load=False)
 
 
 def _loaded_project(token: ApiToken) -> Project | None:

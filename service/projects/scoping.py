@@ -11,6 +11,7 @@ through such a session, so a name of another project answers exactly as a name o
 and a row loaded by a raw id is filtered whatever route loads it.
 """
 
+import functools
 from typing import Any
 
 from sqlalchemy import event
@@ -19,15 +20,22 @@ from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
 from service.projects.models import ProjectOwned
 
 PROJECT_KEY = "project_id"
-CRITERIA_KEY = "project_criteria"  # the bound project's option, built once per binding
+CRITERIA_KEY = "project_criteria"  # the bound project's option (project_criteria)
 
 
 def scope_session(session: Session, project_id: int) -> Session:
     """Bind `session` to the project `project_id` (see the module)."""
     session.info[PROJECT_KEY] = project_id
-    session.info[CRITERIA_KEY] = with_loader_criteria(
-        ProjectOwned, lambda cls: cls.project_id == project_id, include_aliases=True)
+    session.info[CRITERIA_KEY] = project_criteria(project_id)
     return session
+
+
+@functools.lru_cache(maxsize=1024)
+def project_criteria(project_id: int) -> Any:
+    """The option that filters every ProjectOwned table to the project `project_id`, built
+    once per process and project (an immutable option, shared by its sessions)."""
+    return with_loader_criteria(ProjectOwned, lambda cls: cls.project_id == project_id,
+                                include_aliases=True)
 
 
 def session_project(session: Session) -> int | None:

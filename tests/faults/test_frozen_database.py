@@ -26,8 +26,7 @@ from service.config import Settings
 from service.db import CONNECT_SECONDS, POOL_OVERFLOW, POOL_SIZE, settings_session
 from service.db_watchdog import TICK_SECONDS
 from service.health import CHECK_SECONDS
-from service.limits import LOOKUP_WAIT_SECONDS, TOKEN_LOOKUPS
-from service.main import create_app
+from service.main import ADMITTED_REQUESTS, create_app
 from service.migrate import upgrade
 from tests.service.api.conftest import ADMIN_TOKEN, bearer, timed
 from tests.service.conftest import postgres_schema, write_onnx
@@ -178,13 +177,13 @@ def test_requests_waiting_on_a_frozen_database_hold_up_no_other_request(frozen_s
     client, relay, token = frozen_setup.client, frozen_setup.relay, frozen_setup.token
     assert client.get("/models", headers=bearer(token)).status_code == 200
     relay.freeze()
-    with ThreadPoolExecutor(1 + 4 * TOKEN_LOOKUPS) as pool:
-        # the admin's request waits in its session's check-out; the minted tokens' four
-        # times as many as can be looked up at once queue for their lookups
+    with ThreadPoolExecutor(2 * ADMITTED_REQUESTS) as pool:
+        # the admin's request waits in its session's check-out; the minted tokens' wait in
+        # their lookups in the slots left, and the rest find no slot free
         waiting = [pool.submit(timed, client, "/models", ADMIN_TOKEN)]
         time.sleep(0.3)
         waiting += [pool.submit(timed, client, "/models", token)
-                    for _ in range(4 * TOKEN_LOOKUPS)]
+                    for _ in range(2 * ADMITTED_REQUESTS - 1)]
         time.sleep(0.3)
         for probe in ("/healthz", "/readyz"):
             _, _, took = timed(client, probe, "")
@@ -192,8 +191,11 @@ def test_requests_waiting_on_a_frozen_database_hold_up_no_other_request(frozen_s
         answers = [request.result() for request in waiting]
     assert {status for status, _, _ in answers} == {503}, answers
     codes = [body["error"]["code"] for _, body, _ in answers]
+    assert codes.count("server_busy") == ADMITTED_REQUESTS, codes
+    busy = [took for _, body, took in answers if body["error"]["code"] == "server_busy"]
+    assert max(busy) < SLACK_SECONDS, answers  # refused before any lookup, not after one
     assert set(codes) == {"database_unavailable", "server_busy"}, codes
     slowest = max(took for _, _, took in answers)
-    assert slowest < LOOKUP_WAIT_SECONDS + REQUEST_BOUND + SLACK_SECONDS, answers
+    assert slowest < REQUEST_BOUND + SLACK_SECONDS, answers
     relay.thaw()
     assert client.get("/models", headers=bearer(token)).status_code == 200
