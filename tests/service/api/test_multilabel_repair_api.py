@@ -37,9 +37,11 @@ THRESHOLDS = {"1": [0.3, 0.6, 0.5, 0.4, 0.7] * 2, "2": [0.45, 0.55] * 5}
 
 @dataclass(frozen=True)
 class Seeded:
-    """The line's models and the held-out composites the gate decides on."""
+    """The line's models, its training composites, the held-out ones the gate decides on,
+    and the decision blocking 1 → 2."""
 
     models: dict[str, Path]
+    training: EvalSet
     evalset: EvalSet
     decision_id: int
 
@@ -85,7 +87,7 @@ def seed_line(client, folder: Path) -> Seeded:
     measure(client, f"{LINE}:1", f"{LINE}:2", "ev")
     decision = client.post("/gate", json={"model": LINE, "candidate": "2", "baseline": "1"})
     assert decision.json()["verdict"] == "block", decision.text
-    return Seeded(models, evalset, decision.json()["decision_id"])
+    return Seeded(models, composites, evalset, decision.json()["decision_id"])
 
 
 client, settings = shared_store(line=seed_line)
@@ -186,6 +188,12 @@ def test_focal_distillation_retrains_a_multi_label_version_measured_like_any(
         "fd", True, True)
     again = client.get(f"/gate/decisions/{job['result']['decision_id']}").json()
     assert (again["candidate"], again["repair_of"]) == ("2-fd", line.decision_id)
+    with db() as session:  # what FD distilled: the baseline's logits of each label
+        distilled = training.old_model_logits(
+            worker, session.scalar(select(ModelVersion).where(ModelVersion.version == "1")),
+            session.scalar(select(Dataset).where(Dataset.name == "train")))
+    np.testing.assert_allclose(distilled, forward(weights(line.models["1"]), line.training.x),
+                               rtol=1e-4, atol=1e-4)
     artifact = tmp_path / "fd.onnx"
     artifact.write_bytes(client.get(f"/models/{LINE}/versions/2-fd/artifact").content)
     assert_measured(client, db, line, "2-fd", sigmoid(forward(weights(artifact),
