@@ -26,6 +26,7 @@ from flipgate.train.recipes import train
 from service.datasets.models import Dataset
 from service.predictions.models import Prediction
 from service.registry.models import ModelVersion
+from tests.conftest import numpy_mlp
 from tests.multilabel_reference import assert_matches, reference
 from tests.service.api.conftest import error_code, measure, shared_store
 from tests.service.api.test_repair_api import stored_rows
@@ -104,12 +105,6 @@ def weights(path: Path) -> dict[str, np.ndarray]:
             for tensor in onnx.load(str(path)).graph.initializer}
 
 
-def forward(params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-    """The zoo mlp's logits (flatten, linear, relu, linear) in plain numpy."""
-    hidden = np.maximum(x.reshape(len(x), -1) @ params["1.weight"].T + params["1.bias"], 0)
-    return hidden @ params["3.weight"].T + params["3.bias"]
-
-
 def sigmoid(z: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-z))
 
@@ -120,8 +115,8 @@ def expected_probabilities(method: str, share: float, line: Seeded) -> np.ndarra
     old, new = (weights(line.models[version]) for version in ("1", "2"))
     x = line.evalset.x
     if method == "ensemble":
-        return share * sigmoid(forward(old, x)) + (1 - share) * sigmoid(forward(new, x))
-    return sigmoid(forward({name: share * old[name] + (1 - share) * new[name] for name in old},
+        return share * sigmoid(numpy_mlp(old, x)) + (1 - share) * sigmoid(numpy_mlp(new, x))
+    return sigmoid(numpy_mlp({name: share * old[name] + (1 - share) * new[name] for name in old},
                            x))
 
 
@@ -140,7 +135,7 @@ def assert_measured(client, db, line: Seeded, version: str, probabilities: np.nd
     their thresholds; the report."""
     report = measure(client, f"{LINE}:1", f"{LINE}:{version}", "ev")
     old, new = (stored_probabilities(client, db, name, "ev") for name in ("1", version))
-    np.testing.assert_allclose(old, sigmoid(forward(weights(line.models["1"]), line.evalset.x)),
+    np.testing.assert_allclose(old, sigmoid(numpy_mlp(weights(line.models["1"]), line.evalset.x)),
                                atol=1e-5)
     np.testing.assert_allclose(new, probabilities, atol=1e-5)
     assert report["multilabel"] and len(report["per_label"]) == LABELS
@@ -192,11 +187,11 @@ def test_focal_distillation_retrains_a_multi_label_version_measured_like_any(
         distilled = training.old_model_logits(
             worker, session.scalar(select(ModelVersion).where(ModelVersion.version == "1")),
             session.scalar(select(Dataset).where(Dataset.name == "train")))
-    np.testing.assert_allclose(distilled, forward(weights(line.models["1"]), line.training.x),
+    np.testing.assert_allclose(distilled, numpy_mlp(weights(line.models["1"]), line.training.x),
                                rtol=1e-4, atol=1e-4)
     artifact = tmp_path / "fd.onnx"
     artifact.write_bytes(client.get(f"/models/{LINE}/versions/2-fd/artifact").content)
-    assert_measured(client, db, line, "2-fd", sigmoid(forward(weights(artifact),
+    assert_measured(client, db, line, "2-fd", sigmoid(numpy_mlp(weights(artifact),
                                                               line.evalset.x)), THRESHOLDS["2"])
 
 
