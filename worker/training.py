@@ -93,14 +93,14 @@ def repair_on_onnx(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> N
             result = _mixed(params, *(path for path, _ in pair),
                             ctx.store.local_path(calibration.sha256),
                             Path(folder) / "model.onnx", JobProgress(ctx, job_id),
-                            Mixed(multilabel, thresholds))
+                            PairKind(multilabel, thresholds))
         details = {key: value for key, value in result.to_dict().items() if key != "out"}
         finish_repair(ctx, job_id, params, result.out,
                       produced_by={**details, "calibration": params["calibration"]})
 
 
 @dataclass(frozen=True)
-class Mixed:
+class PairKind:
     """What the pair is: multi-label or not, and the thresholds each version decides at (the
     versions', which may differ from what their models' metadata declares)."""
 
@@ -109,15 +109,15 @@ class Mixed:
 
 
 def _mixed(params: dict[str, Any], old: Path, new: Path, calibration: Path, out: Path,
-           progress: JobProgress, pair: Mixed) -> RepairResult:
+           progress: JobProgress, kind: PairKind) -> RepairResult:
     """The job's repair of the ONNX pair, written to `out`."""
     limits = Limits(**params["limits"])
     if params["method"] == "interpolate":
         return interpolate(old, new, calibration, out, limits, progress=progress,
-                           thresholds=pair.thresholds)
+                           thresholds=kind.thresholds)
     return ensemble(old, new, out, calibration=calibration, limits=limits, progress=progress,
                     probabilities=params["options"]["probabilities"],
-                    multilabel=pair.multilabel, thresholds=pair.thresholds)
+                    multilabel=kind.multilabel, thresholds=kind.thresholds)
 
 
 def finish_repair(ctx: WorkerContext, job_id: int, params: dict[str, Any], path: Path, *,
