@@ -82,13 +82,16 @@ def version_registered(*, session: Session, version: ModelVersion) -> list[Job]:
 
 def repair_trained(*, session: Session, settings: Settings, store: ArtifactStore, job_id: int,
                    path: Path, produced_by: dict[str, Any],
-                   metadata: dict[str, Any] | None = None) -> tuple[ModelVersion, Decision]:
+                   metadata: dict[str, Any] | None = None,
+                   thresholds: list[float] | None = None) -> tuple[ModelVersion, Decision]:
     """The running repair job `job_id` trained its model (at `path`): it becomes a new version
-    of the line (measured like any registered version), and a new decision on it is asked
-    for like the one it repairs."""
+    of the line (measured like any registered version; on a multi-label line deciding at
+    `thresholds`, else at those its model declares), and a new decision on it is asked for
+    like the one it repairs."""
     job = jobs.get_job(session=session, job_id=job_id)
     version = register_repaired(session=session, store=store, job=job, path=path,
-                                produced_by=produced_by, metadata=metadata)
+                                produced_by=produced_by, metadata=metadata,
+                                thresholds=thresholds)
     record_job_change(session, job=job, action="register_version",
                       resource=urls.version(session.get_one(ModelLine, version.line_id).name,
                                             version.version),

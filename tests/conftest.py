@@ -87,6 +87,13 @@ def linear_onnx(path: Path, weight: np.ndarray, bias: np.ndarray,
     return save_graph(graph, path)
 
 
+def numpy_mlp(state: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """The zoo's one-hidden-layer mlp (Flatten, Linear, ReLU, Linear) in plain numpy: its
+    logits from its weights (a state dict, or the initializers of its ONNX export)."""
+    hidden = np.maximum(x.reshape(len(x), -1) @ state["1.weight"].T + state["1.bias"], 0.0)
+    return hidden @ state["3.weight"].T + state["3.bias"]
+
+
 def save_graph(graph: onnx.GraphProto, path: Path) -> Path:
     """Save a graph as a model that the installed ONNX Runtime reads (opset 17, IR 10)."""
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],

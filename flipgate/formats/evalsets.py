@@ -133,10 +133,12 @@ def load_evalset(path: str | Path, *, max_decompressed_bytes: int | None = None,
     return evalset_of(arrays, source=source, multilabel=multilabel)
 
 
-def load_training_set(path: str | Path, *, source: str | None = None) -> EvalSet:
+def load_training_set(path: str | Path, *, source: str | None = None,
+                      multilabel: bool = False) -> EvalSet:
     """An eval-set .npz that flipgate's recipes can train on: a float `x` and labels that
-    are column indices (integers, or names mapped by `classes`)."""
-    data = load_evalset(path, source=source)
+    are column indices (integers, or names mapped by `classes`), or with `multilabel` also a
+    0/1 label matrix (N, L) (see load_evalset)."""
+    data = load_evalset(path, source=source, multilabel=multilabel)
     if data.x is None or data.x.dtype.kind != "f" or data.labels_named:
         raise InputError("training_set_format", f"{source or path}: training needs a float "
                            "array `x` and integer labels (or class names with `classes`)")

@@ -19,6 +19,7 @@ from flipgate.formats.onnx_models import INPUT_NAME, OUTPUT_NAME, OnnxSpec
 from flipgate.inference import OnnxClassifier
 from flipgate.metrics import softmax
 from flipgate.repair.graphs import (
+    Declared,
     load_classifier,
     mixed_thresholds,
     with_thresholds,
@@ -43,21 +44,23 @@ PREFIXES = ("old/", "new/")
 def ensemble(old: str | Path, new: str | Path, out: str | Path, *, weight: float | None = None,
              calibration: str | Path | EvalSet | None = None, limits: Limits = DEFAULT_LIMITS,
              probabilities: bool = False, multilabel: bool = False,
+             thresholds: Declared | None = None,
              progress: Progress | None = None) -> RepairResult:
     """Write the ensemble with the given weight, or with the smallest weight meeting `limits`
     on the calibration set (exactly one of the two must be given). The models are multi-label
-    when `multilabel` says so or the calibration set is (see flipgate.repair.search)."""
+    when `multilabel` says so or the calibration set is (see flipgate.repair.search); then
+    `thresholds` (old, new) replace what their metadata declares."""
     if (weight is None) == (calibration is None):
         raise InputError("invalid_option", "give either a weight or a calibration set")
     pair = _compatible_pair(old, new)
     data = None if calibration is None else calibration_set(calibration, multilabel=multilabel)
     mixing = Mixing(probabilities, multilabel or (data is not None and data.multilabel))
-    thresholds = mixed_thresholds(pair[0][0], pair[1][0], mixing.multilabel)
+    mixed = mixed_thresholds(pair[0][0], pair[1][0], mixing.multilabel, thresholds)
     curve = []
     if data is not None:
-        weight, curve = _chosen_weight(old, new, calibration_for(data, old, thresholds),
+        weight, curve = _chosen_weight(old, new, calibration_for(data, old, mixed),
                                        mixing, limits, progress)
-    graph = with_thresholds(_combined(pair, weight, mixing), thresholds(weight))
+    graph = with_thresholds(_combined(pair, weight, mixing), mixed(weight))
     return RepairResult("ensemble", weight, curve, write_checked(graph, out),
                         limits if curve else None)
 

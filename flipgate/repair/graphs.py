@@ -2,7 +2,7 @@
 
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ from flipgate.onnx_io import model_thresholds
 from flipgate.scores import LOGITS
 
 Thresholds = Callable[[float], np.ndarray | None]  # a repair's per-label thresholds at a share
+Declared = tuple[Sequence[float] | None, Sequence[float] | None]  # the old and new model's
 
 
 def load_classifier(path: str | Path) -> tuple[onnx.ModelProto, OnnxSpec]:
@@ -51,12 +52,15 @@ def write_checked(model: onnx.ModelProto, out: str | Path) -> Path:
 
 
 def mixed_thresholds(old: onnx.ModelProto, new: onnx.ModelProto, multilabel: bool,
-                     ) -> Thresholds:
+                     declared: Declared | None = None) -> Thresholds:
     """A multi-label repair's thresholds at the old model's share s: s·t_old + (1 − s)·t_new
-    per label, t being what each model's metadata declares (0.5 where it declares none), so
-    that each end decides as its model does; None (0.5 everywhere) when neither declares any,
-    and for a single-label repair."""
-    declared = [model_thresholds(model, name) for model, name in ((old, "old"), (new, "new"))]
+    per label, t being what `declared` gives, else what each model's metadata declares (0.5
+    where none is), so that each end decides as its model does; None (0.5 everywhere) when
+    neither declares any, and for a single-label repair."""
+    if declared is None:
+        declared = tuple(model_thresholds(model, name)
+                         for model, name in ((old, "old"), (new, "new")))
+    declared = [None if values is None else list(values) for values in declared]
     if not multilabel or declared == [None, None]:
         return lambda share: None
     count = len(next(values for values in declared if values is not None))

@@ -10,6 +10,7 @@ from onnx import numpy_helper
 from flipgate.errors import InputError
 from flipgate.formats.evalsets import EvalSet
 from flipgate.repair.graphs import (
+    Declared,
     load_classifier,
     logits_of,
     mixed_thresholds,
@@ -31,23 +32,25 @@ FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProt
 
 def interpolate(old: str | Path, new: str | Path, calibration: str | Path | EvalSet,
                 out: str | Path, limits: Limits = DEFAULT_LIMITS,
-                progress: Progress | None = None) -> RepairResult:
+                progress: Progress | None = None, *,
+                thresholds: Declared | None = None) -> RepairResult:
     """Write the interpolation with the smallest α meeting `limits` on the calibration set.
 
     A multi-label calibration set (y a 0/1 matrix (N, L)) measures the curve per label
     (flipgate.repair.search) and the model written carries the mixed thresholds at α
-    (flipgate.repair.graphs.mixed_thresholds)."""
+    (flipgate.repair.graphs.mixed_thresholds; `thresholds` (old, new) replace what the models'
+    metadata declares)."""
     old_model, new_model = same_structure(old, new)
     data = calibration_set(calibration)
-    thresholds = mixed_thresholds(old_model, new_model, data.multilabel)
-    reference = calibration_for(data, old, thresholds)
+    mixed = mixed_thresholds(old_model, new_model, data.multilabel, thresholds)
+    reference = calibration_for(data, old, mixed)
     blend = _blender(old_model, new_model)
 
     def measure(alpha: float):
         return reference.measure(alpha, logits_of(blend(alpha), data.x))
 
     alpha, curve = smallest_share(measure, limits, progress)
-    path = write_checked(with_thresholds(blend(alpha), thresholds(alpha)), out)
+    path = write_checked(with_thresholds(blend(alpha), mixed(alpha)), out)
     return RepairResult("interpolate", alpha, curve, path, limits)
 
 

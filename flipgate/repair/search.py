@@ -97,13 +97,12 @@ class Calibration:
 
 class LabelCalibration:
     """A labeled multi-label calibration set, the old model's decisions on it (with its
-    thresholds) and the repaired model's thresholds at each share."""
+    thresholds: those of share 1) and the repaired model's thresholds at each share."""
 
     def __init__(self, data: EvalSet, old: str | Path, thresholds: Thresholds) -> None:
         model = MultiLabelOnnx(old, device="cpu")
         self.data = model.check_evalset(data)
-        self.old_decisions = predicted_labels(model.predict(model.feeds(data)),
-                                              model.spec.thresholds)
+        self.old_decisions = predicted_labels(model.predict(model.feeds(data)), thresholds(1.0))
         self.thresholds = thresholds
 
     def measure(self, share: float, logits: np.ndarray) -> CurvePoint:

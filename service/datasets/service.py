@@ -26,15 +26,15 @@ def register_dataset(
     (string labels without `classes`: the number of distinct names, mapped to columns by
     each line's class names when the line is measured on it; a training set needs `classes`).
     An eval set without `y` is a traffic set (its class count None without `classes`); a
-    training set needs labels. An eval set whose y is a 0/1 matrix (N, L), or label-name
-    sets mapped by its `classes`, is multi-label: its class count is L.
+    training set needs labels. A set whose y is a 0/1 matrix (N, L), or label-name sets
+    mapped by its `classes`, is multi-label: its class count is L.
     The file is validated (memory-mapped where it can be) and the row inserted before the
     file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
     with library_input():
         data = load_evalset(npz_path, mmap=True, source=source,
                             max_decompressed_bytes=max_decompressed_bytes,
-                            multilabel=role == DatasetRole.EVAL)
+                            multilabel=True)
         if data.multilabel:
             num_classes = data.y.shape[1]
         elif data.labels_named and role == DatasetRole.TRAIN:
@@ -46,7 +46,7 @@ def register_dataset(
             if not data.labels_named:
                 check_labels(data.y, num_classes, source=name)
             num_classes = num_classes or known_classes(data.y)
-        elif role != DatasetRole.EVAL:
+        elif not data.labeled and role != DatasetRole.EVAL:
             raise InvalidInput("training_set_needs_labels", f"{name}: a training set needs "
                                "labels (an array `y`)")
     row = Dataset(name=name, role=role, sha256=sha256 or file_sha256(npz_path), n=data.n,

@@ -21,10 +21,11 @@ from service.storage import ArtifactStore
 
 
 def register_repaired(*, session: Session, store: ArtifactStore, job: Job, path: Path,
-                      produced_by: dict[str, Any],
-                      metadata: dict[str, Any] | None = None) -> ModelVersion:
+                      produced_by: dict[str, Any], metadata: dict[str, Any] | None = None,
+                      thresholds: list[float] | None = None) -> ModelVersion:
     """The repaired model as a new version whose parent is the baseline it must replace,
-    `produced_by` naming the job, the method and the candidate it repairs."""
+    `produced_by` naming the job, the method and the candidate it repairs (on a multi-label
+    line, deciding at `thresholds`, else at those its model declares)."""
     decision = get_decision(session=session, decision_id=job.params["decision_id"])
     baseline = get_version(session=session, version_id=decision.baseline_id)
     candidate = get_version(session=session, version_id=decision.candidate_id)
@@ -32,6 +33,7 @@ def register_repaired(*, session: Session, store: ArtifactStore, job: Job, path:
     return register_version(
         session=session, store=store, line_name=line.name, version=job.params["version"],
         onnx_path=path, parent=f"{line.name}:{baseline.version}", metadata=metadata,
+        thresholds=thresholds,
         produced_by={"job_id": job.id, "method": job.params["method"],
                      "repair_of": candidate.version, "decision_id": decision.id, **produced_by})
 

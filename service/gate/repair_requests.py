@@ -1,7 +1,8 @@
 """Repairing a blocked candidate: a job that retrains its architecture on the line's training
 data with a flip-reducing method, or (interpolate, ensemble) mixes it with the baseline on
 their ONNX files with the baseline's share chosen on a calibration eval set; either way it
-registers the result and gates it again.
+registers the result and gates it again. On a multi-label line the data sets must be
+multi-label and the method one that applies to per-label logits (docs/methods.md).
 
 Everything the job needs is checked and resolved here, when it is requested, so that a bad
 request is refused at once instead of failing in the worker.
@@ -26,7 +27,7 @@ from flipgate.train.methods import METHODS, resolve_options
 from service.config import Settings
 from service.datasets.models import Dataset, DatasetRole
 from service.datasets.service import get_dataset_of_role
-from service.errors import Conflict, InvalidInput, describe_problems
+from service.errors import Conflict, InvalidInput, describe_problems, library_input
 from service.gate.decisions import get_decision
 from service.gate.models import Decision, Verdict
 from service.gate.policies import current_policy
@@ -55,7 +56,6 @@ def request_repair(*, session: Session, settings: Settings, store: ArtifactStore
     if decision.verdict != Verdict.BLOCK:
         raise Conflict("not_blocked", f"decision {decision_id} is {decision.verdict}; only a "
                        "blocked candidate can be repaired")
-    _refuse_multilabel(session, decision)
     _refuse_external(session, decision)
     if repair.method in ONNX_REPAIRS:
         params = _onnx_repair_params(session, store, decision, repair)
@@ -68,15 +68,6 @@ def request_repair(*, session: Session, settings: Settings, store: ArtifactStore
     params.update(decision_id=decision.id, method=repair.method, requested_by=requested_by,
                   version=_new_version_name(session, repair, candidate))
     return create_job(session=session, kind=JobKind.TRAIN, params=params)
-
-
-def _refuse_multilabel(session: Session, decision: Decision) -> None:
-    """The repairs retrain or mix single-label classifiers only, so far."""
-    line = session.get_one(ModelLine, decision.line_id)
-    if line.multilabel:
-        raise InvalidInput("repair_not_multilabel", f"model line {line.name!r} is multi-label: "
-                           "the repairs apply to single-label lines only so far; register a "
-                           "repaired version yourself")
 
 
 def _refuse_external(session: Session, decision: Decision) -> None:
@@ -96,8 +87,10 @@ def _training_params(session: Session, settings: Settings, decision: Decision,
     candidate = get_version(session=session, version_id=decision.candidate_id)
     baseline = get_version(session=session, version_id=decision.baseline_id)
     old = baseline if _targets_old_model(repair.method, baseline) else None
-    options, arch = _options(repair, has_old=old is not None), _arch(repair, candidate, settings)
-    dataset = _training_dataset(session, repair, decision)
+    line = session.get_one(ModelLine, decision.line_id)
+    options = _options(repair, has_old=old is not None, multilabel=line.multilabel)
+    arch = _arch(repair, candidate, settings)
+    dataset = _training_dataset(session, repair, line)
     if not is_custom_architecture(arch):  # the operator's own factories are not sized
         _check_repair_size(settings, repair.method, options, arch, candidate, dataset,
                            has_old=bool(old))
@@ -176,6 +169,7 @@ def _calibration_set(session: Session, decision: Decision, policy: Policy, name:
         raise InvalidInput("calibration_is_gated", f"eval set {name!r} "
                            f"{'is' if gated.name == name else 'holds the same data as'} "
                            f"{gated.name!r}, which the gate decides on; calibrate on other data")
+    _check_kind(dataset, session.get_one(ModelLine, decision.line_id), "calibration_mismatch")
     _check_scorable(dataset, candidate)
     return dataset
 
@@ -243,11 +237,14 @@ def _targets_old_model(method: str, baseline: ModelVersion) -> bool:
         "method") != method)
 
 
-def _options(repair: RepairRequest, *, has_old: bool) -> Any:
-    """The method's options as training will use them."""
+def _options(repair: RepairRequest, *, has_old: bool, multilabel: bool) -> Any:
+    """The method's options as training will use them (422 `method_not_multilabel` for a
+    method that does not apply to a multi-label line's per-label logits)."""
     try:
         options = METHODS[repair.method].options(**repair.options)
-        return resolve_options(repair.method, options, has_old=has_old)
+        with library_input():
+            return resolve_options(repair.method, options, has_old=has_old,
+                                   multilabel=multilabel)
     except (TypeError, ValueError) as error:
         raise InvalidInput("invalid_options", f"options of {repair.method!r}: {error}") from error
 
@@ -312,17 +309,34 @@ def training_record(version: ModelVersion) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def _training_dataset(session: Session, repair: RepairRequest, decision: Decision) -> Dataset:
-    """The request's training set, else the line's."""
+def _training_dataset(session: Session, repair: RepairRequest, line: ModelLine) -> Dataset:
+    """The request's training set, else the line's; of the line's kind (and, multi-label,
+    of its label count)."""
     name = repair.dataset
     if name is None:
-        line = session.get_one(ModelLine, decision.line_id)
         if line.training_dataset_id is None:
             raise InvalidInput("no_training_dataset", f"line {line.name!r} has no training "
                                "data set: set one with PUT /models/{name}/training-dataset "
                                "or name one in the request")
-        return session.get_one(Dataset, line.training_dataset_id)
-    return get_dataset_of_role(session=session, name=name, role=DatasetRole.TRAIN)
+        dataset = session.get_one(Dataset, line.training_dataset_id)
+    else:
+        dataset = get_dataset_of_role(session=session, name=name, role=DatasetRole.TRAIN)
+    _check_kind(dataset, line, "training_set_mismatch")
+    return dataset
+
+
+def _check_kind(dataset: Dataset, line: ModelLine, code: str) -> None:
+    """422 `code` unless the data set is of the line's kind, with its L for a multi-label
+    line."""
+    kinds = [_kind(dataset.multilabel, dataset.num_classes), _kind(line.multilabel,
+                                                                   line.num_classes)]
+    if kinds[0] != kinds[1]:
+        raise InvalidInput(code, f"data set {dataset.name!r} is {kinds[0]}; line "
+                           f"{line.name!r} is {kinds[1]}")
+
+
+def _kind(multilabel: bool, count: int | None) -> str:
+    return f"multi-label of {count} labels" if multilabel else "single-label"
 
 
 def _new_version_name(session: Session, repair: RepairRequest, candidate: ModelVersion) -> str:

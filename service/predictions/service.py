@@ -173,16 +173,23 @@ def score_to_checked_file(*, store: ArtifactStore, version: ModelVersion, datase
 def score_labels_to_file(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
                          path: Path, progress: Progress | None = None,
                          ) -> tuple["LogitsFile", str]:
-    """A multi-label version's probabilities on a multi-label set (its ONNX model read with
-    one score per label, as at registration), written to `path` with their decisions; the
-    provider used."""
+    """A multi-label version's probabilities on a multi-label set, written to `path` with
+    their decisions; the provider used."""
+    probabilities, provider = score_label_probabilities(store=store, version=version,
+                                                        dataset=dataset, progress=progress)
+    return label_probabilities_file(probabilities, version=version, path=path), provider
+
+
+def score_label_probabilities(*, store: ArtifactStore, version: ModelVersion, dataset: Dataset,
+                              progress: Progress | None = None) -> tuple[np.ndarray, str]:
+    """A multi-label version's probabilities (N, L) on a multi-label set (its ONNX model read
+    with one score per label, as at registration), in memory, and the provider used."""
     with library_input():
         model = MultiLabelOnnx(store.model_path(version.artifact_sha256),
                                output=version.scores_output, scores=version.scores_kind)
         evalset = model.check_evalset(load_evalset(store.local_path(dataset.sha256), mmap=True,
                                                    multilabel=True))
-        probabilities = model.predict(model.feeds(evalset), progress=progress)
-    return label_probabilities_file(probabilities, version=version, path=path), model.provider
+        return model.predict(model.feeds(evalset), progress=progress), model.provider
 
 
 def _scoring(store: ArtifactStore, version: ModelVersion,

@@ -18,6 +18,7 @@ from flipgate.metrics.multilabel import compare_multilabel, predicted_labels
 from flipgate.repair import Limits, ensemble, ensemble_graph, interpolate, interpolate_graph
 from flipgate.train.config import TrainConfig
 from flipgate.train.recipes import train
+from tests.conftest import numpy_mlp
 
 LABELS = 10
 OLD_THRESHOLDS = [0.3, 0.6, 0.5, 0.4, 0.7, 0.5, 0.5, 0.35, 0.65, 0.5]
@@ -87,12 +88,6 @@ def test_logit_ensemble_averages_each_labels_logit(label_models, composites, tmp
     np.testing.assert_allclose(probabilities(path, composites[1]), expit(mixed), atol=1e-5)
 
 
-def numpy_mlp(state: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-    """The zoo's one-hidden-layer mlp (Flatten, Linear, ReLU, Linear) in plain numpy."""
-    hidden = np.maximum(x.reshape(len(x), -1) @ state["1.weight"].T + state["1.bias"], 0.0)
-    return hidden @ state["3.weight"].T + state["3.bias"]
-
-
 def test_interpolation_scores_each_label_with_the_blended_weights(label_models, composites,
                                                                   tmp_path):
     paths, modules = label_models
@@ -135,6 +130,28 @@ def test_the_share_is_chosen_on_per_label_flips(label_models, composites, tmp_pa
     assert chosen.nfr == pytest.approx(nfr) and chosen.er_increase == pytest.approx(er_increase)
     assert nfr <= limits.max_nfr and er_increase <= limits.max_er_increase
     assert untreated > 0  # the untreated update flips, so the search had something to do
+
+
+@pytest.mark.parametrize("repair", ["ensemble", "interpolate"])
+def test_thresholds_given_replace_what_the_models_declare(label_models, composites, tmp_path,
+                                                          repair):
+    """The old model decides at the given t_old on the curve, the repair at the given mix."""
+    paths, _ = label_models
+    calibration = composites[1]
+    t_old, t_new = [0.2] * LABELS, [0.8] * LABELS
+    out = tmp_path / "repaired.onnx"
+    limits = Limits(max_nfr=1.0, max_er_increase=1.0)  # any share passes: 0 is chosen
+    if repair == "ensemble":
+        result = ensemble(paths["old"], paths["new"], out, calibration=calibration,
+                          limits=limits, thresholds=(t_old, t_new))
+    else:
+        result = interpolate(paths["old"], paths["new"], calibration, out, limits,
+                             thresholds=(t_old, t_new))
+    np.testing.assert_allclose(thresholds_of(out), result.share * 0.2 + (1 - result.share) * 0.8)
+    old, new = (probabilities(paths[name], calibration) for name in ("old", "new"))
+    nfr, _ = flips(calibration.y, old > 0.2, new > 0.8)
+    assert result.curve[0].share == 0 and result.curve[0].nfr == pytest.approx(nfr)
+    assert nfr > 0  # the given thresholds decide otherwise than 0.5 and the metadata's
 
 
 def test_models_declared_multi_label_need_a_multi_label_calibration_set(models, label_models,

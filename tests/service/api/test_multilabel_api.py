@@ -307,8 +307,6 @@ def test_the_gate_blocks_on_a_labels_limit_and_names_the_label(client, labelled_
     blocked = gate(client)  # max_nfr limits NFR_sample: every sample that had label 3
     assert [reason["code"] for reason in blocked["reasons"]] == ["max_nfr"]
     assert blocked["reasons"][0]["measured"] == pytest.approx(lost / composites.y.shape[0])
-    repair = client.post(f"/gate/decisions/{blocked['decision_id']}/repair", json={})
-    assert error_code(repair, 422) == "repair_not_multilabel"
     unstable = client.get(f"/models/{LINE}/unstable-samples", params={"evalset": "composites"})
     assert error_code(unstable, 422) == "unstable_samples_not_multilabel"
 
