@@ -141,7 +141,7 @@ def _label_set_matrix(labels: "np.ndarray | list[list[str]]", rows: int,
         matrix = label_sets_matrix(sets, label_names, source=source).astype(np.int64)
     if num_labels is not None and matrix.shape[1] != num_labels:
         raise InputError("label_count_mismatch", f"{source}: {matrix.shape[1]} label columns, "
-                         f"but the set's line has {num_labels} labels")
+                         f"but the labels are {num_labels}")
     return matrix
 
 
