@@ -151,7 +151,8 @@ def merge_labels(known: np.ndarray, index: np.ndarray, labels: np.ndarray, *,
     whole row UNLABELLED) with new ones added, and how many samples were new. Append-only:
     a different label for a labelled sample is refused (naming it); the same label again
     changes nothing."""
-    before, asked = known[index].reshape(index.size, -1), labels.reshape(index.size, -1)
+    width = int(np.prod(known.shape[1:]))  # 1, or L
+    before, asked = known[index].reshape(index.size, width), labels.reshape(index.size, width)
     unlabelled = before[:, 0] == UNLABELLED
     differs = ~unlabelled & (before != asked).any(axis=1)
     if differs.any():
