@@ -68,7 +68,7 @@ def per_sample_flips(traffic: LabelTraffic) -> tuple[float, float]:
             float((~right_old & right_new).any(axis=1).mean()))
 
 
-def test_churn_per_label_and_the_export_are_numpys(client, label_line):
+def test_churn_per_label_and_the_export_are_numpys(client, label_line, run_cli, tmp_path):
     traffic = label_line
     old, new = traffic.decisions
     report = measure(client, OLD, NEW, TRAFFIC)
@@ -81,6 +81,10 @@ def test_churn_per_label_and_the_export_are_numpys(client, label_line):
     assert sorted(row["index"] for row in rows) == traffic.changed.tolist()
     assert all(row["changed_labels"] == traffic.names(old[row["index"]] != new[row["index"]])
                for row in rows)
+    assert run_cli("compare", traffic.old, traffic.new, "--evalset", traffic.traffic,
+                   "--multilabel", "--scores", "probabilities", "--disagreements",
+                   tmp_path / "cli.json").code == 0
+    assert json.loads((tmp_path / "cli.json").read_text()) == rows  # the same order and rows
     queued = client.post(f"/models/{LINE}/matrix", params={"evalset": TRAFFIC}).json()
     for job_id in {pair["job_id"] for pair in queued["missing"]}:
         run_task(client, job_id)
