@@ -1,12 +1,14 @@
 """A real multi-label traffic set for the traffic tests: composites of scikit-learn's 8×8
 digits (shipped with it: nothing is downloaded) labelled with the digits they show, their
 label sets removed; two one-vs-rest logistic regressions (trained on 60 and on 300 other
-composites) and their probabilities on it; the truth kept aside for the labellers."""
+composites), their skl2onnx exports and their probabilities on it; the truth kept aside for
+the labellers."""
 
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from skl2onnx import to_onnx
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 
@@ -18,7 +20,7 @@ class LabelTraffic:
     """The files of label_traffic_files and what they hold."""
 
     traffic: Path  # x, ids, images, classes: no y
-    old: Path  # the old model's probabilities (N, L), .npy
+    old: Path  # the old model's probabilities (N, L), .npy; old.onnx beside it: the model
     new: Path
     truth: np.ndarray  # (N, L) bool
     old_probabilities: np.ndarray
@@ -46,11 +48,13 @@ def label_traffic_files(folder: Path) -> LabelTraffic:
     train, traffic = (digit_composites(n, seed=seed, digits=part) for n, seed, part in (
         (300, 1, train_digits), (240, 2, traffic_digits)))
     x, train_x = (part.x.reshape(part.n, -1) for part in (traffic, train))
-    probabilities = [OneVsRestClassifier(LogisticRegression(max_iter=300))
-                     .fit(train_x[:size], train.y[:size].astype(int)).predict_proba(x)
-                     for size in (60, 300)]
-    for name, values in zip(("old", "new"), probabilities, strict=True):
+    models = [OneVsRestClassifier(LogisticRegression(max_iter=300))
+              .fit(train_x[:size], train.y[:size].astype(int)) for size in (60, 300)]
+    probabilities = [model.predict_proba(x) for model in models]
+    for name, model, values in zip(("old", "new"), models, probabilities, strict=True):
         np.save(folder / f"{name}.npy", values)
+        onnx = to_onnx(model, x[:1], options={"zipmap": False})
+        (folder / f"{name}.onnx").write_bytes(onnx.SerializeToString())
     np.savez(folder / "traffic.npz", x=x, ids=np.array([f"req-{i}" for i in range(traffic.n)]),
              images=traffic.images, classes=np.array(DIGIT_NAMES))
     return LabelTraffic(folder / "traffic.npz", folder / "old.npy", folder / "new.npy",

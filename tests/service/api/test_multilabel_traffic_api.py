@@ -23,6 +23,7 @@ from tests.service.api.conftest import (
     npz_bytes,
     run_task,
 )
+from tests.service.api.test_multilabel_api import own_probabilities
 
 LINE, TRAFFIC = "tags", "traffic"
 OLD, NEW = f"{LINE}:1", f"{LINE}:2"
@@ -90,6 +91,25 @@ def test_churn_per_label_and_the_export_are_numpys(client, label_line, run_cli, 
         run_task(client, job_id)
     matrix = client.get(f"/models/{LINE}/matrix", params={"evalset": TRAFFIC}).json()
     assert matrix["churn"][0][1] == report["churn"] and matrix["nfr"][0][1] is None
+
+
+def test_onnx_versions_are_scored_on_multilabel_traffic(client, label_line):
+    """skl2onnx exports of the same two models, registered as a line of their own: their
+    inference jobs score the traffic set, and churn per label is numpy's on the
+    probabilities ONNX Runtime gives."""
+    traffic = label_line
+    for version in ("old", "new"):
+        registered = client.post("/models", data={"name": "ovr", "version": version,
+                                                  "multilabel": "true"}, files={
+            "artifact": ("m.onnx", traffic.old.with_name(f"{version}.onnx").read_bytes())})
+        assert registered.status_code == 201, registered.text
+    old, new = (own_probabilities(traffic.old.with_name(f"{version}.onnx"),
+                                  np.load(traffic.traffic)["x"]) > 0.5
+                for version in ("old", "new"))
+    report = measure(client, "ovr:old", "ovr:new", TRAFFIC)
+    assert report["traffic"] and [row["changed"] for row in report["per_label"]] == (
+        old != new).sum(0).tolist()
+    assert report["changed"] == int((old != new).any(axis=1).sum()) > 0
 
 
 def test_a_label_studio_export_imports_as_the_same_label_matrix(client, label_line, db):
