@@ -21,6 +21,7 @@ from tests.service.api.conftest import (
     measure,
     npy_bytes,
     npz_bytes,
+    put_raw,
     run_task,
 )
 from tests.service.api.test_multilabel_api import own_probabilities
@@ -184,6 +185,8 @@ def test_what_does_not_fit_the_line_is_refused(client, label_line, upload_model)
         assert upload_model("single", version, num_classes=10).status_code == 201
     assert error_code(client.post("/compare/single:1/single:2", params={
         "evalset": TRAFFIC}), 422) == "evalset_kind_mismatch"
+    raw = put_raw(client, "/evalsets/raw", traffic.traffic.read_bytes(), {"multilabel": "true"})
+    assert raw.status_code == 201 and raw.json()["multilabel"] and not raw.json()["labeled"]
     assert error_code(client.post("/evalsets", data={"name": "flat", "multilabel": "true"},
                                   files={"data": ("f.npz", npz_bytes(
                                       x=np.zeros((4, 3), np.float32), y=np.arange(4) % 2))}),
