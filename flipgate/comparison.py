@@ -115,7 +115,7 @@ class TrafficOutputs:
         if self.disagreements:
             rows = label_set_rows(order, decisions, evalset=evalset, label_names=label_names)
             files[self.disagreements] = write_export(rows, self.export_format,
-                                                     version_names=names)
+                                                     version_names=names, multilabel=True)
         if self.label_config:
             files[self.label_config] = label_studio_config(label_names, evalset,
                                                            multiple=True).encode()

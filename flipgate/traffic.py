@@ -122,27 +122,39 @@ def _label_set_matrix(labels: "np.ndarray | list[list[str]]", rows: int,
     of them (Label Studio's choices), mapped by `label_names`. A name the line lacks is
     refused (`unknown_class_name`), and so is another label count (`label_count_mismatch`)."""
     if isinstance(labels, np.ndarray) and labels.dtype.kind in "biu":
-        if labels.ndim != 2 or labels.shape[0] != rows:
-            raise InputError("labels_shape", f"{source}: multi-label labels need a 0/1 row of "
-                             f"L labels per sample, got {labels.dtype} {labels.shape}")
-        if not np.isin(labels, (0, 1)).all():
-            raise InputError("labels_not_binary", f"{source}: a multi-label y must hold only "
-                             "0 and 1")
-        matrix = labels.astype(np.int64)
+        matrix = _flag_matrix(labels, rows, source)
     else:
-        if isinstance(labels, np.ndarray) and (labels.dtype.kind != "U" or labels.ndim > 2
-                                               or labels.shape[0] != rows):
-            raise InputError("labels_shape", f"{source}: label names need a row per sample, "
-                             f"got {labels.dtype} {labels.shape}")
-        sets = labels.reshape(rows, -1) if isinstance(labels, np.ndarray) else labels
-        if not label_names:
-            raise InputError("labels_need_class_names", f"{source}: labels are label names, "
-                             "but no label names are known to map them; give a 0/1 matrix")
-        matrix = label_sets_matrix(sets, label_names, source=source).astype(np.int64)
+        matrix = _named_sets_matrix(labels, rows, label_names, source)
     if num_labels is not None and matrix.shape[1] != num_labels:
         raise InputError("label_count_mismatch", f"{source}: {matrix.shape[1]} label columns, "
                          f"but the labels are {num_labels}")
     return matrix
+
+
+def _flag_matrix(labels: np.ndarray, rows: int, source: str) -> np.ndarray:
+    """A 0/1 (or bool) matrix (rows, L) of label sets, checked, as int64."""
+    if labels.ndim != 2 or labels.shape[0] != rows:
+        raise InputError("labels_shape", f"{source}: multi-label labels need a 0/1 row of "
+                         f"L labels per sample, got {labels.dtype} {labels.shape}")
+    if not np.isin(labels, (0, 1)).all():
+        raise InputError("labels_not_binary", f"{source}: a multi-label y must hold only "
+                         "0 and 1")
+    return labels.astype(np.int64)
+
+
+def _named_sets_matrix(labels: "np.ndarray | list[list[str]]", rows: int,
+                       label_names: Sequence[str] | None, source: str) -> np.ndarray:
+    """Label names ((rows,), (rows, K) padded with empty strings, or lists) as a 0/1 int64
+    matrix whose columns `label_names` names."""
+    if isinstance(labels, np.ndarray) and (labels.dtype.kind != "U" or labels.ndim > 2
+                                           or labels.shape[0] != rows):
+        raise InputError("labels_shape", f"{source}: label names need a row per sample, "
+                         f"got {labels.dtype} {labels.shape}")
+    if not label_names:
+        raise InputError("labels_need_class_names", f"{source}: labels are label names, "
+                         "but no label names are known to map them; give a 0/1 matrix")
+    sets = labels.reshape(rows, -1) if isinstance(labels, np.ndarray) else labels
+    return label_sets_matrix(sets, label_names, source=source).astype(np.int64)
 
 
 def merge_labels(known: np.ndarray, index: np.ndarray, labels: np.ndarray, *,
@@ -273,18 +285,19 @@ def shown(evalset: EvalSet, index: int, view: "SampleView") -> dict[str, str]:
     return {"text": values_text(values, MAX_SHOWN_VALUES)}
 
 
-def write_export(rows: list[dict], export_format: str, *, version_names: tuple[str, str]) -> bytes:
-    """The rows as a JSON list, a CSV table or a Label Studio task list."""
+def write_export(rows: list[dict], export_format: str, *, version_names: tuple[str, str],
+                 multilabel: bool = False) -> bytes:
+    """The rows as a JSON list, a CSV table or a Label Studio task list (`multilabel`: the
+    rows of `label_set_rows`)."""
     if export_format == "csv":
-        return _csv(rows)
+        return _csv(rows, multilabel)
     if export_format == "label-studio":
         return json.dumps(label_studio_tasks(rows, version_names), allow_nan=False).encode()
     return json.dumps(rows, allow_nan=False).encode()
 
 
-def _csv(rows: list[dict]) -> bytes:
+def _csv(rows: list[dict], multilabel: bool) -> bytes:
     """The rows as a table; a multi-label row's label sets as JSON lists of names."""
-    multilabel = bool(rows) and "changed_labels" in rows[0]
     columns = ["rank", "index", "id", "old", "new",
                *(["changed_labels"] if multilabel else ["old_confidence", "new_confidence"]),
                "text", "image"]

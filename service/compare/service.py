@@ -211,7 +211,8 @@ def stored_export(*, session: Session, store: ArtifactStore, pair: Pair,
         rows = json.loads(readable.read())
     names = (qualified_name(session=session, version=pair.old),
              qualified_name(session=session, version=pair.new))
-    return write_export(rows, export_format, version_names=names)
+    return write_export(rows, export_format, version_names=names,
+                        multilabel=pair.dataset.multilabel)
 
 
 @dataclass(frozen=True)
