@@ -185,8 +185,14 @@ def test_what_does_not_fit_the_line_is_refused(client, label_line, upload_model)
         assert upload_model("single", version, num_classes=10).status_code == 201
     assert error_code(client.post("/compare/single:1/single:2", params={
         "evalset": TRAFFIC}), 422) == "evalset_kind_mismatch"
-    raw = put_raw(client, "/evalsets/raw", traffic.traffic.read_bytes(), {"multilabel": "true"})
+    with np.load(traffic.traffic) as arrays:
+        unnamed = npz_bytes(x=arrays["x"])  # no classes: its labels' count comes from a line
+    raw = put_raw(client, "/evalsets/raw", unnamed, {"multilabel": "true"})
     assert raw.status_code == 201 and raw.json()["multilabel"] and not raw.json()["labeled"]
+    assert raw.json()["num_classes"] is None
+    early = client.post("/evalsets/raw/labels", files={"labels": ("l.npz", npz_bytes(
+        index=np.array([0]), y=np.ones((1, 10), int)))})
+    assert error_code(early, 422) == "labels_need_line"
     assert error_code(client.post("/evalsets", data={"name": "flat", "multilabel": "true"},
                                   files={"data": ("f.npz", npz_bytes(
                                       x=np.zeros((4, 3), np.float32), y=np.arange(4) % 2))}),
