@@ -46,7 +46,8 @@ def run_compare(args: argparse.Namespace) -> int:
                          getattr(args, f"{side}_scores") or args.scores,
                          read_thresholds(getattr(args, f"{side}_thresholds") or args.thresholds))
                   for side in ("old", "new"))
-    traffic = TrafficOutputs(args.labels, args.disagreements, args.format, args.label_config)
+    traffic = TrafficOutputs(args.labels, args.disagreements, args.format, args.label_config,
+                             args.multilabel)
     compare_and_print(args.old, args.new, args.evalset, html=args.html, as_json=args.json,
                       batch_size=args.batch_size, device=args.device,
                       gallery=not args.no_gallery, reads=reads, traffic=traffic)
@@ -273,6 +274,9 @@ def add_compare_command(commands: argparse._SubParsersAction) -> None:
                          help="the disagreements' format (default: json)")
     traffic.add_argument("--label-config", type=Path, metavar="FILE.xml",
                          help="write the Label Studio labelling configuration of the export")
+    traffic.add_argument("--multilabel", action="store_true",
+                         help="the traffic of multi-label models: each side scores every "
+                              "label (.onnx, .npy scores (N, L) or 0/1 decisions (N, L))")
     add_read_as_flags(compare)
     for side, whose in (("", "both models"), ("old-", "OLD"), ("new-", "NEW")):
         compare.add_argument(f"--{side}thresholds", metavar="T,T,…|FILE.json",

@@ -55,7 +55,7 @@ def score_labels(source: str | Path, evalset: EvalSet, *, read: ReadAs | None = 
     `read` says), .npy scores or .npy decisions; `read.thresholds` override the model's."""
     source, read = Path(source), read or ReadAs()
     if source.suffix == ".npy":
-        scores = npy_label_scores(source, evalset.y.shape, read)
+        scores = npy_label_scores(source, label_shape(evalset), read)
     elif source.suffix == ".onnx":
         model = MultiLabelOnnx(source, device, output=read.output, scores=read.scores)
         model.check_evalset(evalset)
@@ -66,20 +66,28 @@ def score_labels(source: str | Path, evalset: EvalSet, *, read: ReadAs | None = 
     else:
         raise InputError("unknown_model_format", f"{source}: a multi-label model must be an "
                          ".onnx file, .npy scores (N, L) or .npy 0/1 decisions (N, L)")
-    _check_thresholds(scores, evalset.y.shape[1])
+    _check_thresholds(scores, scores.side().shape[1])
     return scores
 
 
-def npy_label_scores(path: Path, shape: tuple[int, ...], read: ReadAs, *,
+def label_shape(evalset: EvalSet) -> tuple[int, int | None]:
+    """The (N, L) a multi-label set's scores have: its y's, or on a traffic set N and the
+    number of its `classes` (None without them: the models' count applies)."""
+    if evalset.labeled:
+        return evalset.y.shape
+    return evalset.n, len(evalset.classes) if evalset.classes else None
+
+
+def npy_label_scores(path: Path, shape: tuple[int, int | None], read: ReadAs, *,
                      source: str | None = None) -> LabelScores:
     """Float scores (N, L) of the .npy `path` (messages name it `source`) as probabilities
     (logits unless `read.scores` says otherwise), or integer / bool decisions (N, L) of 0s
-    and 1s; `shape` is the eval set's y's."""
+    and 1s; `shape` is the eval set's (`label_shape`; L None: any)."""
     array = _load_npy(path, source or str(path))
     path = Path(source or path)
-    if array.shape != tuple(shape):
+    if array.shape[0] != shape[0] or shape[1] not in (None, array.shape[1]):
         raise InputError("label_count_mismatch", f"{path}: shape {array.shape}, but the eval "
-                         f"set's y has shape {tuple(shape)} (N samples × L labels)")
+                         f"set's labels have shape {tuple(shape)} (N samples × L labels)")
     if np.issubdtype(array.dtype, np.floating):
         probabilities = label_probabilities(array, read.scores or LOGITS, source=str(path))
         return LabelScores(path, probabilities, "precomputed", thresholds=read.thresholds)

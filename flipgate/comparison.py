@@ -26,6 +26,7 @@ from flipgate.progress import ProgressFactory
 if TYPE_CHECKING:
     import numpy as np
 
+    from flipgate.compare_multilabel import LabelScores
     from flipgate.metrics.report import PairAnalysis
 
 
@@ -39,11 +40,12 @@ class TrafficOutputs:
     disagreements: Path | None = None
     export_format: str = "json"
     label_config: Path | None = None
+    multilabel: bool = False  # the set is traffic of multi-label models
 
     @property
     def asked(self) -> bool:
         """Whether any of them is asked for (they apply to traffic sets only)."""
-        return bool(self.labels or self.disagreements or self.label_config)
+        return bool(self.labels or self.disagreements or self.label_config or self.multilabel)
 
     def analyse(self, scored: list[Scores], evalset_path: Path) -> TrafficAnalysis:
         """The traffic comparison, with the labels of `labels` when given."""
@@ -89,6 +91,37 @@ class TrafficOutputs:
         return files
 
 
+    def label_sets(self, evalset: EvalSet, label_names: list[str]) -> "np.ndarray":
+        """The labels file's label sets as a 0/1 matrix (N, L), whole rows UNLABELLED where
+        none is given (all of them without a file)."""
+        from flipgate.metrics.multilabel_traffic import unlabelled_label_sets
+        from flipgate.traffic import merge_labels, read_labels_file
+
+        known = unlabelled_label_sets(evalset.n, len(label_names))
+        if self.labels is None:
+            return known
+        index, matrix = read_labels_file(self.labels, evalset=evalset, multilabel=True,
+                                         class_names=label_names, num_classes=len(label_names))
+        return merge_labels(known, index, matrix)[0]
+
+    def label_set_files(self, evalset: EvalSet, order: "np.ndarray",
+                        decisions: "tuple[np.ndarray, np.ndarray]", label_names: list[str],
+                        names: tuple[str, str]) -> dict[Path, bytes]:
+        """A multi-label pair's disagreements' export and its multiple-choice labelling
+        configuration, when asked for."""
+        from flipgate.traffic import label_set_rows, label_studio_config, write_export
+
+        files = {}
+        if self.disagreements:
+            rows = label_set_rows(order, decisions, evalset=evalset, label_names=label_names)
+            files[self.disagreements] = write_export(rows, self.export_format,
+                                                     version_names=names, multilabel=True)
+        if self.label_config:
+            files[self.label_config] = label_studio_config(label_names, evalset,
+                                                           multiple=True).encode()
+        return files
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A comparison's report (JSON-ready) and the files it made, by path, in order."""
@@ -110,12 +143,16 @@ def compare_files(
     evalset = load_evalset(evalset_path, mmap=True, multilabel=True)
     reads = reads or (ReadAs(), ReadAs())
     if evalset.labeled and traffic.asked:
-        raise InputError("not_traffic", f"{evalset_path}: --labels, --disagreements and "
-                         "--label-config apply to traffic sets (eval sets without `y`)")
-    if evalset.multilabel:
-        return _compare_multilabel((old, new), evalset, reads, html=html, gallery=gallery,
-                                   batch_size=batch_size or DEFAULT_BATCH_SIZE, device=device,
-                                   progress=progress)
+        raise InputError("not_traffic", f"{evalset_path}: --labels, --disagreements, "
+                         "--label-config and --multilabel apply to traffic sets (eval sets "
+                         "without `y`; a labeled set's kind is its y's)")
+    if evalset.multilabel or traffic.multilabel:
+        scored = _score_labels((old, new), evalset, reads,
+                               batch_size=batch_size or DEFAULT_BATCH_SIZE, device=device,
+                               progress=progress)
+        if traffic.multilabel:
+            return _label_traffic(scored, evalset, evalset_path, traffic, html)
+        return _compare_multilabel(scored, evalset, html=html, gallery=gallery)
     if any(read.thresholds for read in reads):
         raise InputError("thresholds_need_multilabel", f"{evalset_path}: thresholds apply to "
                          "multi-label eval sets (y of shape (N, L)); this one has one label "
@@ -142,25 +179,63 @@ def _score_both(sources: tuple[Path, Path], evalset: EvalSet, reads: tuple[ReadA
             for source, read in zip(sources, reads, strict=True)]
 
 
-def _compare_multilabel(sources: tuple[Path, Path], evalset: EvalSet,
-                        reads: tuple[ReadAs, ReadAs], *, html: Path | None, gallery: bool,
-                        batch_size: int, device: str,
-                        progress: ProgressFactory | None) -> Comparison:
-    """`compare_files` on a multi-label eval set: its report and its HTML page."""
-    from flipgate.compare_multilabel import analyse_multilabel, score_labels
+def _score_labels(sources: tuple[Path, Path], evalset: EvalSet, reads: tuple[ReadAs, ReadAs],
+                  *, batch_size: int, device: str,
+                  progress: ProgressFactory | None) -> "list[LabelScores]":
+    """Both multi-label models' scores on the eval set, a progress callback each; on a
+    traffic set, of one label count."""
+    from flipgate.compare_multilabel import score_labels
 
     scored = [score_labels(source, evalset, read=read, batch_size=batch_size, device=device,
                            progress=progress(f"scoring {source.name}") if progress else None)
               for source, read in zip(sources, reads, strict=True)]
+    shapes = [side.side().shape for side in scored]
+    if shapes[0] != shapes[1]:
+        raise InputError("label_count_mismatch", f"{sources[0]} scores {shapes[0][1]} labels, "
+                         f"{sources[1]} {shapes[1][1]}")
+    return scored
+
+
+def _compare_multilabel(scored: "list[LabelScores]", evalset: EvalSet, *, html: Path | None,
+                        gallery: bool) -> Comparison:
+    """`compare_files` on a multi-label eval set: its report and its HTML page."""
+    from flipgate.compare_multilabel import analyse_multilabel
+
     analysis = analyse_multilabel(*scored, evalset)
     if not html:
         return Comparison(analysis.report)
     from flipgate.reporting.html import multilabel_gallery, render_html
 
     flips = multilabel_gallery(analysis, evalset) if gallery else ""
-    page = render_html(None, analysis.report, old_name=str(sources[0]),
-                       new_name=str(sources[1]), gallery=flips)
+    page = render_html(None, analysis.report, old_name=str(scored[0].source),
+                       new_name=str(scored[1].source), gallery=flips)
     return Comparison(analysis.report, {html: page.encode()})
+
+
+def _label_traffic(scored: "list[LabelScores]", evalset: EvalSet, evalset_path: Path,
+                   traffic: TrafficOutputs, html: Path | None) -> Comparison:
+    """`compare_files` on the traffic of multi-label models: the multi-label traffic report,
+    with the labels file's label sets, the files `traffic` asks for and the HTML page."""
+    from flipgate.metrics.multilabel import decided
+    from flipgate.metrics.multilabel_traffic import multilabel_traffic_report
+    from flipgate.metrics.traffic import disagreement_order
+    from flipgate.reporting.html import render_html
+    from flipgate.traffic import class_name_list
+
+    num_labels = scored[0].side().shape[1]
+    label_names = class_name_list(num_labels, evalset.classes)
+    decisions = tuple(decided(side.side(), side.thresholds) for side in scored)
+    order = disagreement_order(*decisions, file_sha256(evalset_path))
+    report = multilabel_traffic_report(
+        *(side.side() for side in scored), order=order, label_names=label_names,
+        thresholds=tuple(side.thresholds for side in scored),
+        labels=traffic.label_sets(evalset, label_names))
+    report["old"], report["new"] = (side.describe(num_labels) for side in scored)
+    names = (str(scored[0].source), str(scored[1].source))
+    files = traffic.label_set_files(evalset, order, decisions, label_names, names)
+    if html:
+        files[html] = render_html(None, report, old_name=names[0], new_name=names[1]).encode()
+    return Comparison(report, files)
 
 
 def _html_page(analysis: "PairAnalysis | LabelsAnalysis | TrafficAnalysis", report: dict,

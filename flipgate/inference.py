@@ -231,12 +231,15 @@ class MultiLabelOnnx(OnnxClassifier):
 
     def check_evalset(self, evalset: EvalSet) -> EvalSet:
         """The multi-label eval set, checked to fit the model's inputs and label count (and
-        its label names, where the model names them)."""
+        its label names, where the model names them); a traffic set's label count is that of
+        its `classes`, if any."""
         self.feeds(evalset)
-        if evalset.y.shape[1] != self.num_classes:
+        count = evalset.y.shape[1] if evalset.labeled else len(evalset.classes or ()) or None
+        if count not in (None, self.num_classes):
+            what = "y has" if evalset.labeled else "classes name"
             raise InputError("label_count_mismatch", f"{self.path}: the model scores "
-                               f"{self.num_classes} labels but the eval set's y has "
-                               f"{evalset.y.shape[1]} label columns")
+                               f"{self.num_classes} labels but the eval set's {what} {count} "
+                               "label columns")
         names = self.spec.output.class_labels
         if names and not self.spec.output.int_labels and evalset.classes \
                 and names != evalset.classes:

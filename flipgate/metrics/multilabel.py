@@ -95,6 +95,12 @@ def _decisions(chunk: np.ndarray, thresholds: Sequence[float] | None
     return np.asarray(chunk) != 0, None
 
 
+def decided(side: np.ndarray, thresholds: Sequence[float] | None = None) -> np.ndarray:
+    """A version's decisions ŷ (N, L) bool: its probabilities thresholded, or its 0/1
+    decisions as they are."""
+    return _decisions(side, thresholds)[0]
+
+
 @dataclass(frozen=True)
 class Cells:
     """Per label, the count of pairs in each (y, old, new) cell: counts[j, y, old, new]."""

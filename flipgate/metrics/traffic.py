@@ -26,7 +26,8 @@ NEED_LABELS = ("er_old", "er_new", "nfr", "pfr", "rel_nfr", "nfi", "btc", "bec",
 
 def order_seed(set_sha256: str, old_pred: np.ndarray, new_pred: np.ndarray) -> int:
     """The export order's seed: the first 8 bytes, big-endian, of SHA-256 over ORDER_DOMAIN,
-    the set's sha256 (64 hex characters) and both predicted classes as little-endian int64."""
+    the set's sha256 (64 hex characters) and both predicted classes as little-endian int64
+    (multi-label: both 0/1 decision matrices, row by row)."""
     digest = hashlib.sha256(ORDER_DOMAIN + set_sha256.encode())
     for pred in (old_pred, new_pred):
         digest.update(np.ascontiguousarray(pred, dtype="<i8").tobytes())
@@ -44,10 +45,12 @@ def splitmix64(seed: int, indices: np.ndarray) -> np.ndarray:
 
 
 def disagreement_order(old_pred: np.ndarray, new_pred: np.ndarray, set_sha256: str) -> np.ndarray:
-    """The indices of the samples whose predicted class differs, in the export order: sorted
-    by splitmix64(order_seed, index) (ties by index), a uniform random order that anyone can
+    """The indices of the samples whose predicted class differs (multi-label: the decision
+    matrices (N, L) differ on any label), in the export order: sorted by
+    splitmix64(order_seed, index) (ties by index), a uniform random order that anyone can
     compute again, so that every prefix is a uniform random sample of the disagreements."""
-    changed = np.flatnonzero(np.asarray(old_pred) != np.asarray(new_pred))
+    old_pred, new_pred = np.asarray(old_pred), np.asarray(new_pred)
+    changed = np.flatnonzero((old_pred != new_pred).reshape(old_pred.shape[0], -1).any(axis=1))
     keys = splitmix64(order_seed(set_sha256, old_pred, new_pred), changed)
     return changed[np.lexsort((changed, keys))]
 
@@ -117,11 +120,17 @@ class LabelledPrefix:
            labels: np.ndarray) -> "LabelledPrefix":
         """The prefix of `order` (disagreement indices) labelled in `labels` (UNLABELLED where
         no label is known)."""
-        known = labels[order] != UNLABELLED
-        prefix = int(np.argmin(known)) if not known.all() else int(order.size)
         truth, old, new = labels[order], old_pred[order], new_pred[order]
-        negative, positive = (old == truth) & known, (new == truth) & known
-        return cls(int(order.size), int(known.sum()), prefix, int(negative[:prefix].sum()),
+        known = truth != UNLABELLED
+        return cls.of_flips(known, (old == truth) & known, (new == truth) & known)
+
+    @classmethod
+    def of_flips(cls, known: np.ndarray, negative: np.ndarray,
+                 positive: np.ndarray) -> "LabelledPrefix":
+        """The prefix of the export order whose samples are `known` (labelled), from whether
+        each of them, in that order, is a negative or a positive flip."""
+        prefix = int(np.argmin(known)) if not known.all() else int(known.size)
+        return cls(int(known.size), int(known.sum()), prefix, int(negative[:prefix].sum()),
                    int(positive[:prefix].sum()), int(negative.sum()), int(positive.sum()))
 
     @classmethod
@@ -198,7 +207,7 @@ def traffic_report(old_pred: np.ndarray, new_pred: np.ndarray, *, num_classes: i
         changed=int(changed.sum()), churn=float(changed.mean()),
         churn_ci=list(wilson_interval(int(changed.sum()), n)),
         changes=change_table(old_pred, new_pred, class_names),
-        per_group_churn=group_churn(changed, groups), **_label_estimates(prefix, n))
+        per_group_churn=group_churn(changed, groups), **label_estimates(prefix, n))
     return report
 
 
@@ -259,7 +268,7 @@ def group_churn(changed: np.ndarray, groups: np.ndarray | None) -> list[dict] | 
             for i, name in enumerate(slices.names)]
 
 
-def _label_estimates(prefix: LabelledPrefix, n: int) -> dict:
+def label_estimates(prefix: LabelledPrefix, n: int) -> dict:
     """NFR and PFR from the labelled disagreements: sure bounds, the interval from the
     longest labelled prefix and the estimate; exact once every disagreement is labelled."""
     entries: dict = {"er_difference": None, "disagreements": {

@@ -48,9 +48,8 @@ from flipgate.reporting.rows import (
     worst_class,
 )
 from flipgate.reporting.traffic import (
-    CHANGE_HEADER,
     GROUP_CHURN_HEADER,
-    change_rows,
+    change_section,
     group_churn_rows,
     traffic_note,
     traffic_rows,
@@ -222,13 +221,14 @@ def report_body(values: PlotValues | None, report: dict, *, old_name: str, new_n
 
 def traffic_body(report: dict) -> str:
     """A traffic report's sections: headline, why the label entries are null, the changed
-    predictions and churn per group."""
+    predictions (churn per label, multi-label) and churn per group."""
     note = traffic_note(report)
     groups = group_churn_rows(report)
+    title, header, rows = change_section(report)
     return "\n".join([
         f"<h2>Headline (traffic)</h2>{_table(['Metric', 'Value'], traffic_rows(report))}",
         f"<p>{html.escape(note)}</p>" if note else "",
-        f"<h2>Changed predictions</h2>{_table(CHANGE_HEADER, change_rows(report))}",
+        f"<h2>{html.escape(title)}</h2>{_table(header, rows)}",
         f"<h2>Churn per group</h2>{_table(GROUP_CHURN_HEADER, groups)}" if groups else "",
     ])
 

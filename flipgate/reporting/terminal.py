@@ -25,9 +25,8 @@ from flipgate.reporting.rows import (
     worst_class,
 )
 from flipgate.reporting.traffic import (
-    CHANGE_HEADER,
     GROUP_CHURN_HEADER,
-    change_rows,
+    change_section,
     group_churn_rows,
     traffic_note,
     traffic_rows,
@@ -123,8 +122,7 @@ def render_traffic(report: dict, console: Console, *, old_name: str, new_name: s
     the entries that need labels are null."""
     console.print(_rows_table(f"{old_name} → {new_name} on traffic", ["Metric", "Value"],
                               traffic_rows(report)))
-    console.print(_rows_table("Changed predictions (old → new)", CHANGE_HEADER,
-                              change_rows(report)))
+    console.print(_rows_table(*change_section(report)))
     if report.get("per_group_churn"):
         console.print(_rows_table("Churn per group", GROUP_CHURN_HEADER,
                                   group_churn_rows(report)))

@@ -6,11 +6,15 @@ from flipgate.reporting.rows import fmt_ci, fmt_int, fmt_num, fmt_pct
 MAX_CHANGE_ROWS = 20  # cells of the old × new table shown (the largest first)
 CHANGE_HEADER = ["Old class", "New class", "Samples"]
 GROUP_CHURN_HEADER = ["Group", "n", "Changed", "Churn", "95% CI"]
+LABEL_CHURN_HEADER = ["Label", "Changed", "Churn", "95% CI"]
 
 
 def traffic_rows(report: dict) -> list[tuple[str, str]]:
-    """(metric, formatted value) pairs of a traffic report's headline."""
+    """(metric, formatted value) pairs of a traffic report's headline (a multi-label one's
+    per sample)."""
     r, labelled = report.get, report["disagreements"]
+    if report.get("multilabel"):
+        return _label_traffic_rows(report)
     confidence = r("confidence") or {}
     changed_gap = (confidence.get("changed_old_gap") or {}).get("mean")
     changed_new_gap = (confidence.get("changed_new_gap") or {}).get("mean")
@@ -18,13 +22,7 @@ def traffic_rows(report: dict) -> list[tuple[str, str]]:
         ("Samples (N)", fmt_int(r("n"))),
         ("Churn (changed predictions)", f"{fmt_pct(r('churn'))} ({fmt_int(r('changed'))}; "
                                         f"95% CI {fmt_ci(r('churn_ci'))})"),
-        ("NFR bounds (sure)", fmt_ci(r("nfr_bounds"))),
-        ("Disagreements labelled", f"{labelled['labelled']} of {labelled['count']} "
-                                   f"(prefix {labelled['labelled_prefix']})"),
-        ("NFR", fmt_pct(r("nfr")) if labelled["complete"] else
-         f"≈ {fmt_pct(labelled['nfr_estimate'])} (95% CI {fmt_ci(labelled['nfr_interval'])})"),
-        ("PFR", fmt_pct(r("pfr")) if labelled["complete"] else
-         f"≈ {fmt_pct(labelled['pfr_estimate'])} (95% CI {fmt_ci(labelled['pfr_interval'])})"),
+        *_flip_rows(report, labelled, ""),
         ("ER new − ER old", fmt_pct(r("er_difference"))),
         (f"SChurn (α={fmt_num(r('schurn_alpha'), 2)})", fmt_num(r("schurn"), 4)),
         ("Confidence gap of changed, old → new",
@@ -32,10 +30,47 @@ def traffic_rows(report: dict) -> list[tuple[str, str]]:
     ]
 
 
-def change_rows(report: dict) -> list[list[str]]:
-    """The largest cells of the old-class × new-class table of changed predictions."""
-    return [[row["old_name"], row["new_name"], str(row["count"])]
-            for row in report["changes"][:MAX_CHANGE_ROWS]]
+def _label_traffic_rows(report: dict) -> list[tuple[str, str]]:
+    """A multi-label traffic report's headline: per sample, and churn pooled over labels."""
+    pooled = report["pooled"]
+    return [
+        ("Samples (N) × labels (L)", f"{report['n']} × {report['num_labels']}"),
+        ("Churn_sample (a label changed)", f"{fmt_pct(report['churn'])} ("
+         f"{fmt_int(report['changed'])}; 95% CI {fmt_ci(report['churn_ci'])})"),
+        ("Churn pooled over (sample, label)", f"{fmt_pct(pooled['churn'])} (95% CI "
+         f"{fmt_ci(pooled['churn_ci'])})"),
+        *_flip_rows(report, report["disagreements"], "_sample"),
+        ("SChurn pooled (Bernoulli)", fmt_num(pooled["schurn"], 4)),
+    ]
+
+
+def _flip_rows(report: dict, labelled: dict, per: str) -> list[tuple[str, str]]:
+    """The sure NFR bounds, the labelling progress, and NFR and PFR, exact or estimated
+    (`per`: "_sample" for a multi-label report's per-sample rates)."""
+    def rate(key: str) -> str:
+        if labelled["complete"]:
+            return fmt_pct(report[key])
+        return (f"≈ {fmt_pct(labelled[f'{key}_estimate'])} "
+                f"(95% CI {fmt_ci(labelled[f'{key}_interval'])})")
+
+    return [(f"NFR{per} bounds (sure)", fmt_ci(report["nfr_bounds"])),
+            ("Disagreements labelled", f"{labelled['labelled']} of {labelled['count']} "
+                                       f"(prefix {labelled['labelled_prefix']})"),
+            (f"NFR{per}", rate("nfr")), (f"PFR{per}", rate("pfr"))]
+
+
+def change_section(report: dict) -> tuple[str, list[str], list[list[str]]]:
+    """The title, header and rows of what changed: the largest cells of the old-class ×
+    new-class table of changed predictions, or a multi-label report's churn per label (the
+    most changed first)."""
+    if report.get("multilabel"):
+        labels = sorted(report["per_label"], key=lambda row: (-row["changed"], row["label"]))
+        return "Churn per label, most changed first", LABEL_CHURN_HEADER, [
+            [row["name"], str(row["changed"]), fmt_pct(row["churn"]), fmt_ci(row["churn_ci"])]
+            for row in labels]
+    return "Changed predictions (old → new)", CHANGE_HEADER, [
+        [row["old_name"], row["new_name"], str(row["count"])]
+        for row in report["changes"][:MAX_CHANGE_ROWS]]
 
 
 def group_churn_rows(report: dict) -> list[list[str]]:

@@ -147,8 +147,9 @@ class MatrixInputs:
             return []
         predictions = [read_classes_artifact(store=store, sha256=sha256) for sha256 in classes]
         if self.dataset.multilabel:
-            counts = label_pair_count_matrices(
-                predictions, read_label_matrix(store=store, dataset=self.dataset))
+            labels = (read_label_matrix(store=store, dataset=self.dataset)
+                      if self.dataset.labeled else np.zeros(predictions[0].shape, bool))
+            counts = label_pair_count_matrices(predictions, labels)  # traffic: churn only
         else:
             counts = pair_count_matrices(predictions, self.labels(store, predictions))
         index = {prediction.version_id: position

@@ -6,12 +6,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, defer
 
 from flipgate.formats.evalsets import load_evalset
 from flipgate.metrics import PlotValues, compare_labels, measure_pair
-from flipgate.metrics.multilabel import DEFAULT_THRESHOLD, compare_multilabel
+from flipgate.metrics.multilabel import DEFAULT_THRESHOLD, compare_multilabel, decided
+from flipgate.metrics.multilabel_traffic import multilabel_traffic_report
 from flipgate.metrics.traffic import disagreement_order, traffic_report
 from flipgate.onnx_io import InputSpec
 from flipgate.progress import Progress
@@ -19,6 +21,7 @@ from flipgate.reporting.html import render_html
 from flipgate.traffic import (
     class_name_list,
     disagreement_rows,
+    label_set_rows,
     top_probabilities,
     write_export,
 )
@@ -81,13 +84,15 @@ def store_pair_metrics(*, session: Session, old: ModelVersion, new: ModelVersion
 
 def report_columns(report: dict[str, Any]) -> dict[str, Any]:
     """The columns of a pair's stored row that come from its `compare_logits` report (its
-    per-sample figures, for a multi-label report)."""
-    if report.get("multilabel"):
+    per-sample figures, for a multi-label report; a multi-label traffic report's top-level
+    keys are per sample already, and the figures it lacks are None)."""
+    if report.get("multilabel") and not report.get("traffic"):
         return {"report": report, **multilabel_columns(report)}
     low, high = report["nfr_ci"] or (None, None)  # None on traffic: labels unknown
     return {"report": report, "nfr_ci_low": low, "nfr_ci_high": high,
             "export_sha256": report.get("export_sha256"),
-            **{name: report[name] for name in REPORT_SCALARS}}
+            **{name: report.get(name) for name in REPORT_SCALARS}}
+
 
 def multilabel_columns(report: dict[str, Any]) -> dict[str, Any]:
     """A multi-label report's columns: NFR, PFR and churn are its per-sample shares (NFR_sample,
@@ -114,6 +119,8 @@ def _check_report(old: ModelVersion, new: ModelVersion, dataset: Dataset,
     if old.id == new.id:
         raise InvalidInput("same_version", f"version {old.id} cannot be compared with itself")
     required = MULTILABEL_KEYS if report.get("multilabel") else (*REPORT_SCALARS, "nfr_ci")
+    if report.get("multilabel") and report.get("traffic"):
+        required = (*MULTILABEL_KEYS, "changed", "churn", "nfr_ci", "disagreements")
     missing = sorted(set(required) - report.keys())
     if missing or report["n"] != dataset.n:
         raise InvalidInput("invalid_report", f"not a compare report over the {dataset.n} "
@@ -204,7 +211,8 @@ def stored_export(*, session: Session, store: ArtifactStore, pair: Pair,
         rows = json.loads(readable.read())
     names = (qualified_name(session=session, version=pair.old),
              qualified_name(session=session, version=pair.new))
-    return write_export(rows, export_format, version_names=names)
+    return write_export(rows, export_format, version_names=names,
+                        multilabel=pair.dataset.multilabel)
 
 
 @dataclass(frozen=True)
@@ -235,7 +243,9 @@ class PairInputs:
         `chunk_rows` samples at a time: memory stays a few chunks plus a few values per
         sample, whatever N is. On a traffic set, its traffic report."""
         if not self.dataset.labeled:
-            return self._store_page(store, *self.measure_traffic(store))
+            measured = (self.measure_label_traffic(store) if self.dataset.multilabel
+                        else self.measure_traffic(store))
+            return self._store_page(store, *measured)
         if self.dataset.multilabel:
             return self._store_page(store, self.measure_labels(store, chunk_rows, progress),
                                     None)
@@ -257,15 +267,48 @@ class PairInputs:
         """The multi-label report (flipgate.metrics.multilabel, as `flipgate compare` gives
         it) of both sides' stored probabilities at their versions' thresholds, or of their
         decisions where a side has only those."""
+        sides, thresholds = self.label_sides(store)
+        return compare_multilabel(read_label_matrix(store=store, dataset=self.dataset), *sides,
+                                  thresholds=thresholds, chunk_size=chunk_rows,
+                                  label_names=self.label_names, progress=progress)
+
+    @property
+    def label_names(self) -> list[str]:
+        """A multi-label set's label names: the set's, else the line's, else the columns."""
+        return class_name_list(self.num_classes, self.dataset.label_names or self.class_names)
+
+    def label_sides(self, store: ArtifactStore) -> tuple[list[np.ndarray], tuple]:
+        """Both multi-label sides as stored (probabilities, or decisions where a side has only
+        those) and the thresholds of each (None for decisions)."""
         sides = [read_logits(store=store, prediction=side) if side.logits_sha256
                  else read_predicted_classes(store=store, prediction=side)
                  for side in (self.old, self.new)]
         thresholds = tuple(limit if side.logits_sha256 else None for side, limit in zip(
             (self.old, self.new), self.thresholds, strict=True))
-        return compare_multilabel(read_label_matrix(store=store, dataset=self.dataset), *sides,
-                                  thresholds=thresholds, chunk_size=chunk_rows,
-                                  label_names=self.dataset.label_names or self.class_names,
-                                  progress=progress)
+        return sides, thresholds
+
+    def measure_label_traffic(self, store: ArtifactStore) -> tuple[dict[str, Any], None]:
+        """The multi-label traffic report (flipgate.metrics.multilabel_traffic) with the
+        revision's label sets, and the disagreements' export rows stored beside it, in the
+        order that `flipgate compare --multilabel` computes from the same decisions and set."""
+        sides, thresholds = self.label_sides(store)
+        decisions = tuple(decided(side, limit) for side, limit in zip(sides, thresholds,
+                                                                         strict=True))
+        evalset = load_evalset(store.local_path(self.dataset.sha256), mmap=True)
+        order = disagreement_order(*decisions, self.dataset.sha256)
+        report = multilabel_traffic_report(
+            *sides, order=order, thresholds=thresholds, label_names=self.label_names,
+            labels=read_revision_labels(store=store, labels=self.labels, n=self.dataset.n,
+                                        num_labels=self.num_classes))
+        rows = label_set_rows(order, decisions, evalset=evalset, label_names=self.label_names)
+        return self._traffic_entries(store, report, rows), None
+
+    def _traffic_entries(self, store: ArtifactStore, report: dict[str, Any],
+                         rows: list[dict]) -> dict[str, Any]:
+        """A traffic report with its label revision and its export's rows, stored."""
+        export = store.put_stream(io.BytesIO(json.dumps(rows, allow_nan=False).encode()))
+        return {**report, "label_revision": self.labels.revision if self.labels else 0,
+                "export_sha256": export.sha256}
 
     def _store_page(self, store: ArtifactStore, report: dict[str, Any],
                     values: PlotValues | None) -> tuple[dict[str, Any], str]:
@@ -292,9 +335,7 @@ class PairInputs:
         confidences = tuple(top_probabilities(side, order) for side in (logits or (None, None)))
         rows = disagreement_rows(order, predictions, confidences, evalset=evalset,
                                  class_names=class_name_list(self.num_classes, self.class_names))
-        export = store.put_stream(io.BytesIO(json.dumps(rows, allow_nan=False).encode()))
-        return {**report, "label_revision": self.labels.revision if self.labels else 0,
-                "export_sha256": export.sha256}, None
+        return self._traffic_entries(store, report, rows), None
 
     def sources(self) -> dict[str, dict[str, Any]]:
         """The "old" and "new" entries of the report (on a multi-label set, with each

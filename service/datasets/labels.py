@@ -42,10 +42,11 @@ def get_labels(*, session: Session, dataset: Dataset, revision: int) -> DatasetL
 
 
 def read_revision_labels(*, store: ArtifactStore, labels: DatasetLabels | None,
-                         n: int) -> np.ndarray:
-    """The (N,) labels of a revision, UNLABELLED where unknown (all of them without one)."""
+                         n: int, num_labels: int | None = None) -> np.ndarray:
+    """The (N,) labels of a revision, UNLABELLED where unknown (all of them without one);
+    with `num_labels`, a multi-label set's label sets (N, L), whole rows UNLABELLED."""
     if labels is None:
-        return np.full(n, UNLABELLED, dtype=np.int64)
+        return np.full(n if num_labels is None else (n, num_labels), UNLABELLED, np.int64)
     with store.open(labels.sha256) as readable:
         return np.load(io.BytesIO(readable.read()), allow_pickle=False)
 
@@ -54,7 +55,8 @@ def add_labels(*, session: Session, store: ArtifactStore, dataset: Dataset, labe
                source: str, line_class_names: list[str] | None) -> DatasetLabels | None:
     """Add the labels of a file (an .npz of `index` or `ids` and `y`, or a Label Studio
     export) to a traffic set as a new revision; None when every label was known already
-    (the same label again changes nothing). Class names map to columns by the set's
+    (the same label again changes nothing); on a multi-label set, label sets (a 0/1 matrix
+    (N, L) per revision). Class names map to columns by the set's
     `classes`, else by `line_class_names` (the names the exports of the lines measured on it
     give the classes, column numbers for a line without names, when those lines agree).
     A different label for a labelled sample is a Conflict `label_conflict` naming it;
@@ -66,10 +68,16 @@ def add_labels(*, session: Session, store: ArtifactStore, dataset: Dataset, labe
     with library_input():
         evalset = load_evalset(store.local_path(dataset.sha256), mmap=True)
         names = evalset.classes or line_class_names
+        num_classes = dataset.num_classes or (len(names) if names else None)
+        if dataset.multilabel and num_classes is None:
+            raise InvalidInput("labels_need_line", f"{dataset.name!r} names no labels and no "
+                               "measured line gives it their names; measure a pair on it "
+                               "first")
         index, columns = read_labels_file(
             labels_path, evalset=evalset, source=source, class_names=names,
-            num_classes=dataset.num_classes or (len(names) if names else None))
-    known = read_revision_labels(store=store, labels=latest, n=dataset.n)
+            num_classes=num_classes, multilabel=dataset.multilabel)
+    known = read_revision_labels(store=store, labels=latest, n=dataset.n,
+                                 num_labels=num_classes if dataset.multilabel else None)
     try:
         merged, added = merge_labels(known, index, columns, ids=evalset.ids)
     except InputError as error:
@@ -80,6 +88,11 @@ def add_labels(*, session: Session, store: ArtifactStore, dataset: Dataset, labe
                            1 + (latest.revision if latest else 0))
 
 
+def labelled_samples(labels: np.ndarray) -> int:
+    """How many samples a revision labels (a label set counts once)."""
+    return int((labels.reshape(labels.shape[0], -1)[:, 0] != UNLABELLED).sum())
+
+
 def _store_revision(session: Session, store: ArtifactStore, dataset: Dataset,
                     merged: np.ndarray, added: int, revision: int) -> DatasetLabels:
     """Insert the revision's row (refused if another import took its number meanwhile), then
@@ -88,7 +101,7 @@ def _store_revision(session: Session, store: ArtifactStore, dataset: Dataset,
     np.save(buffer, merged.astype("<i8"), allow_pickle=False)
     row = DatasetLabels(dataset_id=dataset.id, revision=revision,
                         sha256=hashlib.sha256(buffer.getvalue()).hexdigest(), added=added,
-                        labelled=int((merged != UNLABELLED).sum()))
+                        labelled=labelled_samples(merged))
     insert_or_conflict(session, row, code="labels_imported_meanwhile",
                        message=f"another import made revision {revision} of {dataset.name!r} "
                        "meanwhile; send the labels again")

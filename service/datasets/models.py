@@ -39,7 +39,8 @@ class Dataset(ProjectOwned, Record, Base):
 
 class DatasetLabels(Record, Base):
     """A label revision of a traffic set: every label known after one import, as an (N,)
-    int64 .npy (UNLABELLED, -1, where none is known) in the artifact store. Revisions count
+    int64 .npy (UNLABELLED, -1, where none is known; a multi-label set's label sets (N, L),
+    a whole row UNLABELLED) in the artifact store. Revisions count
     from 1; labels are append-only, so each revision holds the one before."""
 
     __tablename__ = "dataset_labels"

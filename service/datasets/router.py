@@ -2,7 +2,7 @@
 
 from typing import Annotated
 
-from fastapi import APIRouter, Form, UploadFile
+from fastapi import APIRouter, Form, Query, UploadFile
 from fastapi.responses import JSONResponse
 
 from service import flows
@@ -25,11 +25,19 @@ from service.storage import StagedFile, upload_name
 router = APIRouter(tags=["evalsets"], route_class=CommittingRoute)
 
 
+TRAFFIC_MULTILABEL_HELP = ("a traffic set (no y) of multi-label lines: their versions' "
+                           "decisions per label are compared on it and it takes label sets")
+
+
 @router.post("/evalsets", status_code=201, response_model=DatasetRead, dependencies=[WRITE])
 def register_evalset(session: SessionDep, store: StoreDep, settings: SettingsDep,
-                     name: Annotated[str, Form()], data: UploadFile) -> Dataset:
-    """Register a labeled eval set: an .npz with arrays x (float, N first) and y (labels)."""
-    return register(session, store, settings, name, data, DatasetRole.EVAL)
+                     name: Annotated[str, Form()], data: UploadFile,
+                     multilabel: Annotated[bool, Form(description=TRAFFIC_MULTILABEL_HELP)]
+                     = False) -> Dataset:
+    """Register an eval set: an .npz with arrays x (float, N first) and y (labels; a traffic
+    set has none, and `multilabel` makes it one of multi-label lines)."""
+    return register(session, store, settings, name, data, DatasetRole.EVAL,
+                    multilabel=multilabel)
 
 
 @router.post("/trainsets", status_code=201, response_model=DatasetRead, dependencies=[WRITE])
@@ -43,27 +51,31 @@ def register_trainset(session: SessionDep, store: StoreDep, settings: SettingsDe
 @router.put("/evalsets/{name}", status_code=201, response_model=DatasetRead,
             dependencies=[WRITE], **RAW_BODY_ROUTE)
 def put_evalset(name: str, session: SessionDep, store: StoreDep, settings: SettingsDep,
-                body: StagedNpz) -> Dataset:
+                body: StagedNpz,
+                multilabel: Annotated[bool, Query(description=TRAFFIC_MULTILABEL_HELP)] = False,
+                ) -> Dataset:
     """POST /evalsets with the .npz as the raw request body (Content-Type
     application/octet-stream): streamed to disk and hashed in one pass, no form to parse.
     The same checks, limits and answers as the POST."""
-    return store_staged(session, store, settings, name, body, "data", DatasetRole.EVAL)
+    return store_staged(session, store, settings, name, body, "data", DatasetRole.EVAL,
+                        multilabel=multilabel)
 
 
 def register(session: SessionDep, store: StoreDep, settings: SettingsDep, name: str,
-             data: UploadFile, role: DatasetRole) -> Dataset:
+             data: UploadFile, role: DatasetRole, *, multilabel: bool = False) -> Dataset:
     """Stage the upload under the size limit and store it as a data set of `role`."""
     with store.stage(data.file, filename="data.npz", max_bytes=settings.max_upload_bytes) as staged:
         return store_staged(session, store, settings, name, staged,
-                            upload_name("data", data.filename), role)
+                            upload_name("data", data.filename), role, multilabel=multilabel)
 
 
 def store_staged(session: SessionDep, store: StoreDep, settings: SettingsDep, name: str,
-                 staged: StagedFile, source: str, role: DatasetRole) -> Dataset:
+                 staged: StagedFile, source: str, role: DatasetRole, *,
+                 multilabel: bool = False) -> Dataset:
     """Store a staged .npz (messages name it `source`) as the data set `name` of `role`."""
     return service.register_dataset(
         session=session, store=store, name=name, role=role, npz_path=staged.path,
-        sha256=staged.sha256, source=source,
+        sha256=staged.sha256, source=source, multilabel=multilabel,
         max_decompressed_bytes=settings.max_decompressed_bytes)
 
 

@@ -20,14 +20,18 @@ def register_dataset(
     *, session: Session, store: ArtifactStore, name: str, role: DatasetRole, npz_path: Path,
     num_classes: int | None = None, source: str | None = None,
     max_decompressed_bytes: int | None = None, sha256: str | None = None,
+    multilabel: bool = False,
 ) -> Dataset:
     """Store an .npz (whose digest is `sha256`, when taken already) under a new name;
     classes default to the number of names in its `classes`, else to the largest label + 1
     (string labels without `classes`: the number of distinct names, mapped to columns by
     each line's class names when the line is measured on it; a training set needs `classes`).
     An eval set without `y` is a traffic set (its class count None without `classes`); a
-    training set needs labels. A set whose y is a 0/1 matrix (N, L), or label-name sets
-    mapped by its `classes`, is multi-label: its class count is L.
+    training set needs labels. A set (eval or training) whose y is a 0/1 matrix (N, L), or
+    label-name sets mapped by its `classes`, is multi-label: its class count is L. A traffic
+    set is multi-label when `multilabel` says so (its label count that of its `classes`, else
+    None: the line's applies); a labeled set's kind is its y's (`multilabel` on a
+    single-label y, or on a training set, is refused, `evalset_kind_mismatch`).
     The file is validated (memory-mapped where it can be) and the row inserted before the
     file enters the store, so a refused upload leaves nothing behind."""
     check_name(name, "dataset_name")
@@ -35,6 +39,10 @@ def register_dataset(
         data = load_evalset(npz_path, mmap=True, source=source,
                             max_decompressed_bytes=max_decompressed_bytes,
                             multilabel=True)
+        if multilabel and (role != DatasetRole.EVAL or (data.labeled and not data.multilabel)):
+            raise InvalidInput("evalset_kind_mismatch", f"{name}: multilabel applies to eval "
+                               "sets whose y is a label matrix (N, L) and to traffic sets; "
+                               "this set has one label per sample")
         if data.multilabel:
             num_classes = data.y.shape[1]
         elif data.labels_named and role == DatasetRole.TRAIN:
@@ -51,8 +59,9 @@ def register_dataset(
                                "labels (an array `y`)")
     row = Dataset(name=name, role=role, sha256=sha256 or file_sha256(npz_path), n=data.n,
                   num_classes=num_classes, sample_shape=list(data.sample_shape),
-                  labeled=data.labeled, multilabel=data.multilabel,
-                  label_names=list(data.classes) if data.multilabel and data.classes else None)
+                  labeled=data.labeled, multilabel=data.multilabel or multilabel,
+                  label_names=list(data.classes) if (data.multilabel or multilabel)
+                  and data.classes else None)
     insert_or_conflict(session, row, code="dataset_exists",
                        message=f"data set {name!r} already exists")
     store.put_file(npz_path, row.sha256)

@@ -391,15 +391,17 @@ def resolve_reference(*, session: Session, reference: str) -> ModelVersion:
 
 def check_evalset_fits(*, line: ModelLine, dataset: Dataset) -> None:
     """A line is measured on eval sets of its kind (`evalset_kind_mismatch`); a multi-label
-    line's sets have its number of labels (`label_count_mismatch`) and, where both name
-    them, its label names (`class_names_mismatch`). A traffic set fits a single-label line."""
+    line's sets have its number of labels (`label_count_mismatch`; a traffic set that does
+    not name its labels fits any) and, where both name them, its label names
+    (`class_names_mismatch`). A traffic set is of the kind it was registered as."""
     if dataset.multilabel != line.multilabel:
         raise InvalidInput("evalset_kind_mismatch", f"eval set {dataset.name!r} is "
                            f"{describe_kind(dataset.multilabel)} but model line {line.name!r} "
                            f"is {describe_kind(line.multilabel)}")
     if not line.multilabel:
         return
-    if dataset.num_classes != line.num_classes:
+    unnamed_traffic = dataset.num_classes is None and not dataset.labeled
+    if not unnamed_traffic and dataset.num_classes != line.num_classes:
         raise InvalidInput("label_count_mismatch", f"eval set {dataset.name!r} has "
                            f"{dataset.num_classes} labels but model line {line.name!r} has "
                            f"{line.num_classes}")

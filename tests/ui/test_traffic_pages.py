@@ -19,12 +19,13 @@ import pytest
 from tests.service.api.conftest import (
     ADMIN_TOKEN,
     bearer,
+    import_labels,
     measure,
+    npz_bytes,
     post_logits,
     run_task,
     shared_store,
 )
-from tests.service.api.test_traffic_api import import_labels, npz_bytes
 from tests.traffic_digits import digits_files
 from tests.ui.conftest import RATE, as_rate
 
@@ -60,8 +61,8 @@ def seed_traffic(client, folder: Path) -> Traffic:
     negative = (digits.old_pred[order] == digits.truth[order]) & \
         (digits.new_pred[order] != digits.truth[order])
     labelled = order[:max(12, int(np.flatnonzero(negative)[KNOWN_NEGATIVE - 1]) + 1)]
-    assert import_labels(client, npz_bytes(index=labelled,
-                                           y=digits.truth[labelled])).status_code == 201
+    assert import_labels(client, TRAFFIC, npz_bytes(
+        index=labelled, y=digits.truth[labelled])).status_code == 201
     report = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
     low, high = report["disagreements"]["nfr_interval"]
     assert client.put(f"/models/{LINE}/policy", json={

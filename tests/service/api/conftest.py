@@ -53,6 +53,22 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+def npz_bytes(**arrays: np.ndarray) -> bytes:
+    """The .npz file of named arrays."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def import_labels(client: TestClient, evalset: str, content: bytes,
+                  filename: str = "labels.npz") -> Response:
+    """POST labels to a traffic set and run the metrics jobs they queued; the answer."""
+    response = client.post(f"/evalsets/{evalset}/labels", files={"labels": (filename, content)})
+    for job_id in response.json().get("job_ids", []) if response.status_code < 300 else []:
+        run_task(client, job_id)
+    return response
+
+
 def store_settings(engine: Engine, folder: Path) -> Settings:
     """The settings of a test app on `engine`'s database, its files under `folder`, made
     without the FLIPGATE_* variables of the environment (as every test's are)."""

@@ -4,7 +4,6 @@ export (in the order `flipgate compare` computes), labels imported append-only a
 revisions, and the reports measured again with each (NFR exact once the disagreements are
 labelled)."""
 
-import io
 import json
 
 import numpy as np
@@ -27,8 +26,10 @@ from service.registry.service import create_line
 from tests.service.api.conftest import (
     ADMIN_TOKEN,
     error_code,
+    import_labels,
     measure,
     npy_bytes,
+    npz_bytes,
     post_logits,
     run_task,
 )
@@ -58,18 +59,8 @@ def traffic_line(client, db, digits):
     return digits
 
 
-def import_labels(client, content: bytes, filename: str = "labels.npz"):
-    """POST the labels and run the metrics jobs they queued; the answer."""
-    response = client.post(f"/evalsets/{TRAFFIC}/labels", files={"labels": (filename, content)})
-    for job_id in response.json().get("job_ids", []) if response.status_code < 300 else []:
-        run_task(client, job_id)
-    return response
 
 
-def npz_bytes(**arrays) -> bytes:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
 
 
 def test_a_traffic_set_is_listed_unlabeled(client, traffic_line):
@@ -113,20 +104,20 @@ def test_labels_arrive_in_revisions_and_make_nfr_exact(client, traffic_line, db)
         f"/compare/{OLD}/{NEW}/disagreements", params={"evalset": TRAFFIC}).json()]
     half, rest = order[: len(order) // 2], order[len(order) // 2:]
     ids = np.array([f"req-{i}" for i in half])
-    first = import_labels(client, npz_bytes(ids=ids, y=NAMES[digits.truth[half]]))
+    first = import_labels(client, TRAFFIC, npz_bytes(ids=ids, y=NAMES[digits.truth[half]]))
     assert first.status_code == 201 and first.json()["revision"] == 1
     partial = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
     full = count_flips(digits.old_pred, digits.new_pred, digits.truth).rates()
     low, high = partial["disagreements"]["nfr_interval"]
     assert partial["label_revision"] == 1 and low <= full["nfr"] <= high
-    again = import_labels(client, npz_bytes(index=np.array(half), y=digits.truth[half]))
+    again = import_labels(client, TRAFFIC, npz_bytes(index=np.array(half), y=digits.truth[half]))
     assert again.status_code == 200 and again.json() == {
         "revision": 1, "added": 0, "labelled": len(half), "job_ids": []}
     wrong = (digits.truth[half[:1]] + 1) % 10
-    refused = import_labels(client, npz_bytes(index=np.array(half[:1]), y=wrong))
+    refused = import_labels(client, TRAFFIC, npz_bytes(index=np.array(half[:1]), y=wrong))
     assert error_code(refused, 409) == "label_conflict"
     assert f"req-{half[0]}" in refused.json()["error"]["message"]
-    second = import_labels(client, npz_bytes(index=np.array(rest), y=digits.truth[rest]))
+    second = import_labels(client, TRAFFIC, npz_bytes(index=np.array(rest), y=digits.truth[rest]))
     assert second.json()["revision"] == 2
     exact = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
     assert exact["label_revision"] == 2 and exact["disagreements"]["complete"]
@@ -147,7 +138,7 @@ def test_a_label_studio_export_imports_as_labels(client, traffic_line):
         {**task["predictions"][0]["result"][0],
          "value": {"choices": [str(NAMES[digits.truth[task["data"]["index"]]])]}}],
         "was_cancelled": False}]} for number, task in enumerate(tasks[:5], start=1)]
-    answer = import_labels(client, json.dumps(export).encode(), "export.json")
+    answer = import_labels(client, TRAFFIC, json.dumps(export).encode(), "export.json")
     assert answer.status_code == 201 and answer.json()["added"] == 5
     report = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
     assert report["disagreements"]["labelled_prefix"] == 5
@@ -183,7 +174,7 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
     reasons = {reason["code"]: reason for reason in asked.json()["reasons"]}
     assert reasons["labels_needed"]["export_url"].endswith("format=label-studio")
     assert "max_class_nfr" in reasons["not_applicable_on_traffic"]["message"]
-    import_labels(client, npz_bytes(index=half, y=digits.truth[half]))
+    import_labels(client, TRAFFIC, npz_bytes(index=half, y=digits.truth[half]))
     waiting = client.get(f"/gate/decisions/{decision}").json()
     assert waiting["verdict"] == "pending" and waiting["labels_needed"] == rest.size
     assert waiting["callback"] is None  # no status is sent before the verdict is final
@@ -195,7 +186,7 @@ def test_a_gate_on_traffic_waits_for_labels_then_settles(client, traffic_line, m
             "&format=label-studio&project=default")
     assert f'href="{link.replace("&", "&amp;")}"' in page and "waits for labels" in page
     assert [task["data"]["index"] for task in client.get(link).json()] == order.tolist()
-    import_labels(client, npz_bytes(index=rest, y=digits.truth[rest]))
+    import_labels(client, TRAFFIC, npz_bytes(index=rest, y=digits.truth[rest]))
     final = client.get(f"/gate/decisions/{decision}").json()
     true_nfr = count_flips(digits.old_pred, digits.new_pred, digits.truth).rates()["nfr"]
     assert final["verdict"] == ("block" if true_nfr > limit else "approve")
