@@ -204,8 +204,8 @@ def status_with(client, secret: str) -> int:
 
 
 def revocations(client) -> list[tuple]:
-    """The (reason, token name, owner) of each grant's revocation of a personal token, newest
-    first."""
+    """The (actor, auth, resource, reason, token name, owner) of each revocation of a
+    personal token that a grant's change made (one with a reason), newest first."""
     answer = client.get("/audit-events", params={"action": "revoke_personal_token"},
                         headers=bearer(ADMIN_TOKEN))
     return [(event["actor"], event["auth"], event["resource"], event["reason"],
