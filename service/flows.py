@@ -15,6 +15,10 @@ Each event calls its flow from one place per origin:
   /jobs/{id}/cancel (service.jobs.router) with `cancel_job`;
 - a job's lease expires (its worker was lost): the worker's sweeper (worker.sweeper) calls
   `reap_lost_jobs`.
+- a project's grant is changed or removed: PUT and DELETE /projects/{project}/members
+  (service.projects.router) call `change_grant` and `remove_grant`, which revoke the
+  personal tokens it no longer covers (service.auth.personal), each an audit event of the
+  request's caller.
 - labels are posted to a traffic set: POST /evalsets/{name}/labels (service.datasets.router)
   calls `labels_posted`, which stores them as a new label revision (their class names read,
   when the set names none, from the lines measured on it) and calls `labels_added` (its
@@ -35,9 +39,12 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from starlette.requests import HTTPConnection
 
 from service import urls
+from service.audit.requests import add_event, caller_of
 from service.audit.service import record_job_change
+from service.auth.personal import GRANT_REMOVED, REVOKE, ROLE_LOWERED, revoke_unheld_tokens
 from service.compare.matrix import queue_matrix
 from service.compare.models import PairMetrics
 from service.compare.service import (
@@ -62,6 +69,8 @@ from service.predictions.service import (
     queue_missing_inference,
     versions_with_predictions,
 )
+from service.projects import service as projects
+from service.projects.models import Project, ProjectMember
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version, production_version_id, qualified_name
 from service.storage import ArtifactStore
@@ -229,3 +238,32 @@ def reap_lost_jobs(*, session: Session, settings: Settings, lease_seconds: float
                        error=f"worker_lost: no heartbeat for {lease_seconds:g} s, "
                              f"{job.attempts} attempts made")
     return lost
+
+
+def change_grant(*, session: Session, request: HTTPConnection, project: Project, kind: str,
+                 principal: str, role: str) -> ProjectMember:
+    """Grant `principal` the role `role` in `project`; the personal tokens there whose
+    owner no longer holds their scopes are revoked (reason role_lowered)."""
+    member = projects.grant(session=session, project=project, kind=kind, principal=principal,
+                            role=role)
+    _revoke_unheld(session, request, project, ROLE_LOWERED)
+    return member
+
+
+def remove_grant(*, session: Session, request: HTTPConnection, project: Project, kind: str,
+                 principal: str) -> None:
+    """Take the grant of `principal` in `project` back; the personal tokens there whose
+    owner no longer holds their scopes are revoked (reason grant_removed)."""
+    projects.revoke(session=session, project=project, kind=kind, principal=principal)
+    _revoke_unheld(session, request, project, GRANT_REMOVED)
+
+
+def _revoke_unheld(session: Session, request: HTTPConnection, project: Project,
+                   reason: str) -> None:
+    """Revoke the personal tokens of `project` their owners no longer hold, each an `ok`
+    audit event `revoke_personal_token` of the request's caller."""
+    settings: Settings = request.app.state.settings
+    for token in revoke_unheld_tokens(session=session, project=project,
+                                      admin_group=settings.oidc_admin_group):
+        add_event(session, request, caller_of(request), action=REVOKE, reason=reason,
+                  details={"name": token.name, "owner": token.owner})

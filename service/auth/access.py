@@ -9,14 +9,14 @@ alike. The server admin (the bootstrap token, or a stored token bound to no proj
 `admin`) holds every project scope in every project.
 """
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
 from service.auth.models import ApiToken
 from service.errors import Forbidden
-from service.projects.models import DEFAULT_PROJECT, Person, Project
+from service.projects.models import DEFAULT_PROJECT, Person, Project, ProjectMember
 from service.projects.service import PROJECT_SCOPES, ROLES, get_project, grants, project_not_found
 
 ADMIN = "admin"
@@ -128,13 +128,29 @@ def person_roles(*, session: Session, person: Person, admin_group: str | None) -
     """The roles of a person signed in with OpenID Connect: every project, as its admin, for
     a member of `admin_group`; else in each project the union of the roles granted to their
     subject and to each of their groups."""
-    if admin_group and admin_group in person.groups:
+    if in_admin_group(person.groups, admin_group):
         return {name: PROJECT_SCOPES
                 for name in session.scalars(select(Project.name).order_by(Project.name))}
     held: dict[str, frozenset[str]] = {}
     for project, role in grants(session=session, subject=person.subject, groups=person.groups):
         held[project] = held.get(project, frozenset()) | ROLES[role]
     return held
+
+
+def granted_scopes(members: Iterable[ProjectMember], *, subject: str, groups: Collection[str],
+                   admin_group: str | None) -> frozenset[str]:
+    """The scopes a person with `subject` and `groups` holds in the project whose grants are
+    `members`, by the rule of person_roles."""
+    if in_admin_group(groups, admin_group):
+        return PROJECT_SCOPES
+    return frozenset().union(*(ROLES[member.role] for member in members
+                               if (member.kind, member.principal) == ("subject", subject)
+                               or (member.kind == "group" and member.principal in groups)))
+
+
+def in_admin_group(groups: Collection[str], admin_group: str | None) -> bool:
+    """Whether a person of `groups` is the server's admin (FLIPGATE_OIDC_ADMIN_GROUP)."""
+    return bool(admin_group) and admin_group in groups
 
 
 def not_held(roles: Roles, project: str | None, scopes: Collection[str]) -> set[str]:

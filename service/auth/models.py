@@ -7,14 +7,18 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, Json, Record
 from service.names import NAME_LENGTH
-from service.projects.models import Project
+from service.projects.models import PRINCIPAL_LENGTH, Project
 
 
 class ApiToken(Record, Base):
     """A named bearer token bound to one project (its scopes hold there only), or a
     server-level one (`project_id` None: the `metrics` scope, or a server admin minted with
     `flipgate token create --server-level`); it no longer authenticates once `revoked_at` is
-    set or `expires_at` (None: never) has passed. Names are per project."""
+    set or `expires_at` (None: never) has passed. Names are per project.
+
+    A personal token (minted by a person on the dashboard) holds its `owner`'s OpenID
+    subject and the groups they had then (`owner_groups`); a token minted by `flipgate token
+    create` or the API holds None in both (service.auth.personal)."""
 
     __tablename__ = "api_tokens"
     __table_args__ = (UniqueConstraint("project_id", "name"),
@@ -28,6 +32,8 @@ class ApiToken(Record, Base):
     scopes: Mapped[list[str]] = mapped_column(Json)
     revoked_at: Mapped[datetime | None]
     expires_at: Mapped[datetime | None]
+    owner: Mapped[str | None] = mapped_column(String(PRINCIPAL_LENGTH), index=True)
+    owner_groups: Mapped[list[str] | None] = mapped_column(Json)
     project: Mapped[Project | None] = relationship(lazy="raise")
 
 

@@ -6,8 +6,9 @@ then the 404 project_not_found, that a project existing nowhere gets."""
 
 from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
+from service import flows
 from service.deps import (
     SERVER_ADMIN,
     Acting,
@@ -56,22 +57,27 @@ def list_members(session: SessionDep, acting: ProjectAdmin) -> list[ProjectMembe
 
 
 @router.put("/{project}/members", response_model=MemberRead, responses=NOT_FOUND)
-def grant_member(body: MemberGrant, session: SessionDep, acting: ProjectAdmin) -> ProjectMember:
+def grant_member(body: MemberGrant, request: Request, session: SessionDep,
+                 acting: ProjectAdmin) -> ProjectMember:
     """Grant a group or a subject a role in the project, replacing the one it had (422
     invalid_member unless exactly one of `group` and `subject` is given, invalid_role for
-    a role that is none of viewer, maintainer, gatekeeper and admin)."""
+    a role that is none of viewer, maintainer, gatekeeper and admin); the personal tokens
+    whose owner no longer holds their scopes are revoked."""
     kind, principal = body.principal()
-    return service.grant(session=session, project=acting.project, kind=kind,
-                         principal=principal, role=body.role)
+    return flows.change_grant(session=session, request=request, project=acting.project,
+                              kind=kind, principal=principal, role=body.role)
 
 
 @router.delete("/{project}/members", status_code=204,
                responses={404: {"description": "no such project for this caller "
                                                "(project_not_found), or no such grant "
                                                "(member_not_found)"}})
-def revoke_member(body: MemberName, session: SessionDep, acting: ProjectAdmin) -> Response:
+def revoke_member(body: MemberName, request: Request, session: SessionDep,
+                  acting: ProjectAdmin) -> Response:
     """Take a group's or a subject's role in the project back (the body of the PUT that
-    granted it; its `role` is not needed)."""
+    granted it; its `role` is not needed); the personal tokens whose owner no longer holds
+    their scopes are revoked."""
     kind, principal = body.principal()
-    service.revoke(session=session, project=acting.project, kind=kind, principal=principal)
+    flows.remove_grant(session=session, request=request, project=acting.project, kind=kind,
+                       principal=principal)
     return Response(status_code=204)

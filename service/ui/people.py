@@ -3,9 +3,10 @@ and the forms that write, where a signed-in person mints a personal API token fo
 own roles in the project the page acts in (same origin, a token bound to the session, a
 bounded expiry, shown once), and lists and revokes the tokens they minted.
 
-A personal token's owner is the person whose `ok` audit event `mint_personal_token` names
-it (its project and name, unique there for good: token rows are never deleted), so a
-person sees and revokes their own tokens only, and nothing else can make a token theirs.
+A personal token holds its owner, the subject of the person who minted it (and their
+groups then: service.auth.personal), so a person sees and revokes their own tokens only,
+and nothing else can make a token theirs; it is revoked when a grant's change leaves its
+owner without its scopes.
 """
 
 import logging
@@ -19,7 +20,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service import urls
-from service.audit.models import AuditEvent
 from service.audit.requests import (
     SIGN_IN,
     add_event,
@@ -27,15 +27,15 @@ from service.audit.requests import (
     record_change,
     record_page_refusal,
 )
-from service.audit.service import OK
 from service.auth.access import not_held
 from service.auth.models import ApiToken
+from service.auth.personal import REVOKE, owned_tokens, set_owner
 from service.auth.service import SCOPES, create_token, revoke_token
 from service.config import Settings
 from service.db import session_scope, utcnow
 from service.deps import Acting, CommittingRoute
 from service.errors import ServiceError
-from service.projects.models import Project
+from service.projects.models import Person
 from service.projects.service import get_project
 from service.ui import oidc
 from service.ui.pages import (
@@ -146,7 +146,7 @@ def mint_personal_token(
     return response
 
 
-@router.post("/tokens/{token_id}/revoke", response_class=HTMLResponse)
+@router.post("/tokens/{token_id}/revoke", response_class=HTMLResponse, name=REVOKE)
 def revoke_personal_token(request: Request, token_id: int,
                           csrf: Annotated[str, Form()] = "") -> HTMLResponse:
     """Revoke one of the person's own personal tokens, at once (its row stays, revoked); an
@@ -156,7 +156,7 @@ def revoke_personal_token(request: Request, token_id: int,
     settings: Settings = request.app.state.settings
     with session_scope(request.app.state.sessions) as session:
         who = _person(acting_viewer(request, session))
-        owned = {row.id: (row, project) for row, project in personal_tokens(session, who)}
+        owned = {row.id: (row, project) for row, project in owned_tokens(session, who.subject)}
         row, project = owned.get(token_id, (None, who.project))
         request.state.acting = _acting(session, who, project)
         if not same_origin(request, settings) or csrf != csrf_token(settings, who):
@@ -170,20 +170,6 @@ def revoke_personal_token(request: Request, token_id: int,
         request.state.audit_details = {"name": row.name}
         record_change(request, session)
         return _token_form(request, session, who, revoked=row)
-
-
-def personal_tokens(session: Session, who: Viewer) -> list[tuple[ApiToken, str]]:
-    """The personal tokens `who` minted (see the module), the newest first, each with its
-    project's name: revoked and expired ones too, in every project."""
-    minted = session.execute(select(AuditEvent.project_id, AuditEvent.details).where(
-        AuditEvent.actor == who.subject, AuditEvent.auth == oidc.AUTH,
-        AuditEvent.action == MINT, AuditEvent.outcome == OK))
-    names = {(project_id, (details or {}).get("name")) for project_id, details in minted}
-    rows = session.execute(select(ApiToken, Project.name)
-                           .join(Project, Project.id == ApiToken.project_id)
-                           .where(ApiToken.name.in_({name for _project, name in names}))
-                           .order_by(ApiToken.id.desc()))
-    return [(row, project) for row, project in rows if (row.project_id, row.name) in names]
 
 
 def _acting(session: Session, who: Viewer, project_name: str | None = None) -> Acting:
@@ -208,8 +194,11 @@ def _mint(session: Session, who: Viewer, scopes: list[str],
     project = get_project(session=session, name=who.project)
     count = session.scalar(select(func.count()).select_from(ApiToken).where(
         ApiToken.project_id == project.id, ApiToken.name.startswith(prefix, autoescape=True)))
-    return create_token(session=session, name=f"{prefix}{count + 1}", scopes=scopes,
-                        project=who.project, expires_in=timedelta(days=days))
+    row, secret = create_token(session=session, name=f"{prefix}{count + 1}", scopes=scopes,
+                               project=who.project, expires_in=timedelta(days=days))
+    set_owner(row, session.get_one(Person, who.subject))
+    session.flush()
+    return row, secret
 
 
 def _token_form(request: Request, session: Session, who: Viewer, status: int = 200,
@@ -221,7 +210,7 @@ def _token_form(request: Request, session: Session, who: Viewer, status: int = 2
     return render(request, "tokens.html", who, status=status, nav="tokens",
                   scopes=[scope for scope in SCOPES if scope in held],
                   csrf=csrf_token(settings, who), days=TOKEN_DAYS, max_days=MAX_TOKEN_DAYS,
-                  tokens=personal_tokens(session, who), now=utcnow(), **context)
+                  tokens=owned_tokens(session, who.subject), now=utcnow(), **context)
 
 
 def _person(who: Viewer) -> Viewer:

@@ -30,6 +30,10 @@ from tests.service.conftest import default_session, postgres_schema
 
 BEFORE_PROJECTS = "0016_traffic_sets"
 BEFORE_VERSION_PROJECT = "0018_ended_at_indexes"
+EVENTS = table("audit_events", column("actor"), column("auth"), column("project_id"),
+               column("action"), column("resource"), column("outcome"),
+               column("details", Json), column("created_at"))
+TOKENS = table("api_tokens", column("name"), column("owner"), column("owner_groups", Json))
 
 
 def test_migrated_schema_equals_the_models(engine):
@@ -197,6 +201,52 @@ def test_0019_gives_each_version_its_lines_project_and_no_other(backend, tmp_pat
             assert stored_versions(connection, "id", "line_id", "version") == before
             assert "project_id" not in {column["name"] for column in
                                         inspect(connection).get_columns("model_versions")}
+
+
+def minted_before_owners(connection) -> None:
+    """At 0020: heidi's personal token person-heidi-1 (an `ok` mint event of hers names it),
+    a look-alike the API minted (person-heidi-9, no event), and a mint she was refused."""
+    default = connection.execute(text("SELECT id FROM projects WHERE name = 'default'")
+                                 ).scalar_one()
+    connection.execute(table("people", column("subject"), column("groups", Json),
+                             column("signed_in_at")).insert(),
+                       [{"subject": "heidi", "groups": ["ml-team"], "signed_in_at": utcnow()}])
+    connection.execute(table("api_tokens", column("name"), column("token_hash"),
+                             column("scopes", Json), column("project_id"),
+                             column("created_at")).insert(),
+                       [{"name": name, "token_hash": f"{name}-hash", "scopes": ["read"],
+                         "project_id": default, "created_at": utcnow()}
+                        for name in ("person-heidi-1", "person-heidi-9", "ci")])
+    connection.execute(EVENTS.insert(), [
+        {"actor": "heidi", "auth": "oidc", "project_id": default,
+         "action": "mint_personal_token", "resource": "/ui/tokens", "outcome": outcome,
+         "details": {"name": name}, "created_at": utcnow()}
+        for outcome, name in (("ok", "person-heidi-1"), ("denied", "ci"))])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_0021_gives_each_personal_token_the_owner_its_mint_event_names(backend, tmp_path):
+    """Tokens stored at 0020 hold their owner (and the owner's groups) at 0021 where an `ok`
+    mint event of a person names them, else none; the downgrade keeps every token."""
+    with empty_database(backend, tmp_path) as engine:
+        settings = Settings(database_url=engine.url.render_as_string(hide_password=False))
+        migrate_to(settings, "0020_multilabel")
+        with engine.begin() as connection:
+            minted_before_owners(connection)
+        migrate_to(settings, "head")
+        with engine.connect() as connection:
+            owners = connection.execute(select(TOKENS.c.name, TOKENS.c.owner,
+                                               TOKENS.c.owner_groups)
+                                        .order_by(TOKENS.c.name)).all()
+        assert owners == [("ci", None, None), ("person-heidi-1", "heidi", ["ml-team"]),
+                          ("person-heidi-9", None, None)]
+        migrate_to(settings, "0020_multilabel")
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT name FROM api_tokens ORDER BY name")
+                                      ).scalars().all() == ["ci", "person-heidi-1",
+                                                            "person-heidi-9"]
+            assert "owner" not in {column["name"] for column in
+                                   inspect(connection).get_columns("api_tokens")}
 
 
 def projects_holding(engine: Engine, *, team_b_token: bool) -> Settings:
