@@ -42,12 +42,12 @@ def text_of(html: str) -> str:
 
 
 def cell(html: str, row: str, key: str | None = None) -> str:
-    """The text of the (first) number cell of the row whose attribute is `row`
+    """The text of the (first) figure cell (a headline value) of the row whose attribute is `row`
     (`data-key="…"` or `data-label="…"`), or of its cell `data-key="key"`."""
     found = re.search(rf"<tr {row}[^>]*>(.*?)</tr>", html, re.DOTALL)
     assert found, row
     inner = found.group(1)
-    pattern = rf'data-key="{key}">(.*?)</td>' if key else r'<td class="num">(.*?)</td>'
+    pattern = rf'data-key="{key}"[^>]*>(.*?)</td>' if key else r'<td class="figure">(.*?)</td>'
     return text_of(re.search(pattern, inner, re.DOTALL).group(1))
 
 
@@ -120,9 +120,10 @@ def test_the_per_label_table_puts_the_worst_labels_first(line, signed_in):
             int((y & old[:, label] & ~new[:, label]).sum()))
         assert cell(table, row, "new_false_alarms") == str(
             int((~y & ~old[:, label] & new[:, label]).sum()))
-        assert cell(table, row, "pfr") == shown(entry["pfr"], entry["pfr_ci"])
-        assert cell(table, row, "churn") == shown(
-            (old[:, label] != new[:, label]).mean(), entry["churn_ci"])
+        assert cell(table, row, "pfr") == shown(entry["pfr"])
+        assert cell(table, row, "churn") == shown((old[:, label] != new[:, label]).mean())
+        low, high = entry["churn_ci"]
+        assert f'data-key="churn" title="95% CI {100 * low:.2f}% – {100 * high:.2f}%"' in table
         assert cell(table, row, "mcnemar_p") == f"{entry['mcnemar_p']:.3g}"
         for key, decided in (("f1_old", old), ("f1_new", new)):
             true_pos = (y & decided[:, label]).sum()
