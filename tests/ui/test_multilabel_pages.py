@@ -43,7 +43,7 @@ def text_of(html: str) -> str:
 
 def cell(html: str, row: str, key: str | None = None) -> str:
     """The text of the (first) figure cell (a headline value) of the row whose attribute is `row`
-    (`data-key="…"` or `data-label="…"`), or of its cell `data-key="key"`."""
+    (`data-key="…"`, `data-label="…"`, `id="…"`), or of its cell `data-key="key"`."""
     found = re.search(rf"<tr {row}[^>]*>(.*?)</tr>", html, re.DOTALL)
     assert found, row
     inner = found.group(1)
@@ -80,6 +80,9 @@ def test_the_matrix_shows_nfr_sample_and_churn_sample(line, signed_in):
             assert value == pytest.approx(expected.mean()), (metric, old, new)
             assert f"{old} → {new}: {label} {shown(value)}" in svg
     assert "NFR_sample / churn_sample of every measured pair" in text
+    assert cell(text, 'id="history-2"', "nfr") == shown(flips(line, "1", "2").any(
+        axis=1).mean())  # the blocked decision's NFR_sample against production (1)
+    assert cell(text, 'id="history-2"', "er_new") == "—"  # not measured: never "unknown"
 
 
 def test_the_pair_page_shows_the_per_sample_headline(line, signed_in):
