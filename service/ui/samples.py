@@ -156,7 +156,6 @@ def column_labels(evalset: Path, indices: np.ndarray,
     return label_columns(labels, class_names, source=evalset.name)
 
 
-
 def multilabel_gallery(report: dict, *, old_probabilities: Path, new_probabilities: Path,
                        evalset: Path, y: np.ndarray, view: SampleView) -> str:
     """The library's gallery of a multi-label pair's negative flips by label
