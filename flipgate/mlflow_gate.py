@@ -28,8 +28,9 @@ from flipgate.commands import (
 from flipgate.errors import InputError
 
 MODEL_URI = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))")
-VERDICT_TAG, DECISION_TAG, NFR_TAG, REPORT_TAG = (
-    "flipgate.verdict", "flipgate.decision", "flipgate.nfr", "flipgate.report_url")
+VERDICT_TAG, DECISION_TAG, NFR_TAG, REPORT_TAG, LABELS_TAG = (
+    "flipgate.verdict", "flipgate.decision", "flipgate.nfr", "flipgate.report_url",
+    "flipgate.blocking_labels")
 PRODUCTION = "production"
 
 
@@ -105,8 +106,10 @@ def onnx_bytes(version: MlflowVersion, tracking_uri: str | None) -> bytes:
 
 def set_verdict_tags(client, version: MlflowVersion, decision: dict) -> None:
     """Write the decision on the MLflow version as flipgate.* tags, the verdict last (whoever
-    sees it sees the others); the NFR is the worst over the decision's eval sets. The report
-    link is left out unless it is absolute: a relative one means nothing in MLflow's UI."""
+    sees it sees the others); the NFR is the worst over the decision's eval sets (NFR_sample
+    on a multi-label line, whose decision also names the labels its reasons block on). The
+    report link is left out unless it is absolute: a relative one means nothing in MLflow's
+    UI."""
     tags = {DECISION_TAG: str(decision["decision_id"])}
     if decision.get("baseline"):
         nfrs = [metrics["nfr"] for metrics in decision.get("metrics", {}).values()
@@ -114,9 +117,18 @@ def set_verdict_tags(client, version: MlflowVersion, decision: dict) -> None:
         tags[NFR_TAG] = f"{max(nfrs):.6g}" if nfrs else "n/a"
         if is_absolute(report := decision.get("report_url") or ""):
             tags[REPORT_TAG] = report
+    if any(metrics and metrics.get("multilabel")
+           for metrics in decision.get("metrics", {}).values()):
+        tags[LABELS_TAG] = json.dumps(blocking_labels(decision))
     tags[VERDICT_TAG] = decision["verdict"]
     for key, value in tags.items():
         client.set_model_version_tag(version.name, version.version, key, value)
+
+
+def blocking_labels(decision: dict) -> list[str]:
+    """The labels a multi-label decision's blocking reasons name, sorted (none: [])."""
+    return sorted({reason["label"] for reason in decision.get("reasons", [])
+                   if reason.get("blocking") and reason.get("label") is not None})
 
 
 def is_absolute(link: str) -> bool:
@@ -130,12 +142,15 @@ class FlipgateRegistry:
     def __init__(self, client: gate_client.GateClient) -> None:
         self.client = client
 
-    def register(self, line: str, version: str, model: bytes, metadata: dict) -> str:
-        """Register `model` as line:version; a version already there with the same bytes is
-        reused, one with other bytes refused."""
+    def register(self, line: str, version: str, model: bytes, metadata: dict,
+                 multilabel: bool = False) -> str:
+        """Register `model` as line:version (with `multilabel`, of a multi-label line: a new
+        line becomes one, another kind of line refuses it); a version already there with the
+        same bytes is reused, one with other bytes refused."""
+        kind = {"multilabel": "true"} if multilabel else {}
         try:
             self.client.post_form("/models", {"name": line, "version": version,
-                                              "metadata": json.dumps(metadata)},
+                                              "metadata": json.dumps(metadata), **kind},
                                   {"artifact": ("model.onnx", model)})
         except InputError as error:
             if error.code != "version_exists":
@@ -158,12 +173,14 @@ class FlipgateRegistry:
 
 
 def register_from_mlflow(client, registry: FlipgateRegistry, uri: str, line: str | None,
-                         tracking_uri: str | None) -> tuple[MlflowVersion, str]:
-    """The MLflow version `uri` names, registered on flipgate; and the line it went to."""
+                         tracking_uri: str | None,
+                         multilabel: bool = False) -> tuple[MlflowVersion, str]:
+    """The MLflow version `uri` names, registered on flipgate (in a multi-label line with
+    `multilabel`); and the line it went to."""
     version = resolve(client, uri)
     line = line or version.name
     registry.register(line, version.version, onnx_bytes(version, tracking_uri),
-                      version.metadata())
+                      version.metadata(), multilabel)
     return version, line
 
 
@@ -181,9 +198,9 @@ def run_mlflow_gate(args: argparse.Namespace) -> int:
         gate = gate_client.GateClient(http, credentials)
         registry = FlipgateRegistry(gate)
         candidate, line = register_from_mlflow(client, registry, args.model_uri, args.line,
-                                               tracking_uri)
-        baseline = (register_from_mlflow(client, registry, args.baseline, line, tracking_uri)[0]
-                    if args.baseline else None)
+                                               tracking_uri, args.multilabel)
+        baseline = (register_from_mlflow(client, registry, args.baseline, line, tracking_uri,
+                                         args.multilabel)[0] if args.baseline else None)
         request = {"model": line, "candidate": candidate.version,
                    "baseline": baseline and baseline.version, "evalsets": args.evalset,
                    "ci": gate_client.ci_context({}, os.environ)}
@@ -222,6 +239,9 @@ def add_mlflow_command(commands: argparse._SubParsersAction) -> None:
                       help="eval set to decide on (repeatable; default: the policy's)")
     gate.add_argument("--baseline", metavar="MODEL_URI",
                       help="gate against this MLflow version (default: flipgate's production)")
+    gate.add_argument("--multilabel", action="store_true",
+                      help="the model decides each of its labels apart: a new line is made "
+                           "multi-label (a single-label line refuses the version)")
     gate.add_argument("--promote", metavar="ALIAS",
                       help="on approval, move production and set this MLflow alias")
     gate.add_argument("--tracking-uri", metavar="URI", help="default: $MLFLOW_TRACKING_URI")

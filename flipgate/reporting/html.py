@@ -5,7 +5,8 @@ The page loads nothing: CSS is inline and the plots are SVG drawn by flipgate.re
 """
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -248,39 +249,64 @@ def multilabel_body(report: dict, *, old_name: str, new_name: str) -> str:
     ])
 
 
+@dataclass(frozen=True)
+class LabelRows:
+    """What a multi-label gallery reads of the samples it draws, row for row: their labels
+    (k, L), each version's probabilities (k, L) and their rows of the arrays it shows."""
+
+    y: np.ndarray
+    old: np.ndarray
+    new: np.ndarray
+    arrays: Mapping[str, np.ndarray]
+
+
 def multilabel_gallery(analysis: "MultiLabelAnalysis", evalset: EvalSet) -> str:
-    """The negative flips of the GALLERY_LABELS worst labels, a gallery each, the new
-    version's most confident decisions first; nothing when a side has no probabilities."""
+    """The label_gallery of a comparison held in memory; nothing when a side has no
+    probabilities."""
     old, new = (side.probabilities for side in analysis.sides)
     if old is None or new is None:
         return ""
     view, arrays = _shown_arrays(evalset)
-    flipped = analysis.report["flipped_indices"]
+    return label_gallery(analysis.report, view, lambda indices, label: new[indices, label],
+                         lambda indices: LabelRows(evalset.y[indices], old[indices],
+                                                   new[indices], {name: array[indices] for
+                                                                  name, array in arrays.items()}))
+
+
+def label_gallery(report: dict, view: SampleView,
+                  new_probability: Callable[[np.ndarray, int], np.ndarray],
+                  rows: Callable[[np.ndarray], LabelRows]) -> str:
+    """The negative flips of the GALLERY_LABELS worst labels of a multi-label report, a
+    gallery each of the LABEL_GALLERY_LIMIT on which the new version decides most
+    confidently; `new_probability(indices, label)` reads the new version's probabilities of
+    one label, `rows(indices)` what is drawn of the samples shown (nothing else is read)."""
+    flipped = report["flipped_indices"]
     sections = []
-    for entry in worst_labels_first(analysis.report)[:GALLERY_LABELS]:
+    for entry in worst_labels_first(report)[:GALLERY_LABELS]:
         indices = np.asarray(flipped[entry["name"]], dtype=np.int64)
         if not indices.size:
             break
         j = entry["label"]
-        confidence = np.abs(new[indices, j] - 0.5)
+        confidence = np.abs(new_probability(indices, j) - 0.5)
         shown = indices[np.argsort(-confidence, kind="stable")][:LABEL_GALLERY_LIMIT]
-        samples = [_label_flip(int(i), j, evalset.y, old, new, arrays) for i in shown]
-        sections.append(f"<h3>Label {html.escape(entry['name'])}: {indices.size} negative "
-                        f"flips</h3>" + gallery_html(samples, view, PRESENCE))
+        read = rows(shown)
+        samples = [_label_flip(int(index), j, row, read) for row, index in enumerate(shown)]
+        sections.append(f'<h3 data-label="{html.escape(entry["name"])}">Label '
+                        f"{html.escape(entry['name'])}: {indices.size} negative flips</h3>"
+                        + gallery_html(samples, view, PRESENCE))
     return ("<h2>Negative flips by label</h2><p class=\"sub\">Per label, samples on which the "
             "old version decided it right and the new one wrong (the most confident first; "
             "the worst labels first).</p>" + "".join(sections)) if sections else ""
 
 
-def _label_flip(index: int, label: int, y: np.ndarray, old: np.ndarray, new: np.ndarray,
-                arrays: dict[str, np.ndarray]) -> FlipSample:
-    """A negative flip of one label as a gallery entry: its true value, both decisions and
-    each version's probability of its decision."""
-    truth = int(y[index, label])
-    return FlipSample(index, truth, truth, 1 - truth,
-                      float(old[index, label] if truth else 1 - old[index, label]),
-                      float(1 - new[index, label] if truth else new[index, label]),
-                      {name: np.asarray(array[index]) for name, array in arrays.items()})
+def _label_flip(index: int, label: int, row: int, read: LabelRows) -> FlipSample:
+    """Sample `index` (row `row` of `read`), a negative flip of `label`, as a gallery entry:
+    its true value, both decisions and each version's probability of its decision."""
+    truth = int(read.y[row, label])
+    old, new = float(read.old[row, label]), float(read.new[row, label])
+    return FlipSample(index, truth, truth, 1 - truth, old if truth else 1 - old,
+                      1 - new if truth else new,
+                      {name: np.asarray(array[row]) for name, array in read.arrays.items()})
 
 
 def _shown_arrays(evalset: EvalSet) -> tuple[SampleView, dict[str, np.ndarray]]:

@@ -7,15 +7,16 @@ integer; a p-value to three significant digits. Templates use it through macros.
 from typing import Any
 
 from flipgate.reporting.rows import fmt_ci, fmt_pct
-from service.gate.rules import GROUP_LIMITS, LIMITS
+from service.gate.rules import GROUP_LIMITS, LABEL_LIMITS, LIMITS
 
 RATES = frozenset({"nfr", "pfr", "er_old", "er_new", "er", "churn", "er_increase",
                    "er_decrease", "nfr_upper", "worst_class_nfr", "nfr_mc", "history_nfr",
                    "nfr_estimate", "max_nfr", "max_churn", "max_nfr_upper", "max_class_nfr",
                    "max_er_increase", "min_er_decrease", "max_nfr_mc", "max_group_nfr",
-                   "max_group_er_increase", "max_nfr_vs_history"})
+                   "max_group_er_increase", "max_nfr_vs_history", "lost_positive_rate",
+                   "max_label_nfr", "max_lost_positives"})
 COUNTS = frozenset({"n", "negative_flips", "positive_flips", "disagreements", "labelled",
-                    "unlabelled"})
+                    "unlabelled", "support", "lost_positives", "new_false_alarms"})
 P_VALUES = frozenset({"mcnemar_p", "cost_p", "significance"})
 LABELS = {"nfr": "NFR", "pfr": "PFR", "er_old": "Error before", "er_new": "Error after",
           "churn": "Churn", "negative_flips": "Negative flips",
@@ -47,8 +48,9 @@ def kind(key: str) -> str:
 
 
 def limit_metric(code: str) -> str:
-    """The metric a reason's code bounds (max_class_nfr -> worst_class_nfr), else the code."""
-    spec = LIMITS.get(code) or GROUP_LIMITS.get(code)
+    """The metric a reason's code bounds (max_class_nfr -> worst_class_nfr, a label's
+    max_lost_positives -> lost_positive_rate), else the code."""
+    spec = LIMITS.get(code) or GROUP_LIMITS.get(code) or LABEL_LIMITS.get(code)
     return spec.metric if spec is not None else code
 
 

@@ -46,6 +46,7 @@ class LineSummary:
     production: str | None
     verdict: str | None
     decision_id: int | None  # the latest decision's
+    multilabel: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ class Matrix:
     counts are stored, and the pairs that have a full report (a page of their own). On a
     traffic set NFR and PFR are None (unknown) but where every disagreement of a reported
     pair is labelled; `intervals` holds NFR's 95% interval of the reported pairs with some
-    labels."""
+    labels. On a multi-label set (`multilabel`) NFR, PFR and churn are per sample: NFR_sample,
+    PFR_sample and churn_sample."""
 
     versions: list[str]
     cells: dict[tuple[str, str], dict[str, float | None]]
@@ -71,6 +73,7 @@ class Matrix:
     production: str | None = None
     promoted: frozenset[tuple[str, str]] = frozenset()  # (from, to) of production's moves
     intervals: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    multilabel: bool = False
 
     def value(self, old: str, new: str, metric: str) -> float | None:
         rates = self.cells.get((old, new))
@@ -123,7 +126,8 @@ def line_summaries(session: Session) -> list[LineSummary]:
             session.execute(select(Decision.line_id, Decision.id, Decision.verdict)
                             .where(Decision.id.in_(last_decisions)))}
     return [LineSummary(line.name, line.num_classes, counts.get(line.id, 0), latest.get(line.id),
-                        production.get(line.id), *last.get(line.id, (None, None)))
+                        production.get(line.id), *last.get(line.id, (None, None)),
+                        multilabel=line.multilabel)
             for line in session.scalars(select(ModelLine).order_by(ModelLine.name))]
 
 
@@ -238,7 +242,8 @@ def matrix(session: Session, versions: list[ModelVersion], evalset: str | None) 
                                       PairMetrics.old_version_id.in_(names),
                                       PairMetrics.new_version_id.in_(names)))
     shown = Matrix([version.version for version in scored], cells,
-                   {(names[old], names[new]) for old, new in reported})
+                   {(names[old], names[new]) for old, new in reported},
+                   multilabel=dataset.multilabel)
     return shown if dataset.labeled else _with_labels(session, shown, dataset, names)
 
 
@@ -522,10 +527,17 @@ class PairRows:
     labels: DatasetLabels | None = None  # a traffic set's label revision the report read
 
     @property
+    def multilabel(self) -> bool:
+        """Whether the report is a multi-label pair's (flipgate.metrics.multilabel)."""
+        return bool(self.metrics.report.get("multilabel"))
+
+    @property
     def negative_flips(self) -> int:
         """The negative flips the report counts (on a traffic set: those known from its
-        labels)."""
+        labels; on a multi-label set: the samples with a label turned wrong)."""
         report = self.metrics.report
+        if self.multilabel:
+            return report["per_sample"]["samples_with_negative_flips"]
         if self.dataset.labeled or report.get("flipped_indices"):
             return len(report["flipped_indices"]["negative"])
         return report["disagreements"]["negative_flips_known"]

@@ -28,12 +28,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
 from flipgate.reporting.html import stored_body
+from flipgate.reporting.multilabel import worst_labels_first
 from service import urls
 from service.audit.requests import record_sign_in_refusal
 from service.auth.service import TokenRefused
 from service.compare.service import EXPORT_TYPES, resolve_pair, stored_export
 from service.config import Settings
 from service.datasets.labels import read_revision_labels
+from service.datasets.service import read_label_matrix
 from service.db import read_only, session_scope
 from service.deps import CommittingRoute
 from service.errors import Forbidden, NotFound, Unauthorized, describe_problems
@@ -129,6 +131,7 @@ def lines(request: Request, who: SignedIn, session: ReadSession) -> HTMLResponse
 
 
 HEATMAPS = {"nfr": "NFR", "churn": "churn"}
+MULTILABEL_HEATMAPS = {"nfr": "NFR_sample", "churn": "churn_sample"}  # per sample
 
 
 @router.get("/lines/{name}", response_class=HTMLResponse)
@@ -136,7 +139,8 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
          evalset: str | None = None, page: int = 1, versions: str = "",
          metric: Literal["nfr", "churn"] = "nfr") -> HTMLResponse:
     """A line's history, matrix heatmaps (the last versions, or all with versions=all: then
-    one metric at a time when there are more), policies, promotions and decision log."""
+    one metric at a time when there are more; on a multi-label set NFR_sample and
+    churn_sample), policies, promotions and decision log."""
     try:
         view = queries.line_page(session, name, evalset, page, whole_matrix=versions == "all")
     except NotFound as error:
@@ -144,10 +148,12 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
     pair_url = functools.partial(urls.ui_pair, name, evalset=view.evalset, project=who.project)
     shown = (list(HEATMAPS) if len(view.matrix.versions) <= queries.MATRIX_WINDOW
              else [metric])
-    heatmaps = [(HEATMAPS[key], Markup(heatmap_svg(view.matrix, key, HEATMAPS[key],
-                                                   view.limits.get(key), pair_url)))
+    names = MULTILABEL_HEATMAPS if view.matrix.multilabel else HEATMAPS
+    heatmaps = [(names[key], Markup(heatmap_svg(view.matrix, key, names[key],
+                                                view.limits.get(key), pair_url)))
                 for key in shown]
     return render(request, "line.html", who, view=view, heatmaps=heatmaps, metrics=shown,
+                  metric_names=names,
                   history=Markup(history_svg(view.history, view.limits)),
                   reverts=list_events(session=session, model=name, action="reverted")
                   if who.project == DEFAULT_PROJECT else [])  # the connector's log names
@@ -157,12 +163,18 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
 @router.get("/lines/{name}/pairs/{old}/{new}", response_class=HTMLResponse)
 def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: str, new: str,
          evalset: str, page: int = 1) -> HTMLResponse:
-    """The pair report and one page of its negative flips."""
+    """The pair report and one page of its negative flips (on a multi-label set, its report's
+    figures per sample and per label, and its negative flips by label)."""
     store: ArtifactStore = request.app.state.store
     try:
         rows = queries.pair_rows(session, name, old, new, evalset)
     except NotFound as error:
         return counted_pair_page(request, who, session, (name, old, new, evalset), error)
+    if rows.multilabel:
+        return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
+                      report=rows.metrics.report, labels=worst_labels_first(rows.metrics.report),
+                      gallery=Markup(_label_gallery(rows, store)),
+                      flips=rows.negative_flips, gallery_css=Markup(GALLERY_CSS))
     gallery, page, pages, images = _gallery(rows, store, page)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
                   report=Markup(_report(rows, store)), gallery=Markup(gallery),
@@ -229,6 +241,22 @@ def _gallery(rows: queries.PairRows, store: ArtifactStore,
     flips = samples.gallery_page(ranked, page, FLIPS_PER_PAGE, **paths, view=view,
                                  class_names=rows.class_names, labels=labels)
     return gallery_html(flips, view, rows.class_names), page, pages, view.kind == IMAGE
+
+
+NO_LABEL_FLIPS = '<p class="muted">No label of any sample turned wrong.</p>'
+
+
+def _label_gallery(rows: queries.PairRows, store: ArtifactStore) -> str:
+    """A multi-label pair's negative flips by label, as the library draws them for `flipgate
+    compare --html` (the worst labels first, the most confident flips of each)."""
+    if rows.old_logits is None or rows.new_logits is None:
+        return LABELS_ONLY_GALLERY
+    evalset = store.local_path(rows.dataset.sha256)
+    return samples.multilabel_gallery(
+        rows.metrics.report, old_probabilities=store.local_path(rows.old_logits),
+        new_probabilities=store.local_path(rows.new_logits), evalset=evalset,
+        y=read_label_matrix(store=store, dataset=rows.dataset),
+        view=samples.sample_view(evalset)) or NO_LABEL_FLIPS
 
 
 def _revision_labels(rows: queries.PairRows, store: ArtifactStore) -> np.ndarray | None:

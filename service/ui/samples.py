@@ -18,6 +18,7 @@ from flipgate.formats.evalsets import label_columns
 from flipgate.formats.npy import npz_headers
 from flipgate.metrics.traffic import UNLABELLED
 from flipgate.reporting.gallery import FlipSample, SampleView, by_new_confidence, flip_samples
+from flipgate.reporting.html import LabelRows, label_gallery
 
 ZIP_LOCAL_HEADER_BYTES = 30
 STREAM_CHUNK_BYTES = 1 << 22
@@ -154,3 +155,17 @@ def column_labels(evalset: Path, indices: np.ndarray,
             class_names = archive["classes"].tolist()
     return label_columns(labels, class_names, source=evalset.name)
 
+
+def multilabel_gallery(report: dict, *, old_probabilities: Path, new_probabilities: Path,
+                       evalset: Path, y: np.ndarray, view: SampleView) -> str:
+    """The library's gallery of a multi-label pair's negative flips by label
+    (flipgate.reporting.html.label_gallery), reading only the rows it ranks and draws of the
+    stored probabilities (N, L) and eval set; `y` is the set's label matrix (N, L)."""
+    def rows(indices: np.ndarray) -> LabelRows:
+        return LabelRows(y[indices], logits_rows(old_probabilities, indices),
+                         logits_rows(new_probabilities, indices),
+                         {name: npz_rows(evalset, name, indices) for name in view.arrays})
+
+    return label_gallery(report, view,
+                         lambda indices, label: logits_rows(new_probabilities, indices)[:, label],
+                         rows)

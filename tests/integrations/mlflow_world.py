@@ -21,8 +21,9 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
+from sklearn.multiclass import OneVsRestClassifier
 
-from flipgate.datasets import save_evalset
+from flipgate.datasets import digit_composites, save_evalset, small_digits, split
 from flipgate.formats.evalsets import EvalSet
 from flipgate.processes import free_port, stop_process
 from tests.e2e.conftest import wait_for
@@ -34,6 +35,8 @@ MLFLOW_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
               "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
               "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": WEBHOOK_ENCRYPTION_KEY}
 ADMIN = ("admin", "mlflow-admin-password-0123")
+LOST_LABEL = 3  # the label the second multi-label version never says
+DECLARED = [0.4] + [0.5] * 9  # the thresholds its ONNX metadata declares
 # `--app-name basic-auth` (needs mlflow[auth]): its settings (a checked password is cached for
 # a minute: else each request hashes it again, ~0.1 s here), the admin's password on a new
 # user store, and the fixed key its CSRF protection refuses to start without
@@ -138,6 +141,48 @@ def classifier(train: tuple[np.ndarray, np.ndarray], *, samples: int,
     model = onnx.load(str(path))
     path.unlink()
     return model
+
+
+def multilabel_models(folder: Path) -> tuple[EvalSet, dict[str, onnx.ModelProto]]:
+    """Held-out composites of real digits (a multi-label set of ten labels) and two ONNX
+    models of them ending in a sigmoid: `1`, one logistic regression per label; `2`, the
+    same with label 3 never said (its bias pushed down) and thresholds in its metadata."""
+    train_digits, eval_digits = split(small_digits(), 1000, seed=0)
+    train, held_out = (digit_composites(n, seed=seed, digits=part) for n, seed, part in (
+        (300, 1, train_digits), (150, 2, eval_digits)))
+    x = train.x.reshape(train.n, -1)
+    fitted = OneVsRestClassifier(LogisticRegression(max_iter=300)).fit(x, train.y)
+    weight = np.concatenate([estimator.coef_ for estimator in fitted.estimators_])
+    bias = np.concatenate([estimator.intercept_ for estimator in fitted.estimators_])
+    models = {}
+    for version, lost in (("1", None), ("2", LOST_LABEL)):
+        layer = torch.nn.Linear(x.shape[1], weight.shape[0])
+        with torch.no_grad():
+            layer.weight.copy_(torch.from_numpy(weight))
+            layer.bias.copy_(torch.from_numpy(bias))
+            if lost is not None:
+                layer.bias[lost] = -50.0
+        path = folder / f"tags-{version}.onnx"
+        torch.onnx.export(torch.nn.Sequential(layer, torch.nn.Sigmoid()),
+                          (torch.zeros(2, x.shape[1]),), str(path), input_names=["x"],
+                          output_names=["scores"], dynamic_axes={"x": {0: "N"}}, dynamo=False)
+        models[version] = onnx.load(str(path))
+    onnx.helper.set_model_props(models["2"], {"thresholds": json.dumps(DECLARED)})
+    flat = EvalSet(held_out.x.reshape(held_out.n, -1), held_out.y, classes=held_out.classes)
+    return flat, models
+
+
+def nfr_sample(models: dict[str, onnx.ModelProto], evalset: EvalSet) -> float:
+    """NFR_sample of multilabel_models' 1 -> 2 on `evalset`, from the models' own outputs
+    (ONNX Runtime on the CPU) at their thresholds: the share of samples with a label that 1
+    decided right and 2 decides wrong (some of label LOST_LABEL's, at least)."""
+    old, new = (onnxruntime.InferenceSession(models[version].SerializeToString(),
+                                             providers=["CPUExecutionProvider"]).run(
+        None, {"x": evalset.x})[0] > limit for version, limit in (("1", 0.5),
+                                                                  ("2", np.array(DECLARED))))
+    flipped = (old == evalset.y) & (new != evalset.y)
+    assert flipped[:, LOST_LABEL].any()
+    return float(flipped.any(axis=1).mean())
 
 
 def log_version(name: str, model: onnx.ModelProto) -> str:

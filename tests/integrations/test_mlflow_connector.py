@@ -2,8 +2,10 @@
 connector signs in as an MLflow user of its own) whose webhook calls a real `flipgate serve`
 (embedded, with its worker and sweeper): a `challenger` is gated and, approved, becomes
 `champion`; a regressed one is blocked; a hand move of `champion` is reverted; MLflow's test
-delivery is answered; a bad signature is refused."""
+delivery is answered; a bad signature is refused; a multi-label line's challenger is gated per
+label."""
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +19,16 @@ from flipgate.formats.evalsets import EvalSet
 from service.integrations.mlflow.service import LINKS_LEFT_OUT
 from tests.e2e.conftest import served, wait_for
 from tests.integrations.mlflow_world import (
+    LOST_LABEL,
     alias_event,
     classifier,
     digits_split,
     log_version,
     mlflow_account,
     mlflow_server,
+    multilabel_models,
     nfr,
+    nfr_sample,
     save,
     signed,
 )
@@ -39,6 +44,7 @@ class Connected:
     """MLflow's `digits`: 1 (a first model), 2 (1 scrambled), 3 (trained on more digits)."""
 
     webhook_url: str
+    mlflow_url: str
     flipgate: httpx.Client
     mlflow: MlflowClient
     webhook_id: str
@@ -46,17 +52,19 @@ class Connected:
     models: dict[str, onnx.ModelProto]
     log: Path  # flipgate serve's output, its worker's included
 
-    def tag(self, version: str) -> str | None:
-        return self.mlflow.get_model_version("digits", version).tags.get("flipgate.verdict")
+    def tag(self, version: str, model: str = "digits") -> str | None:
+        return self.mlflow.get_model_version(model, version).tags.get("flipgate.verdict")
 
-    def champion(self) -> str | None:
-        return self.mlflow.get_registered_model("digits").aliases.get("champion")
+    def champion(self, model: str = "digits") -> str | None:
+        return self.mlflow.get_registered_model(model).aliases.get("champion")
 
-    def move_and_wait_for_verdict(self, alias: str, version: str) -> tuple[str, float]:
-        """Set `alias` on `version`: its verdict tag and the seconds it took to appear."""
+    def move_and_wait_for_verdict(self, alias: str, version: str,
+                                  model: str = "digits") -> tuple[str, float]:
+        """Set `alias` on `version` of `model`: its verdict tag and the seconds it took to
+        appear."""
         started = time.monotonic()
-        self.mlflow.set_registered_model_alias("digits", alias, version)
-        verdict = wait_for(lambda: self.tag(version), f"the verdict tag of {version}",
+        self.mlflow.set_registered_model_alias(model, alias, version)
+        verdict = wait_for(lambda: self.tag(version, model), f"the verdict tag of {version}",
                            timeout=VERDICT_SECONDS)
         return verdict, time.monotonic() - started
 
@@ -101,7 +109,7 @@ def connect(folder: Path, mlflow_url: str, url: str, client: httpx.Client, evals
     response = client.post("/evalsets", data={"name": "holdout"}, files={
         "data": ("holdout.npz", save(evalset, folder / "holdout.npz").read_bytes())})
     assert response.status_code == 201, response.text
-    return Connected(f"{url}/integrations/mlflow/webhook", client, tracking,
+    return Connected(f"{url}/integrations/mlflow/webhook", mlflow_url, client, tracking,
                      webhook.webhook_id, evalset, models, folder / "serve.log")
 
 
@@ -188,3 +196,33 @@ def test_a_delivery_is_acted_on_once(connected):
     assert first.status_code == 202 and again.json() == {"status": "duplicate"}
     received = [e for e in connected.events() if e["delivery_id"] == "replayed-delivery"]
     assert len(received) == 1
+
+
+def test_a_multilabel_challenger_is_gated_per_label(connected, tmp_path):
+    """A registered model of a multi-label line (made so before any webhook, by an external
+    version): its `challenger` versions are imported as the line's kind, the second, which
+    loses label 3, blocked by a limit on label 3 and tagged with NFR_sample and that label."""
+    from mlflow.server import get_app_client  # the server's app: slow to import, here only
+
+    evalset, models = multilabel_models(tmp_path)
+    connected.mlflow.create_registered_model("tags")
+    get_app_client("basic-auth", tracking_uri=connected.mlflow_url).grant_user_permission(
+        "flipgate", "registered_model", "tags", "MANAGE")
+    for version, model in models.items():
+        assert log_version("tags", model) == version
+    client = connected.flipgate
+    assert client.post("/evalsets", data={"name": "composites"}, files={
+        "data": ("c.npz", save(evalset, tmp_path / "c.npz").read_bytes())}).status_code == 201
+    assert client.post("/models", data={"name": "tags", "version": "0", "multilabel": "true",
+                                        "num_classes": "10"}).status_code == 201
+    assert connected.move_and_wait_for_verdict("challenger", "1", "tags")[0] == "approve"
+    wait_for(lambda: connected.champion("tags") == "1", "champion on tags' first version")
+    assert client.put("/models/tags/policy", json={
+        "max_label_nfr": {str(LOST_LABEL): 0.01}, "evalsets": ["composites"]}).is_success
+    assert connected.move_and_wait_for_verdict("challenger", "2", "tags")[0] == "block"
+    tags = connected.mlflow.get_model_version("tags", "2").tags
+    assert json.loads(tags["flipgate.blocking_labels"]) == [str(LOST_LABEL)]
+    assert float(tags["flipgate.nfr"]) == pytest.approx(nfr_sample(models, evalset), abs=1e-6)
+    versions = {v["version"]: v for v in client.get("/models/tags").json()["versions"]}
+    assert versions["2"]["metadata"]["mlflow"]["version"] == "2"  # imported by the connector
+    assert connected.champion("tags") == "1"

@@ -1,7 +1,8 @@
 """`flipgate mlflow gate` against a real `mlflow server` (with MLflow's authentication, as the
 docs/mlflow.md's enforcement recipe has it) and a real `flipgate serve` (embedded, with its worker):
 versions logged with mlflow.onnx.log_model (weights as external data) are registered on
-flipgate, gated, tagged, and promoted only on an approval."""
+flipgate, gated, tagged, and promoted only on an approval; a multi-label model is gated per
+label and tagged with the labels it is blocked on."""
 
 import json
 import sys
@@ -18,11 +19,15 @@ from flipgate.cli import main
 from flipgate.formats.evalsets import EvalSet
 from tests.e2e.conftest import served
 from tests.integrations.mlflow_world import (
+    DECLARED,
+    LOST_LABEL,
     classifier,
     digits_split,
     log_version,
     mlflow_server,
+    multilabel_models,
     nfr,
+    nfr_sample,
     save,
     signed_in_as,
 )
@@ -169,6 +174,43 @@ def other_bytes_under_the_same_version_are_refused(world: World, tmp_path: Path,
     assert "another model than this MLflow version" in capsys.readouterr().err
     assert "flipgate.verdict" not in world.tags("4")
     assert world.production() == "3"
+
+
+def test_a_multilabel_model_is_gated_per_label_and_tagged(world, tmp_path, capsys):
+    """A multi-label line made by its first MLflow version (`--multilabel`): the second,
+    which loses label 3, is gated as a multi-label version (the thresholds its metadata
+    declares carried), blocked by a limit on label 3, and tagged with NFR_sample and the
+    label it blocks on."""
+    evalset, models = multilabel_models(tmp_path)
+    for version, model in models.items():
+        assert log_version("tags", model) == version
+    response = world.flipgate.post("/evalsets", data={"name": "composites"}, files={
+        "data": ("composites.npz", save(evalset, tmp_path / "composites.npz").read_bytes())})
+    assert response.status_code == 201 and response.json()["multilabel"], response.text
+
+    def gate(version: str) -> int:
+        return main(["mlflow", "gate", f"models:/tags/{version}", "--server",
+                     world.flipgate_url, "--token", TOKEN, "--tracking-uri", world.mlflow_url,
+                     "--evalset", "composites", "--multilabel", "--promote", "champion",
+                     "--poll", "0.2", "--timeout", "120", "--json"])
+
+    assert gate("1") == 0
+    capsys.readouterr()
+    assert world.flipgate.get("/models/tags").json()["line"]["multilabel"] is True
+    assert world.flipgate.put("/models/tags/policy", json={
+        "max_label_nfr": {str(LOST_LABEL): 0.01}, "evalsets": ["composites"]}).is_success
+    assert gate("2") == 1
+    decision = json.loads(capsys.readouterr().out)
+    assert {(reason["code"], reason["label"]) for reason in decision["reasons"]} == {
+        ("max_label_nfr", str(LOST_LABEL))}
+    tags = world.tags("2", model="tags")
+    assert tags["flipgate.verdict"] == "block"
+    assert json.loads(tags["flipgate.blocking_labels"]) == [str(LOST_LABEL)]
+    assert float(tags["flipgate.nfr"]) == pytest.approx(nfr_sample(models, evalset), abs=1e-6)
+    assert "flipgate.blocking_labels" not in world.tags("1", model="tags")  # nothing measured
+    report = world.flipgate.get("/compare/tags:1/tags:2", params={"evalset": "composites"})
+    assert report.json()["new"]["thresholds"] == DECLARED
+    assert world.mlflow.get_model_version_by_alias("tags", "champion").version == "1"
 
 
 def test_without_mlflow_the_command_names_the_extra(monkeypatch, capsys):
