@@ -44,7 +44,6 @@ def test_requests_beyond_the_admitted_ones_answer_503_at_once(api_server: Server
         assert response.status_code == 503, response.text
         assert response.json()["error"]["code"] == "server_busy"
         assert response.headers["retry-after"] == "1"
-        assert "connection" not in response.headers  # no body unread: the client keeps it
         assert seconds_taken < BUSY_WITHIN_SECONDS, seconds_taken
     print(f"\n503 server_busy in {max(seconds for _, seconds in refusals) * 1000:.0f} ms at "
           f"most; served again {recovered_in * 1000:.0f} ms after the stalled uploads went away")
