@@ -592,13 +592,20 @@ def test_decision_page_shows_its_callbacks_delivery_state(seeded, signed_in, cli
     assert "<code>http://127.0.0.1:9/status</code>" in shown()
 
 
-def test_a_pending_decision_lists_the_jobs_it_waits_for_and_reloads(
-        seeded, signed_in, upload_model, upload_logits):
+def gate_version_4(seeded, signed_in, upload_model, upload_logits) -> dict:
+    """Version 4 (version 3's logits) uploaded and gated as the admin, on the dashboard's
+    client: the decision, pending while its jobs run."""
     signed_in.headers.update(bearer(ADMIN_TOKEN))
     assert upload_model(LINE, "4", seed=4).status_code == 201
     assert upload_logits(f"{LINE}:4", EVALSET, seeded.logits["3"]).status_code == 201
     pending = signed_in.post("/gate", json={"model": LINE, "candidate": "4"}).json()
     signed_in.headers.pop("Authorization")
+    return pending
+
+
+def test_a_pending_decision_lists_the_jobs_it_waits_for_and_reloads(
+        seeded, signed_in, upload_model, upload_logits):
+    pending = gate_version_4(seeded, signed_in, upload_model, upload_logits)
     assert pending["verdict"] == "pending" and pending["waiting_for"], pending
     text = signed_in.get(f"/ui/decisions/{pending['decision_id']}").text
     listed = re.search(r'<ul id="waiting-for">(.*?)</ul>', text, re.DOTALL)
@@ -694,11 +701,7 @@ def test_verdict_badges_link_to_their_decisions(seeded, signed_in):
 
 def test_a_version_waiting_for_its_decision_is_pending_not_ungated(
         seeded, signed_in, upload_model, upload_logits):
-    signed_in.headers.update(bearer(ADMIN_TOKEN))
-    assert upload_model(LINE, "4", seed=4).status_code == 201
-    assert upload_logits(f"{LINE}:4", EVALSET, seeded.logits["3"]).status_code == 201
-    pending = signed_in.post("/gate", json={"model": LINE, "candidate": "4"}).json()
-    signed_in.headers.pop("Authorization")
+    pending = gate_version_4(seeded, signed_in, upload_model, upload_logits)
     assert pending["verdict"] == "pending", pending
     line = signed_in.get(f"/ui/lines/{LINE}").text
     row = re.search(r'<tr id="history-4" class="">(.*?)</tr>', line, re.DOTALL).group(1)
