@@ -37,9 +37,11 @@ OTHER_JOB_SECONDS = 2.0
 def report_redelivery(what: str, since: float, job: Job) -> None:
     """Print how long after `since` the job's message was sent again and its run began (a
     one-slot worker may run another job first); both within BOUND. A run may follow no
-    recorded send (sent_at None: seen once in three whole runs after the sweeper's SIGKILL,
-    the requeued job claimed through a delivery its successor did not record); its run
-    still began within BOUND, once (the callers check the attempts)."""
+    send of the sweeper's (sent_at None): the killed pool process's message goes back to
+    the broker (task_reject_on_worker_lost), and when it is delivered after the sweeper
+    queued the job again but before the sweeper's next send, it claims the job itself (seen
+    once in three whole runs); the run still began within BOUND, once (the callers check
+    the attempts)."""
     started = seconds_since(since, job.started_at)
     sent = None if job.sent_at is None else seconds_since(since, job.sent_at)
     print(f"\nafter {what}: sent again in {'-' if sent is None else f'{sent:.1f}'} s, running "
