@@ -140,6 +140,6 @@ def analyse_multilabel(old: LabelScores, new: LabelScores,
     num_labels = evalset.y.shape[1]
     report = compare_multilabel(evalset.y, old.side(), new.side(),
                                 thresholds=(old.thresholds, new.thresholds),
-                                label_names=evalset.classes)
+                                label_names=evalset.classes, groups=evalset.groups)
     report["old"], report["new"] = old.describe(num_labels), new.describe(num_labels)
     return MultiLabelAnalysis(report, (old, new))

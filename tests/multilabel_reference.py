@@ -3,6 +3,8 @@ whole-array numpy, one label at a time, nothing shared with flipgate.metrics.mul
 
 import numpy as np
 
+from flipgate.metrics.stats import wilson_interval
+
 
 def bernoulli_scaled(p: np.ndarray) -> np.ndarray:
     """(1 − p, p) divided by its larger entry, per sample: (N, 2)."""
@@ -103,3 +105,42 @@ def assert_matches(report: dict, expected: dict) -> None:
         for key, value in want.items():
             assert close(row[key], value), (row["name"], key)
     assert list(report["flipped_indices"].values()) == expected["flipped_indices"]
+
+
+def group_reference(y, old, new, groups) -> list[dict]:
+    """The per-group rows of decisions `old`, `new` (N, L): one boolean mask per group, in
+    the groups' sorted order; every figure but the intervals and the worst labels."""
+    y, old, new = (np.asarray(a).astype(bool) for a in (y, old, new))
+    groups = np.asarray(groups)
+    rows = []
+    for group in sorted(set(groups.tolist())):
+        member = groups == group
+        t, o, w = y[member], old[member], new[member]
+        negative, positive = (o == t) & (w != t), (o != t) & (w == t)
+        rows.append({"group": group, "n": int(member.sum()),
+                     "nfr": float(negative.any(axis=1).mean()),
+                     "pfr": float(positive.any(axis=1).mean()),
+                     "churn": float((o != w).any(axis=1).mean()),
+                     "negative_flips": int(negative.any(axis=1).sum()),
+                     "positive_flips": int(positive.any(axis=1).sum()),
+                     "pooled_nfr": float(negative.mean()),
+                     "er_old": float(np.mean(o != t)), "er_new": float(np.mean(w != t)),
+                     "label_flips": negative.sum(axis=0).tolist()})
+    return rows
+
+
+def assert_groups_match(report: dict, expected: list[dict]) -> None:
+    """The report's per-group rows equal the reference's, each NFR_sample with its Wilson
+    interval, and each group's worst labels are those with the most negative flips."""
+    assert [row["group"] for row in report["per_group"]] == [row["group"] for row in expected]
+    names = report["label_names"]
+    for row, want in zip(report["per_group"], expected, strict=True):
+        flips = want["label_flips"]
+        for key, value in want.items():
+            if key not in ("group", "label_flips"):
+                assert close(row[key], value), (row["group"], key)
+        assert row["nfr_ci"] == list(wilson_interval(want["negative_flips"], want["n"]))
+        worst = sorted((j for j in range(len(flips)) if flips[j]), key=lambda j: -flips[j])
+        assert [(entry["name"], entry["negative_flips"]) for entry in row["worst_labels"]] == \
+            [(names[j], flips[j]) for j in worst[:len(row["worst_labels"])]]
+        assert len(row["worst_labels"]) == min(3, len(worst))

@@ -14,7 +14,9 @@ time, arrays or memory-mapped files): it keeps per label the counts of the eight
 intervals are a bootstrap over samples drawn from those histograms: the pooled rates are
 means of per-sample counts, so resampling samples is drawing N counts from their empirical
 distribution, a multinomial over the values 0..L (the same distribution as resampling the
-samples themselves, at a cost that does not grow with N).
+samples themselves, at a cost that does not grow with N). With `groups`, `GroupTally` adds
+per group the counts its rows need (a few integers per group, and per group and label its
+negative flips).
 """
 
 from collections.abc import Sequence
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flipgate.metrics.chunks import CHUNK_ELEMENTS, chunk_rows, release, sample_ranges
+from flipgate.metrics.report import Slices
 from flipgate.metrics.stats import mcnemar_one_sided_p, wilson_interval
 from flipgate.progress import Progress
 
@@ -30,6 +33,7 @@ DEFAULT_THRESHOLD = 0.5
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
 PER_SAMPLE = ("negative", "positive", "changed", "lost_positives")  # counts kept per sample
+GROUP_WORST_LABELS = 3  # labels named per group, the most negative flips first
 
 
 def predicted_labels(probabilities: np.ndarray,
@@ -42,22 +46,24 @@ def predicted_labels(probabilities: np.ndarray,
 def compare_multilabel(
     y: np.ndarray, old: np.ndarray, new: np.ndarray, *,
     thresholds: tuple[Sequence[float] | None, Sequence[float] | None] = (None, None),
-    label_names: Sequence[str] | None = None, schurn_alpha: float = 1.0, seed: int = 0,
-    resamples: int = BOOTSTRAP_RESAMPLES, chunk_size: int | None = None,
-    progress: Progress | None = None,
+    label_names: Sequence[str] | None = None, groups: np.ndarray | None = None,
+    schurn_alpha: float = 1.0, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+    chunk_size: int | None = None, progress: Progress | None = None,
 ) -> dict:
     """The multi-label report of docs/metrics.md for one pair, as a JSON-ready dict.
 
     `old` and `new` are each a version's probabilities (float (N, L), thresholded with its
     `thresholds`, 0.5 per label by default) or its decisions (bool or 0/1 integers (N, L),
     labels only: the score-based figures are then None). The pooled intervals come from
-    `resamples` bootstrap draws seeded with `seed`."""
+    `resamples` bootstrap draws seeded with `seed`; `groups` (one string or integer per
+    sample) adds the `per_group` table."""
     check_multilabel_pair(y, old, new, thresholds)
     if schurn_alpha <= 0:
         raise ValueError(f"alpha must be positive, got {schurn_alpha}")
     n, num_labels = y.shape
     with_scores = all(np.issubdtype(side.dtype, np.floating) for side in (old, new))
-    tally = LabelTally(n, num_labels, schurn_alpha if with_scores else None)
+    tally = LabelTally(n, num_labels, schurn_alpha if with_scores else None,
+                       Slices.of(groups, n))
     rows = chunk_rows(num_labels, chunk_size, CHUNK_ELEMENTS)
     for start, stop in sample_ranges(n, rows):
         sides = [_decisions(side[start:stop], limit) for side, limit in zip(
@@ -150,8 +156,10 @@ class Cells:
 class LabelTally:
     """Cell counts, per-sample histograms, score sums and flipped indices, chunk by chunk."""
 
-    def __init__(self, n: int, num_labels: int, alpha: float | None) -> None:
+    def __init__(self, n: int, num_labels: int, alpha: float | None,
+                 groups: Slices | None = None) -> None:
         self.n, self.num_labels, self.alpha = n, num_labels, alpha
+        self.groups = GroupTally(groups, num_labels) if groups else None
         self.counts = np.zeros((num_labels, 8), dtype=np.int64)
         self.histograms = {key: np.zeros(num_labels + 1, dtype=np.int64) for key in PER_SAMPLE}
         self.exact = {"old": 0, "new": 0, "flips": 0, "gains": 0}
@@ -176,6 +184,8 @@ class LabelTally:
         self._count_exact(old_right.all(axis=1), new_right.all(axis=1))
         samples, labels = np.nonzero(negative)
         self.flipped.append((samples + start, labels))
+        if self.groups:
+            self.groups.add(start, per_sample, (samples, labels), (~old_right, ~new_right))
         if self.alpha is not None:
             self.sums["schurn"] += bernoulli_schurn(old_prob, new_prob, self.alpha).sum(axis=0)
             self.sums["difference"] += np.abs(old_prob - new_prob).sum(axis=0)
@@ -212,6 +222,7 @@ class LabelTally:
             "per_label": self._label_rows(cells, names),
             "flipped_indices": {name: indices.tolist()
                                 for name, indices in zip(names, flipped, strict=True)},
+            **({"per_group": self.groups.rows(names)} if self.groups else {}),
         }
 
     def _per_sample(self) -> dict:
@@ -277,12 +288,12 @@ class LabelTally:
             count = {key: int(values[j]) for key, values in counts.items()}
             rows.append({
                 "label": j, "name": name, "support": count["support"],
-                **self._rate("nfr", count["negative_flips"]),
+                **rate("nfr", count["negative_flips"], n),
                 **{key: count[key] for key in ("negative_flips", "lost_positives",
                                                "new_false_alarms")},
-                **self._rate("pfr", count["positive_flips"]),
+                **rate("pfr", count["positive_flips"], n),
                 "positive_flips": count["positive_flips"],
-                **self._rate("churn", count["changed"]),
+                **rate("churn", count["changed"], n),
                 "mcnemar_p": mcnemar_one_sided_p(count["negative_flips"],
                                                  count["positive_flips"]),
                 "er_old": count["errors_old"] / n, "er_new": count["errors_new"] / n,
@@ -293,9 +304,68 @@ class LabelTally:
             })
         return rows
 
-    def _rate(self, key: str, count: int) -> dict:
-        """A rate over the samples and its Wilson interval."""
-        return {key: count / self.n, f"{key}_ci": list(wilson_interval(count, self.n))}
+
+
+def rate(key: str, count: int, n: int) -> dict:
+    """A rate over `n` samples and its Wilson interval."""
+    return {key: count / n, f"{key}_ci": list(wilson_interval(count, n))}
+
+
+class GroupTally:
+    """Per group: its samples, those with a label turned wrong, turned right or changed, its
+    (sample, label) pairs turned wrong and wrong under each version, and per label its
+    negative flips."""
+
+    def __init__(self, slices: Slices, num_labels: int) -> None:
+        self.slices, self.num_labels = slices, num_labels
+        size = len(slices.names)
+        self.samples = {key: np.zeros(size, np.int64)
+                        for key in ("n", "negative", "positive", "changed")}
+        self.pairs = {key: np.zeros(size, np.int64)
+                      for key in ("negative", "errors_old", "errors_new")}
+        self.label_flips = np.zeros((size, num_labels), np.int64)
+
+    def add(self, start: int, per_sample: dict[str, np.ndarray],
+            flips: tuple[np.ndarray, np.ndarray], wrong: tuple[np.ndarray, np.ndarray]) -> None:
+        """Fold a chunk in: its per-sample masks (N_chunk, L), its negative flips (chunk rows,
+        labels) and each version's wrong pairs (N_chunk, L)."""
+        codes = self.slices.codes[start : start + wrong[0].shape[0]]
+        size = len(self.slices.names)
+        self.samples["n"] += np.bincount(codes, minlength=size)
+        for key in ("negative", "positive", "changed"):
+            self.samples[key] += np.bincount(codes[per_sample[key].any(axis=1)], minlength=size)
+        for key, mask in zip(self.pairs, (per_sample["negative"], *wrong), strict=True):
+            self.pairs[key] += np.bincount(codes, weights=mask.sum(axis=1),
+                                           minlength=size).astype(np.int64)
+        rows, labels = flips
+        self.label_flips += np.bincount(codes[rows] * self.num_labels + labels,
+                                        minlength=size * self.num_labels).reshape(size, -1)
+
+    def rows(self, names: list[str]) -> list[dict]:
+        """The per-group table: NFR_sample, PFR_sample and churn_sample with their Wilson
+        intervals, the pooled NFR, both versions' Hamming loss (`er_old`, `er_new`) and the
+        labels that lose the most."""
+        rows = []
+        for i, group in enumerate(self.slices.names):
+            counts = {key: int(values[i]) for key, values in self.samples.items()}
+            n, pairs = counts["n"], counts["n"] * self.num_labels
+            rows.append({
+                "group": group, "n": n, **rate("nfr", counts["negative"], n),
+                **rate("pfr", counts["positive"], n), **rate("churn", counts["changed"], n),
+                "negative_flips": counts["negative"], "positive_flips": counts["positive"],
+                "pooled_nfr": int(self.pairs["negative"][i]) / pairs,
+                "er_old": int(self.pairs["errors_old"][i]) / pairs,
+                "er_new": int(self.pairs["errors_new"][i]) / pairs,
+                "worst_labels": self._worst_labels(i, names, n),
+            })
+        return rows
+
+    def _worst_labels(self, group: int, names: list[str], n: int) -> list[dict]:
+        """The GROUP_WORST_LABELS labels of a group with the most negative flips (some)."""
+        flips = self.label_flips[group]
+        order = np.argsort(-flips, kind="stable")[:GROUP_WORST_LABELS]
+        return [{"name": names[j], "negative_flips": int(flips[j]), "nfr": int(flips[j]) / n}
+                for j in order if flips[j]]
 
 
 def label_f1(cells: Cells, model: str) -> list[float | None]:

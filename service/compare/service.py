@@ -265,12 +265,14 @@ class PairInputs:
     def measure_labels(self, store: ArtifactStore, chunk_rows: int | None,
                        progress: Progress | None) -> dict[str, Any]:
         """The multi-label report (flipgate.metrics.multilabel, as `flipgate compare` gives
-        it) of both sides' stored probabilities at their versions' thresholds, or of their
-        decisions where a side has only those."""
+        it, with its per-group table when the eval set has groups) of both sides' stored
+        probabilities at their versions' thresholds, or of their decisions where a side has
+        only those."""
         sides, thresholds = self.label_sides(store)
         return compare_multilabel(read_label_matrix(store=store, dataset=self.dataset), *sides,
                                   thresholds=thresholds, chunk_size=chunk_rows,
-                                  label_names=self.label_names, progress=progress)
+                                  label_names=self.label_names, progress=progress,
+                                  groups=read_groups(store=store, dataset=self.dataset))
 
     @property
     def label_names(self) -> list[str]:

@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 
 from flipgate.metrics.multilabel import compare_multilabel
 from flipgate.metrics.stats import mcnemar_one_sided_p, wilson_interval
-from tests.multilabel_reference import assert_matches, reference
+from tests.multilabel_reference import (
+    assert_groups_match,
+    assert_matches,
+    group_reference,
+    reference,
+)
 
 
 def random_pair(n: int, labels: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -47,6 +52,39 @@ def test_decisions_alone_give_every_count_and_no_score():
     assert report["labels_only"] and report["schurn_alpha"] is None
     assert [row["name"] for row in report["per_label"]] == ["a", "b", "c", "d"]
     assert list(report["flipped_indices"]) == ["a", "b", "c", "d"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 80), labels=st.integers(1, 6), seed=st.integers(0, 2**32 - 1),
+       chunk=st.integers(1, 90), named=st.booleans())
+def test_each_groups_figures_equal_numpy_whatever_the_chunks(n, labels, seed, chunk, named):
+    y, old, new = random_pair(n, labels, seed)
+    codes = np.random.default_rng(seed).integers(0, 4, n)
+    groups = np.array(["north", "south", "east", "west"])[codes] if named else codes * 10
+    report = compare_multilabel(y, old, new, groups=groups, chunk_size=chunk)
+    assert_groups_match(report, group_reference(y, old > 0.5, new > 0.5, groups))
+    assert_matches(report, reference(y, old > 0.5, new > 0.5, old, new))  # groups change none
+
+
+def test_a_group_that_alone_regresses_stands_out_of_the_pooled_figures():
+    y, old, _ = random_pair(400, 5, 4)
+    groups = np.where(np.arange(400) < 40, "night", "day")
+    new = old.copy()
+    new[:40, 2] = np.where(y[:40, 2], 0.1, 0.9)  # every night sample gets label 2 wrong
+    report = compare_multilabel(y, old, new, groups=groups, label_names=list("abcde"))
+    day, night = report["per_group"]
+    assert (day["group"], day["nfr"], night["group"]) == ("day", 0.0, "night")
+    right = int(np.sum((old[:40, 2] > 0.5) == y[:40, 2]))
+    assert night["nfr"] == right / 40 > report["per_sample"]["nfr"] * 5
+    assert night["worst_labels"] == [{"name": "c", "negative_flips": right, "nfr": right / 40}]
+    assert night["er_new"] - night["er_old"] == pytest.approx(right / (40 * 5))
+
+
+def test_groups_of_another_length_are_refused():
+    y, old, new = random_pair(20, 3, 5)
+    with pytest.raises(ValueError, match="one string or integer per sample"):
+        compare_multilabel(y, old, new, groups=np.zeros(19, int))
+    assert "per_group" not in compare_multilabel(y, old, new)
 
 
 def test_per_label_and_per_sample_intervals_and_mcnemar():
