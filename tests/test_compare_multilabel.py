@@ -21,7 +21,12 @@ from flipgate.datasets import digit_composites, save_evalset, small_digits, spli
 from flipgate.errors import InputError
 from flipgate.formats.evalsets import load_evalset
 from tests.conftest import save_graph
-from tests.multilabel_reference import assert_matches, reference
+from tests.multilabel_reference import (
+    assert_groups_match,
+    assert_matches,
+    group_reference,
+    reference,
+)
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,34 @@ def test_terminal_and_html_reports_put_the_worst_label_first(run_cli, digits, tm
     index = int(re.search(r'data-index="(\d+)"', first_card).group(1))
     assert index in report["flipped_indices"][worst["name"]]
     assert "<img src=\"data:image/png;base64," in first_card
+
+
+def test_groups_of_the_set_are_in_every_report(run_cli, tmp_path):
+    """The JSON's per-group rows equal numpy's; the terminal and the HTML page show them."""
+    rng = np.random.default_rng(0)
+    y = rng.random((240, 4)) < 0.3
+    groups = rng.choice(np.array(["clinic-a", "clinic-b", "clinic-c"]), 240)
+    old = np.where(rng.random(y.shape) < 0.1, ~y, y)
+    new = old.copy()
+    new[groups == "clinic-b", 1] = ~y[groups == "clinic-b", 1]  # b's label 1 all wrong
+    np.savez(evalset := tmp_path / "set.npz", x=rng.random((240, 3)), y=y.astype(np.int8),
+             groups=groups, classes=np.array(["cough", "fever", "rash", "ache"]))
+    for name, decisions in (("old", old), ("new", new)):
+        np.save(tmp_path / f"{name}.npy", decisions.astype(np.uint8))
+    sides = (tmp_path / "old.npy", tmp_path / "new.npy")
+    report = compare(run_cli, *sides, evalset)
+    assert_groups_match(report, group_reference(y, old, new, groups))
+    worst = max(report["per_group"], key=lambda row: row["nfr"])
+    assert (worst["group"], worst["worst_labels"][0]["name"]) == ("clinic-b", "fever")
+    shown = run_cli("compare", *sides, "--evalset", evalset, "--html", tmp_path / "r.html")
+    assert shown.code == 0, shown.err
+    terminal = shown.out[shown.out.index("Per group"):]
+    assert re.search(r"│ clinic-b +│ +%d │ +%.2f%% │" % (worst["n"], 100 * worst["nfr"]),
+                     terminal)
+    assert "fever (%d)" % worst["worst_labels"][0]["negative_flips"] in terminal
+    page = (tmp_path / "r.html").read_text()
+    row = re.search(r"<tr><td>clinic-b</td>(.*?)</tr>", page[page.index("Per group"):])
+    assert row and f"<td>{100 * worst['nfr']:.2f}%</td>" in row.group(1)
 
 
 @pytest.mark.slow

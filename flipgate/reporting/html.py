@@ -33,7 +33,9 @@ from flipgate.reporting.gallery import (
 )
 from flipgate.reporting.multilabel import (
     LABEL_HEADER,
+    MULTILABEL_GROUP_HEADER,
     label_row,
+    multilabel_group_row,
     multilabel_headline_rows,
     multilabel_hints,
     worst_labels_first,
@@ -158,13 +160,14 @@ def _class_section(report: dict, class_names: list[str] | None) -> str:
     return f'<h2>Per class</h2><div class="classes">{_table(CLASS_HEADER, rows, css)}</div>'
 
 
-def _group_section(report: dict) -> str:
+def _group_section(report: dict, header: list[str] = GROUP_HEADER,
+                   row: Callable[[dict], list[str]] = group_row) -> str:
     """The per-group table, when the eval set names a group per sample (else nothing)."""
     entries = report.get("per_group") or []
     if not entries:
         return ""
-    rows = [group_row(entry) for entry in entries]
-    return f'<h2>Per group</h2><div class="classes">{_table(GROUP_HEADER, rows)}</div>'
+    rows = [row(entry) for entry in entries]
+    return f'<h2>Per group</h2><div class="classes">{_table(header, rows)}</div>'
 
 
 def _figure(svg: str, caption: str) -> str:
@@ -235,8 +238,8 @@ def traffic_body(report: dict) -> str:
 
 
 def multilabel_body(report: dict, *, old_name: str, new_name: str) -> str:
-    """A multi-label report's sections: headline, hints and the per-label table, the worst
-    labels first."""
+    """A multi-label report's sections: headline, hints, the per-label table, the worst
+    labels first, and the per-group table when the eval set has groups."""
     hints = multilabel_hints(report, old_name=old_name, new_name=new_name)
     hint_items = "".join(f"<li>{html.escape(hint)}</li>" for hint in hints)
     rows = [label_row(entry) for entry in worst_labels_first(report)]
@@ -246,6 +249,7 @@ def multilabel_body(report: dict, *, old_name: str, new_name: str) -> str:
         f"<h2>Verdict hints</h2><ul>{hint_items}</ul>",
         f'<h2>Per label, highest NFR first</h2><div class="classes">'
         f"{_table(LABEL_HEADER, rows)}</div>",
+        _group_section(report, MULTILABEL_GROUP_HEADER, multilabel_group_row),
     ])
 
 

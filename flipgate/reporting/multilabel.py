@@ -1,10 +1,20 @@
 """The text of a multi-label comparison's report that the terminal and the HTML page share:
 the headline (per sample, pooled over (sample, label) pairs, quality of both versions), the
-per-label table with the worst labels first, and the hints. Nothing here draws (no rich).
+per-label table with the worst labels first, the per-group table, and the hints. Nothing
+here draws (no rich).
 
 Everything reads the JSON-ready dict of `flipgate.metrics.multilabel.compare_multilabel`."""
 
-from flipgate.reporting.rows import fmt_ci, fmt_int, fmt_num, fmt_p, fmt_pct, fmt_points
+from flipgate.reporting.rows import (
+    DASH,
+    fmt_ci,
+    fmt_int,
+    fmt_num,
+    fmt_p,
+    fmt_pct,
+    fmt_points,
+    group_row,
+)
 
 
 def multilabel_headline_rows(report: dict) -> list[tuple[str, str]]:
@@ -68,8 +78,38 @@ TERMINAL_COLUMNS = [LABEL_HEADER.index(name) for name in (
 
 def terminal_label_row(entry: dict) -> list[str]:
     """The cells of `label_row` that TERMINAL_LABEL_HEADER names."""
-    cells = label_row(entry)
-    return [cells[column] for column in TERMINAL_COLUMNS]
+    return _picked(label_row(entry), TERMINAL_COLUMNS)
+
+
+def _picked(cells: list[str], columns: list[int]) -> list[str]:
+    return [cells[column] for column in columns]
+
+
+MULTILABEL_GROUP_HEADER = ["Group", "n", "Hamming old", "Hamming new", "NFR_sample",
+                           "NFR_sample 95% CI", "PFR_sample", "#neg", "#pos", "churn_sample",
+                           "pooled NFR", "worst labels"]
+
+
+def multilabel_group_row(entry: dict) -> list[str]:
+    """One per-group entry as formatted cells (see MULTILABEL_GROUP_HEADER): the single-label
+    group row (its error rates a group's Hamming loss, its flips samples with a label turned
+    wrong or right), then churn_sample, the pooled NFR and the labels that lose the most."""
+    worst = ", ".join(f"{label['name']} ({label['negative_flips']})"
+                      for label in entry["worst_labels"])
+    return [*group_row(entry), fmt_pct(entry["churn"]), fmt_pct(entry["pooled_nfr"]),
+            worst or DASH]
+
+
+TERMINAL_GROUP_HEADER = ["Group", "n", "NFR", "churn", "pooled", "HL old", "HL new",
+                         "worst labels"]  # what fits 80 columns
+TERMINAL_GROUP_COLUMNS = [MULTILABEL_GROUP_HEADER.index(name) for name in (
+    "Group", "n", "NFR_sample", "churn_sample", "pooled NFR", "Hamming old", "Hamming new",
+    "worst labels")]
+
+
+def terminal_group_row(entry: dict) -> list[str]:
+    """The cells of `multilabel_group_row` that TERMINAL_GROUP_HEADER names."""
+    return _picked(multilabel_group_row(entry), TERMINAL_GROUP_COLUMNS)
 
 
 def multilabel_hints(report: dict, *, old_name: str, new_name: str) -> list[str]:

@@ -8,9 +8,11 @@ from rich.table import Table
 from rich.text import Text
 
 from flipgate.reporting.multilabel import (
+    TERMINAL_GROUP_HEADER,
     TERMINAL_LABEL_HEADER,
     multilabel_headline_rows,
     multilabel_hints,
+    terminal_group_row,
     terminal_label_row,
     worst_labels_first,
 )
@@ -102,7 +104,7 @@ def _rows_table(title: str, header: list[str], rows) -> Table:
 
 def render_multilabel(report: dict, console: Console, *, old_name: str, new_name: str) -> None:
     """Print a multi-label report's headline, its per-label table (the worst labels first,
-    at most MAX_TERMINAL_CLASSES of them) and its hints."""
+    at most MAX_TERMINAL_CLASSES of them), its per-group table and its hints."""
     console.print(_rows_table(f"{old_name} → {new_name} (multi-label)", ["Metric", "Value"],
                               multilabel_headline_rows(report)))
     labels = worst_labels_first(report)
@@ -112,6 +114,9 @@ def render_multilabel(report: dict, console: Console, *, old_name: str, new_name
     if len(shown) < len(labels):
         table.caption = f"{len(shown)} of {len(labels)} labels"
     console.print(table)
+    if groups := report.get("per_group"):
+        console.print(_rows_table("Per group (NFR, churn: per sample; HL: Hamming loss)",
+                                  TERMINAL_GROUP_HEADER, map(terminal_group_row, groups)))
     console.print(Text("Verdict hints", style="bold"))
     for hint in multilabel_hints(report, old_name=old_name, new_name=new_name):
         console.print(Text(f"• {hint}"))
