@@ -117,7 +117,8 @@ class Policy(BaseModel):
 
 DEFAULT_POLICY = Policy(significance=0.05)
 MULTILABEL_ONLY = ("max_label_nfr", "max_lost_positives")
-MULTILABEL_TOO = ("max_nfr", "max_nfr_upper", "max_churn", "significance")  # either kind
+MULTILABEL_TOO = ("max_nfr", "max_nfr_upper", "max_churn", "significance", "max_group_nfr",
+                  "max_group_er_increase", "min_group_size")  # either kind
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,11 @@ GROUP_LIMITS = {
     "max_group_er_increase": Limit("er_increase", upper=True, on_flips=False,
                                    label="the error-rate increase"),
 }
+LABEL_GROUP_LIMITS = {  # a multi-label pair's limits on each group: NFR_sample, Hamming loss
+    "max_group_nfr": Limit("nfr", upper=True, on_flips=False, label="NFR_sample"),
+    "max_group_er_increase": Limit("er_increase", upper=True, on_flips=False,
+                                   label="the Hamming-loss increase"),
+}
 
 
 SAMPLE_LIMITS = {  # a multi-label pair's limits on its per-sample figures
@@ -181,9 +187,9 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
     """The numbers a policy is checked against, from one stored pair's columns and the
     MEASURED_REPORT_KEYS of its report (and the history measurement, when the policy has a
     history limit); the worst class is named by the line's `class_names` where it has them.
-    A multi-label pair's are `label_metrics`."""
+    A multi-label pair's are `label_metrics`; either kind's groups are `_groups`."""
     if report.get("per_label") is not None:
-        return label_metrics(row, report)
+        return {**label_metrics(row, report), **_group_metrics(report, policy)}
     worst = max(report["per_class"], key=lambda entry: entry["nfr"] or 0.0)
     measured = {
         "n": row.n, "er_old": row.er_old, "er_new": row.er_new,
@@ -197,9 +203,7 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
     }
     if policy.weighs_costs:
         measured.update(_cost(row, policy))
-    if report.get("per_group") is not None:
-        measured["groups"] = _groups(report["per_group"], policy.min_group_size or 1)
-    return {**measured, **(history or {})}
+    return {**measured, **_group_metrics(report, policy), **(history or {})}
 
 
 def label_metrics(row: PairMetrics, report: dict[str, Any]) -> dict[str, Any]:
@@ -227,8 +231,16 @@ def _cost(row: PairMetrics, policy: Policy) -> dict[str, Any]:
             "cost_p": result.p_value}
 
 
+def _group_metrics(report: dict[str, Any], policy: Policy) -> dict[str, Any]:
+    """The `groups` of a report with a per-group table (none without one)."""
+    if report.get("per_group") is None:
+        return {}
+    return {"groups": _groups(report["per_group"], policy.min_group_size or 1)}
+
+
 def _groups(rows: list[dict[str, Any]], min_size: int) -> list[dict[str, Any]]:
-    """Each group's size, flips and rates; `gated` false below the policy's minimum size."""
+    """Each group's size, flips and rates (a multi-label group's: per sample, and its Hamming
+    loss as its error rates); `gated` false below the policy's minimum size."""
     return [{"group": row["group"], "n": row["n"], "gated": row["n"] >= min_size,
              "er_old": row["er_old"], "er_new": row["er_new"],
              "er_increase": row["er_new"] - row["er_old"], "nfr": row["nfr"],
@@ -254,7 +266,8 @@ def _check_set(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list[di
         return check_traffic(policy, evalset, metrics, lambda code, name, value, bound: _reason(
             code, name, value, bound, LIMITS[code], blocking=True))
     if metrics.get("multilabel"):
-        return _check_labels(policy, evalset, metrics)
+        return [*_check_labels(policy, evalset, metrics),
+                *_check_groups(policy, evalset, metrics.get("groups", []), LABEL_GROUP_LIMITS)]
     return [*_check_one(policy, evalset, metrics),
             *_check_groups(policy, evalset, metrics.get("groups", []))]
 
@@ -350,14 +363,15 @@ def _bound(policy: Policy, name: str) -> float | None:
     return value.max if isinstance(value, HistoryLimit) else value
 
 
-def _check_groups(policy: Policy, evalset: str, groups: list[dict[str, Any]]) -> list[dict]:
+def _check_groups(policy: Policy, evalset: str, groups: list[dict[str, Any]],
+                  limits: dict[str, Limit] = GROUP_LIMITS) -> list[dict]:
     """A blocking reason per gated group over a group limit, naming the group."""
     return [{**_reason(name, evalset, group[limit.metric], bound, limit, blocking=True),
              "group": group["group"], "message": f"on {evalset}, group {group['group']!r} "
              f"(n = {group['n']}): {limit.label} {group[limit.metric]:.4g} is above the "
              f"maximum {bound}"}
             for group in groups if group["gated"]
-            for name, limit in GROUP_LIMITS.items()
+            for name, limit in limits.items()
             if (bound := getattr(policy, name)) is not None
             and group[limit.metric] is not None and limit.violated(group[limit.metric], bound)]
 

@@ -20,7 +20,12 @@ from sklearn.multioutput import MultiOutputClassifier
 
 from flipgate.datasets import digit_composites, save_evalset, small_digits, split
 from tests.conftest import save_graph
-from tests.multilabel_reference import assert_matches, reference
+from tests.multilabel_reference import (
+    assert_groups_match,
+    assert_matches,
+    group_reference,
+    reference,
+)
 from tests.service.api.conftest import error_code, measure, npy_bytes, put_model, run_task
 from tests.toolchains import export, fit
 
@@ -267,6 +272,67 @@ def test_uploaded_logits_and_label_matrices_are_measured(client, composites):
     assert report["labels_only"] and report["new"]["thresholds"] is None
 
 
+def test_groups_of_the_set_are_measured_and_gated_naming_the_group(client, composites,
+                                                                   tmp_path):
+    """Per group, the stored report equals numpy's on both versions' uploaded logits; a
+    group limit blocks the one group that regresses (named), a group too small is not
+    gated."""
+    rng = np.random.default_rng(1)
+    groups = rng.choice(np.array(["scanner-a", "scanner-b", "scanner-c"]), composites.y.shape[0])
+    np.savez(grouped := tmp_path / "grouped.npz", x=composites.x, y=composites.y,
+             groups=groups)
+    old = rng.normal(0, 2, composites.y.shape) + 3 * (composites.y - 0.5)
+    new = old + rng.normal(0, 0.5, old.shape)
+    new[groups == "scanner-c", 3] *= -1  # every decision of label 3 turned over on c
+    external(client, "1")
+    external(client, "2")
+    post_evalset(client, "grouped", grouped)
+    for version, logits in (("1", old), ("2", new)):
+        assert upload(client, version, "grouped", "logits", logits).status_code == 201
+    report = measure(client, f"{LINE}:1", f"{LINE}:2", "grouped")
+    assert_groups_match(report, group_reference(composites.y, old > 0, new > 0, groups))
+    c, others = split_groups(report["per_group"], "scanner-c")
+    assert c["worst_labels"][0]["name"] == "3"
+    for key, code, what in (("nfr", "max_group_nfr", "NFR_sample"),
+                            ("er_increase", "max_group_er_increase", "Hamming-loss increase")):
+        bound = between(c, others, key)  # only c exceeds it
+        assert client.put(f"/models/{LINE}/policy", json={
+            code: bound, "evalsets": ["grouped"]}).status_code == 200
+        decision = gate(client)
+        (reason,) = decision["reasons"]
+        assert (decision["verdict"], reason["code"], reason["group"]) == ("block", code,
+                                                                           "scanner-c")
+        assert reason["measured"] == pytest.approx(increase(c) if key == "er_increase"
+                                                   else c["nfr"])
+        assert f"group 'scanner-c' (n = {c['n']}): " in reason["message"]
+        assert what in reason["message"]
+    client.put(f"/models/{LINE}/policy", json={"max_group_er_increase": bound,
+                                               "min_group_size": c["n"] + 1,
+                                               "evalsets": ["grouped"]})
+    decision = gate(client)
+    assert decision["verdict"] == "approve"  # c is reported, too small to gate
+    assert not {entry["group"]: entry["gated"]
+                for entry in decision["metrics"]["grouped"]["groups"]}["scanner-c"]
+
+
+def increase(group: dict) -> float:
+    return group["er_new"] - group["er_old"]
+
+
+def split_groups(rows: list[dict], name: str) -> tuple[dict, list[dict]]:
+    """The row of group `name` and the others."""
+    return (next(row for row in rows if row["group"] == name),
+            [row for row in rows if row["group"] != name])
+
+
+def between(group: dict, others: list[dict], key: str) -> float:
+    """A bound that `group`'s figure exceeds and every other group's does not."""
+    value = increase if key == "er_increase" else (lambda row: row[key])
+    highest = max(value(row) for row in others)
+    assert value(group) > highest
+    return (value(group) + highest) / 2
+
+
 @pytest.fixture
 def labelled_pair(client, composites) -> dict:
     """Two external versions of a multi-label line measured on the composites: the new one
@@ -323,7 +389,7 @@ def test_the_default_policy_blocks_a_label_that_flips_significantly(client, labe
 def test_limits_that_do_not_apply_to_the_lines_kind_are_refused(client, labelled_pair,
                                                                 upload_model):
     for rules in ({"max_class_nfr": 0.1}, {"max_nfr": 0.1, "negative_flip_cost": 2.0},
-                  {"max_group_nfr": 0.1}):
+                  {"max_er_increase": 0.1}):
         response = client.put(f"/models/{LINE}/policy", json=rules)
         assert error_code(response, 422) == "policy_limit_not_applicable"
         dry = client.post(f"/models/{LINE}/policy/dry-run", json=rules)
