@@ -64,11 +64,11 @@ def split(data: EvalSet, first_size: int, seed: int = 0) -> tuple[EvalSet, EvalS
 
 def save_evalset(data: EvalSet, path: str | Path) -> Path:
     """Write an eval set as the .npz that `flipgate compare --evalset` reads (with its
-    `classes` and `images` when it has them)."""
+    `classes`, `images` and `groups` when it has them)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    shown = {name: value for name, value in (("classes", data.classes), ("images", data.images))
-             if value is not None}
+    shown = {name: value for name, value in (("classes", data.classes), ("images", data.images),
+                                             ("groups", data.groups)) if value is not None}
     np.savez(path, x=data.x, y=data.y, **{name: np.asarray(value)
                                            for name, value in shown.items()})
     return path

@@ -10,12 +10,14 @@ the seed says:
   "3" and on lost positives;
 - `3`, `1` with a few decisions changed both ways.
 
+The set's samples fall in GROUPS: the first third in "north", the rest in "south".
+
 The matrix is counted and the pairs 1 → 2, 1 → 3 and 2 → 1 measured. Jobs are run by the
 caller's `run_job` (the worker's tasks, in the test's process)."""
 
 import io
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -28,6 +30,7 @@ LOST, ALARMED = 3, 7  # the labels version 2 loses and newly claims
 POLICY = {"max_label_nfr": {str(LOST): 0.05}, "max_lost_positives": 0.05,
           "evalsets": [EVALSET]}
 MEASURED = (("1", "2"), ("1", "3"), ("2", "1"))
+GROUPS = np.where(np.arange(SAMPLES) < SAMPLES // 3, "north", "south")
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def checked(response: httpx.Response) -> dict:
 def seed_multilabel(client: httpx.Client, folder: Path,
                     run_job: Callable[[int], None]) -> MultiLabelLine:
     """The line, set, versions, matrix, reports and decisions of the module's docstring."""
-    held_out = digit_composites(SAMPLES, seed=5, digits=small_digits())
+    held_out = replace(digit_composites(SAMPLES, seed=5, digits=small_digits()), groups=GROUPS)
     path = save_evalset(held_out, folder / "composites.npz")
     checked(client.post("/evalsets", data={"name": EVALSET},
                         files={"data": ("composites.npz", path.read_bytes())}))

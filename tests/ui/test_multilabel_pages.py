@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.service.api.conftest import run_task, shared_store
-from tests.ui.multilabel_line import ALARMED, EVALSET, LINE, LOST, seed_multilabel
+from tests.ui.multilabel_line import ALARMED, EVALSET, GROUPS, LINE, LOST, seed_multilabel
 
 
 def seed(client, folder):
@@ -134,6 +134,25 @@ def test_the_per_label_table_puts_the_worst_labels_first(line, signed_in):
             assert cell(table, row, key) == shown(f1)
     assert entries[str(LOST)]["lost_positives"] > 0 and entries[str(ALARMED)][
         "new_false_alarms"] > 0
+
+
+def test_the_per_group_table_shows_each_groups_flips(line, signed_in):
+    text = signed_in.get(f"/ui/lines/{LINE}/pairs/1/2", params={"evalset": EVALSET}).text
+    table = re.search(r'<table class="data" id="per-group">(.*?)</table>', text,
+                      re.DOTALL).group(1)
+    assert re.findall(r'<tr data-group="([^"]+)"', table) == ["north", "south"]
+    flipped = flips(line, "1", "2")
+    old, new = line.decisions("1"), line.decisions("2")
+    for entry in line.reports["1", "2"]["per_group"]:
+        member, row = entry["group"] == GROUPS, f'data-group="{entry["group"]}"'
+        assert cell(table, row, "n") == str(member.sum())
+        assert cell(table, row, "nfr") == shown(flipped[member].any(axis=1).mean(),
+                                                entry["nfr_ci"])
+        assert cell(table, row, "pooled_nfr") == shown(flipped[member].mean())
+        for key, decided in (("er_old", old), ("er_new", new)):
+            assert cell(table, row, key) == shown((decided[member] != line.y[member]).mean())
+        lost = flipped[member][:, LOST].sum()
+        assert cell(table, row, "worst_labels").startswith(f"{LOST} ({lost})")
 
 
 def test_the_gallery_draws_the_negative_flips_by_label(line, signed_in):
