@@ -209,9 +209,8 @@ def test_groups_of_the_set_are_in_every_report(run_cli, tmp_path):
     shown = run_cli("compare", *sides, "--evalset", evalset, "--html", tmp_path / "r.html")
     assert shown.code == 0, shown.err
     terminal = shown.out[shown.out.index("Per group"):]
-    assert re.search(r"│ clinic-b +│ +%d │ +%.2f%% │" % (worst["n"], 100 * worst["nfr"]),
-                     terminal)
-    assert "fever (%d)" % worst["worst_labels"][0]["negative_flips"] in terminal
+    assert re.search(rf"│ clinic-b +│ +{worst['n']} │ +{100 * worst['nfr']:.2f}% │", terminal)
+    assert f"fever ({worst['worst_labels'][0]['negative_flips']})" in terminal
     page = (tmp_path / "r.html").read_text()
     row = re.search(r"<tr><td>clinic-b</td>(.*?)</tr>", page[page.index("Per group"):])
     assert row and f"<td>{100 * worst['nfr']:.2f}%</td>" in row.group(1)
