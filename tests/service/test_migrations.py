@@ -12,8 +12,8 @@ from sqlalchemy import Engine, column, inspect, select, table, text
 from sqlalchemy.exc import IntegrityError
 
 from service.auth.service import create_token
-from service.datasets.models import Dataset, DatasetRole
 from service.config import Settings
+from service.datasets.models import Dataset, DatasetRole
 from service.db import Json, create_db_engine, create_session_factory, utcnow
 from service.migrate import (
     DatabaseNotCurrent,
