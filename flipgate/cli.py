@@ -151,7 +151,8 @@ def demo_through_server(files: "DemoFiles", folder: Path, serve: bool = False) -
 
 
 def run_train(args: argparse.Namespace) -> int:
-    """Train a model with a recipe and export it as ONNX with its record beside it."""
+    """Train a model with a recipe and export it as ONNX with its record beside it; a training
+    set whose y is a 0/1 matrix (N, L) trains a multi-label model (one logit per label)."""
     from flipgate.formats.evalsets import check_labels, load_training_set
     from flipgate.train import recipes
     from flipgate.train.loop import TrainConfig
@@ -159,9 +160,10 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.out.suffix != ".onnx":
         raise InputError("invalid_output", f"--out must name an .onnx file, got {args.out}")
-    data = load_training_set(args.train)
+    data = load_training_set(args.train, multilabel=True)
     old_logits, num_classes = old_model_logits(args, data)
-    check_labels(data.y, num_classes, source=str(args.train))
+    if not data.multilabel:
+        check_labels(data.y, num_classes, source=str(args.train))
     settings = {k: v for k in ("epochs", "batch_size", "lr", "weight_decay", "seed")
                 if (v := getattr(args, k)) is not None}
     try:
@@ -175,8 +177,9 @@ def run_train(args: argparse.Namespace) -> int:
         raise InputError("invalid_option", str(error)) from error
     path = trained.save(args.out, data.sample_shape)
     record = trained.record
+    kind = f"; {num_classes} labels, multi-label" if data.multilabel else ""
     print(f"trained {record['method']} ({record['arch']}) on {record['samples']} samples in "
-          f"{record['seconds']:.1f} s on {record['device']}; wrote {path} and "
+          f"{record['seconds']:.1f} s on {record['device']}{kind}; wrote {path} and "
           f"{path.with_suffix('.json')}")
     return 0
 
@@ -186,6 +189,8 @@ def old_model_logits(args: argparse.Namespace,
     """The old model's logits on the training set and the class count it implies."""
     from flipgate.inference import OnnxClassifier
 
+    if data.multilabel:
+        return old_label_logits(args, data)
     num_classes = args.num_classes or int(data.y.max()) + 1
     if args.old is None:
         return None, num_classes
@@ -196,6 +201,25 @@ def old_model_logits(args: argparse.Namespace,
     old.check_evalset(data)
     with progress_bars() as bar:
         return old.predict(data.x, progress=bar("old model on the training set")), old.num_classes
+
+
+def old_label_logits(args: argparse.Namespace,
+                     data: "EvalSet") -> "tuple[np.ndarray | None, int]":
+    """On a multi-label training set: the old model's logit of each label (from its
+    probabilities, as the server's retraining reads it) and the model's output count (the
+    labels', which recipes.train checks --num-classes against)."""
+    from flipgate.inference import MultiLabelOnnx
+    from flipgate.scores import label_logits
+
+    num_outputs = args.num_classes or data.y.shape[1]
+    if args.old is None:
+        return None, num_outputs
+    old = MultiLabelOnnx(args.old)
+    old.check_evalset(data)
+    with progress_bars() as bar:
+        probabilities = old.predict(old.feeds(data),
+                                    progress=bar("old model on the training set"))
+    return label_logits(probabilities), num_outputs
 
 
 def run_experiment(args: argparse.Namespace) -> int:
@@ -294,8 +318,9 @@ def add_train_command(commands: argparse._SubParsersAction) -> None:
 
     train = commands.add_parser(
         "train", help="train a classifier with a flip-reducing recipe and export it as ONNX",
-        description="Trains on DATA.npz (same format as an eval set) and writes MODEL.onnx and "
-                    "MODEL.json (method, options, seeds, time).")
+        description="Trains on DATA.npz (same format as an eval set; y a 0/1 matrix (N, L) "
+                    "trains a multi-label model) and writes MODEL.onnx and MODEL.json "
+                    "(method, options, seeds, time).")
     train.add_argument("--method", required=True, choices=list(METHODS))
     train.add_argument("--arch", required=True,
                        help="mlp, cnn, resnet, options as mlp:hidden=256,256, or "

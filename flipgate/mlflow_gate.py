@@ -31,6 +31,7 @@ MODEL_URI = re.compile(r"models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<vers
 VERDICT_TAG, DECISION_TAG, NFR_TAG, REPORT_TAG, LABELS_TAG = (
     "flipgate.verdict", "flipgate.decision", "flipgate.nfr", "flipgate.report_url",
     "flipgate.blocking_labels")
+MULTILABEL_TAG = "flipgate.multilabel"  # on a registered model: its line is multi-label
 PRODUCTION = "production"
 
 
@@ -83,6 +84,18 @@ def resolve(client, uri: str) -> MlflowVersion:
         raise InputError("mlflow_version_not_found", f"MLflow has no {uri}: "
                            f"{error.message}") from error
     return MlflowVersion(found.name, str(found.version), found.run_id)
+
+
+def declared_multilabel(client, name: str) -> bool | None:
+    """What the registered model's `flipgate.multilabel` tag says its line is: "true" or
+    "false" (any case); None without the tag."""
+    value = client.get_registered_model(name).tags.get(MULTILABEL_TAG)
+    if value is None:
+        return None
+    if value.strip().lower() not in ("true", "false"):
+        raise InputError("invalid_multilabel_tag", f"MLflow's registered model {name!r} has "
+                           f"{MULTILABEL_TAG}={value!r}; it must be true or false")
+    return value.strip().lower() == "true"
 
 
 def onnx_bytes(version: MlflowVersion, tracking_uri: str | None) -> bytes:

@@ -9,7 +9,8 @@ so they never turn into NaN or infinities.
 
 A multi-label model's scores (N, L) are one score per label instead (docs/metrics.md
 §Multi-label pair metrics): `label_probabilities` makes them the probability that each
-sample has each label, σ(z) of a logit z, probabilities as they are.
+sample has each label, σ(z) of a logit z, probabilities as they are; `label_logits` turns
+such probabilities back into each label's logit log p − log(1 − p).
 """
 
 import numpy as np
@@ -84,3 +85,10 @@ def label_probabilities(scores: np.ndarray, kind: str, *, source: str = "scores"
             return 1.0 / (1.0 + np.exp(-scores))
     _check_probabilities(scores, source)
     return np.clip(scores, 0.0, 1.0)
+
+
+def label_logits(p: np.ndarray) -> np.ndarray:
+    """Each label's logit log p − log(1 − p) of multi-label probabilities p (N, L), as
+    float32; exact 0s and 1s are floored (a saturated sigmoid stays finite)."""
+    return (np.log(np.maximum(p, PROBABILITY_FLOOR))
+            - np.log(np.maximum(1 - p, PROBABILITY_FLOOR))).astype(np.float32)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from flipgate.mlflow_gate import (
     VERDICT_TAG,
     MlflowVersion,
+    declared_multilabel,
     mlflow_client,
     onnx_bytes,
     resolve,
@@ -27,7 +28,7 @@ from flipgate.mlflow_gate import (
 from service import flows
 from service.celery_app import MLFLOW_TASK
 from service.config import Settings
-from service.errors import Conflict, NotFound
+from service.errors import Conflict, NotFound, library_input
 from service.gate.decisions import get_decision, waited_jobs
 from service.gate.models import Verdict
 from service.gate.promotion import promote
@@ -68,22 +69,26 @@ def gate_candidate(ctx: WorkerContext, job_id: int, params: dict[str, Any],
     version = resolve(client, f"models:/{params['model']}/{params['version']}")
     decision_id = params.get("decision_id")
     if decision_id is None:
-        decision_id = import_and_gate(ctx, job_id, params, version, settings)
+        with library_input():  # the job fails with the tag's code
+            multilabel = declared_multilabel(client, version.name)
+        decision_id = import_and_gate(ctx, job_id, params, version, settings, multilabel)
         if decision_id is None:
             return
     settle(ctx, job_id, params, version, decision_id, settings)
 
 
 def import_and_gate(ctx: WorkerContext, job_id: int, params: dict[str, Any],
-                    version: MlflowVersion, settings: Settings) -> int | None:
+                    version: MlflowVersion, settings: Settings,
+                    multilabel: bool | None) -> int | None:
     """The decision's id once it is final; None when it is pending (the job then succeeds,
-    and a job waiting for the measurements settles it)."""
+    and a job waiting for the measurements settles it). `multilabel`: the registered model's
+    declared kind (None: the line's, single-label for a new one)."""
     model = onnx_bytes(version, settings.mlflow_tracking_uri)
     with ctx.store.scratch() as folder:
         path = folder / "model.onnx"
         path.write_bytes(model)
         with running_job(ctx, job_id) as (session, job):
-            registered = import_version(session, ctx.store, version, path)
+            registered = import_version(session, ctx.store, version, path, multilabel)
             decision = gate_version(session=session, settings=settings,
                                     candidate=registered)
             if decision.verdict != Verdict.PENDING:
@@ -99,9 +104,10 @@ def import_and_gate(ctx: WorkerContext, job_id: int, params: dict[str, Any],
 
 
 def import_version(session: Session, store: ArtifactStore, version: MlflowVersion,
-                   path: Path) -> ModelVersion:
+                   path: Path, multilabel: bool | None) -> ModelVersion:
     """The flipgate version of an MLflow version: the one registered before when its bytes
-    are the same (409 `version_conflict` when not), else a new one, measured as usual."""
+    are the same (409 `version_conflict` when not), else a new one of a line of the kind
+    `multilabel` declares (a line of another kind refuses it), measured as usual."""
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     try:
         existing = get_named_version(session=session, line_name=version.name,
@@ -109,7 +115,7 @@ def import_version(session: Session, store: ArtifactStore, version: MlflowVersio
     except NotFound:
         registered = register_version(
             session=session, store=store, line_name=version.name, version=version.version,
-            onnx_path=path, metadata=version.metadata(),
+            onnx_path=path, metadata=version.metadata(), multilabel=multilabel,
             source=f"MLflow {version.name} version {version.version}")
         flows.version_registered(session=session, version=registered)
         return registered

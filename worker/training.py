@@ -14,7 +14,7 @@ import numpy as np
 from flipgate.formats.evalsets import load_training_set
 from flipgate.progress import ProgressFactory
 from flipgate.repair import Limits, RepairResult, ensemble, interpolate
-from flipgate.scores import PROBABILITY_FLOOR
+from flipgate.scores import label_logits
 from flipgate.train.config import TrainConfig
 from flipgate.train.methods import METHODS
 from service import flows, urls
@@ -73,9 +73,8 @@ def old_model_logits(ctx: WorkerContext, old: ModelVersion, dataset: Dataset) ->
     multi-label set, the logit log p − log(1 − p) of each label's probability."""
     if not dataset.multilabel:
         return score_version(store=ctx.store, version=old, dataset=dataset)[0]
-    p = score_label_probabilities(store=ctx.store, version=old, dataset=dataset)[0]
-    return (np.log(np.maximum(p, PROBABILITY_FLOOR))
-            - np.log(np.maximum(1 - p, PROBABILITY_FLOOR))).astype(np.float32)
+    return label_logits(score_label_probabilities(store=ctx.store, version=old,
+                                                  dataset=dataset)[0])
 
 
 def repair_on_onnx(ctx: WorkerContext, job_id: int, params: dict[str, Any]) -> None:

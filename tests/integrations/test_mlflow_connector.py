@@ -2,8 +2,8 @@
 connector signs in as an MLflow user of its own) whose webhook calls a real `flipgate serve`
 (embedded, with its worker and sweeper): a `challenger` is gated and, approved, becomes
 `champion`; a regressed one is blocked; a hand move of `champion` is reverted; MLflow's test
-delivery is answered; a bad signature is refused; a multi-label line's challenger is gated per
-label."""
+delivery is answered; a bad signature is refused; a registered model tagged multi-label makes
+a multi-label line whose challenger is gated per label."""
 
 import json
 import time
@@ -16,6 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from flipgate.formats.evalsets import EvalSet
+from flipgate.mlflow_gate import MULTILABEL_TAG
 from service.integrations.mlflow.service import LINKS_LEFT_OUT
 from tests.e2e.conftest import served, wait_for
 from tests.integrations.mlflow_world import (
@@ -199,13 +200,14 @@ def test_a_delivery_is_acted_on_once(connected):
 
 
 def test_a_multilabel_challenger_is_gated_per_label(connected, tmp_path):
-    """A registered model of a multi-label line (made so before any webhook, by an external
-    version): its `challenger` versions are imported as the line's kind, the second, which
-    loses label 3, blocked by a limit on label 3 and tagged with NFR_sample and that label."""
+    """A registered model tagged flipgate.multilabel=true: its first `challenger` makes a
+    multi-label line (a tag that is neither true nor false fails the job and makes none),
+    the second, which loses label 3, is blocked by a limit on label 3 and tagged with
+    NFR_sample and that label."""
     from mlflow.server import get_app_client  # the server's app: slow to import, here only
 
     evalset, models = multilabel_models(tmp_path)
-    connected.mlflow.create_registered_model("tags")
+    connected.mlflow.create_registered_model("tags", tags={MULTILABEL_TAG: "yes"})
     get_app_client("basic-auth", tracking_uri=connected.mlflow_url).grant_user_permission(
         "flipgate", "registered_model", "tags", "MANAGE")
     for version, model in models.items():
@@ -213,9 +215,12 @@ def test_a_multilabel_challenger_is_gated_per_label(connected, tmp_path):
     client = connected.flipgate
     assert client.post("/evalsets", data={"name": "composites"}, files={
         "data": ("c.npz", save(evalset, tmp_path / "c.npz").read_bytes())}).status_code == 201
-    assert client.post("/models", data={"name": "tags", "version": "0", "multilabel": "true",
-                                        "num_classes": "10"}).status_code == 201
+    assert job_error(connected, alias_event("tags", "challenger", "1")).startswith(
+        "invalid_multilabel_tag: MLflow's registered model 'tags' has flipgate.multilabel='yes'")
+    assert client.get("/models/tags").status_code == 404
+    connected.mlflow.set_registered_model_tag("tags", MULTILABEL_TAG, "true")
     assert connected.move_and_wait_for_verdict("challenger", "1", "tags")[0] == "approve"
+    assert client.get("/models/tags").json()["line"]["multilabel"] is True
     wait_for(lambda: connected.champion("tags") == "1", "champion on tags' first version")
     assert client.put("/models/tags/policy", json={
         "max_label_nfr": {str(LOST_LABEL): 0.01}, "evalsets": ["composites"]}).is_success
@@ -226,3 +231,19 @@ def test_a_multilabel_challenger_is_gated_per_label(connected, tmp_path):
     versions = {v["version"]: v for v in client.get("/models/tags").json()["versions"]}
     assert versions["2"]["metadata"]["mlflow"]["version"] == "2"  # imported by the connector
     assert connected.champion("tags") == "1"
+
+
+def job_error(connected: Connected, body: bytes) -> str:
+    """The error of the job that MLflow's delivery of `body` queues, once it failed."""
+    response = httpx.post(connected.webhook_url, content=body,
+                          headers=signed(body, secret=SECRET, delivery=f"d-{time.time_ns()}"))
+    assert response.status_code == 202, response.text
+    url = f"/jobs/{response.json()['job_id']}"
+
+    def ended() -> dict | None:
+        job = connected.flipgate.get(url).json()
+        return None if job["state"] in ("queued", "running") else job
+
+    job = wait_for(ended, "the delivery's job", timeout=VERDICT_SECONDS)
+    assert job["state"] == "failed", job
+    return job["error"]

@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from service.auth.service import create_token
 from service.config import Settings
+from service.datasets.models import Dataset, DatasetRole
 from service.db import Json, create_db_engine, create_session_factory, utcnow
 from service.migrate import (
     DatabaseNotCurrent,
@@ -30,6 +31,7 @@ from tests.service.conftest import default_session, postgres_schema
 
 BEFORE_PROJECTS = "0016_traffic_sets"
 BEFORE_VERSION_PROJECT = "0018_ended_at_indexes"
+BEFORE_MULTILABEL = "0019_version_project"
 EVENTS = table("audit_events", column("actor"), column("auth"), column("project_id"),
                column("action"), column("resource"), column("outcome"),
                column("details", Json), column("created_at"))
@@ -289,3 +291,43 @@ def test_a_downgrade_that_merges_nothing_needs_no_consent(backend, tmp_path):
     with empty_database(backend, tmp_path) as engine:
         settings = projects_holding(engine, team_b_token=False)
         assert migrate_to(settings, BEFORE_PROJECTS) == BEFORE_PROJECTS
+
+
+def multilabel_rows_stored(engine: Engine) -> Settings:
+    """The database at the newest revision holding a single-label line, a multi-label line
+    and a multi-label eval set in `default`; the settings that reach it."""
+    settings = Settings(database_url=engine.url.render_as_string(hide_password=False))
+    migrate_to(settings, "head")
+    with default_session(create_session_factory(engine)) as session:
+        create_line(session=session, name="fraud", num_classes=2)
+        create_line(session=session, name="tags", num_classes=3, multilabel=True)
+        session.add(Dataset(name="tags-eval", role=DatasetRole.EVAL, sha256="0" * 64, n=5,
+                            num_classes=3, sample_shape=[4], multilabel=True,
+                            label_names=["a", "b", "c"]))
+    return settings
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_downgrade_below_0020_is_refused_while_multilabel_rows_are_stored(backend, tmp_path):
+    """Below 0020 a multi-label line or set would pass for single-label: refused before
+    anything changes (0021's downgrade, run first, undone too); once they are gone, the
+    downgrade keeps the single-label line."""
+    with empty_database(backend, tmp_path) as engine:
+        settings = multilabel_rows_stored(engine)
+        with pytest.raises(MigrationRefused, match=r"cannot downgrade below 0020_multilabel.*"
+                           r"model_lines: 'default/tags'; datasets: 'default/tags-eval'"
+                           ) as refused:
+            migrate_to(settings, BEFORE_MULTILABEL)
+        assert refused.value.code == "multilabel_data_stored"
+        with engine.begin() as connection:
+            assert current_revision(connection) == head_revision()
+            assert "owner" in {column["name"] for column in
+                               inspect(connection).get_columns("api_tokens")}
+            assert connection.execute(text("SELECT name FROM model_lines WHERE multilabel")
+                                      ).scalars().all() == ["tags"]
+            for stored in ("model_lines", "datasets"):
+                connection.execute(text(f"DELETE FROM {stored} WHERE multilabel"))
+        assert migrate_to(settings, BEFORE_MULTILABEL) == BEFORE_MULTILABEL
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT name FROM model_lines")).scalars().all() == [
+                "fraud"]

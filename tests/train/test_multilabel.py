@@ -1,14 +1,23 @@
 """Multi-label training: the losses on per-label logits against plain numpy, the methods that
-do not apply refused, and every method that does trains a model scoring each label."""
+do not apply refused, every method that does trains a model scoring each label, and `flipgate
+train` does the same from a multi-label training set on real digits."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 import torch
+from onnx import numpy_helper
 from scipy.special import expit, log_expit
 from torch.nn import functional as F
 
+from flipgate.datasets import DIGIT_NAMES, digit_composites, save_evalset, small_digits
 from flipgate.errors import InputError
-from flipgate.formats.evalsets import validate_evalset
+from flipgate.formats.evalsets import EvalSet, validate_evalset
 from flipgate.inference import MultiLabelOnnx
 from flipgate.train import methods
 from flipgate.train.config import TrainConfig
@@ -22,6 +31,7 @@ from flipgate.train.losses import (
 )
 from flipgate.train.methods import resolve_options
 from flipgate.train.recipes import train
+from tests.conftest import numpy_mlp
 
 B, L = 5, 4
 
@@ -178,3 +188,105 @@ def test_every_applicable_method_trains_a_model_that_scores_each_label(method, t
     model.check_evalset(tiny_set)
     logits = trained.module(torch.from_numpy(tiny_set.x)).detach().numpy()
     np.testing.assert_allclose(model.predict(model.feeds(tiny_set)), expit(logits), atol=1e-6)
+
+
+ARCH = "mlp:hidden=16"
+CLI_CONFIG = TrainConfig(epochs=2, batch_size=32)
+
+
+@pytest.fixture(scope="module")
+def composites(tmp_path_factory) -> tuple[EvalSet, dict[str, Path]]:
+    """240 composites of scikit-learn's real 8×8 digits labelled with the digits they show,
+    as a 0/1 matrix and as label-name sets with `classes`; an old model trained on them."""
+    folder = tmp_path_factory.mktemp("multilabel_cli")
+    data = digit_composites(240, seed=0, digits=small_digits())
+    names = np.array([[DIGIT_NAMES[j] for j in np.flatnonzero(row)] + [""] * (3 - row.sum())
+                      for row in data.y])
+    np.savez(folder / "names.npz", x=data.x, y=names, classes=np.array(DIGIT_NAMES))
+    old = train("baseline", ARCH, data, 10, TrainConfig(epochs=1, seed=7))
+    return data, {"matrix": save_evalset(data, folder / "matrix.npz"),
+                  "names": folder / "names.npz",
+                  "old": old.save(folder / "old.onnx", data.sample_shape)}
+
+
+def onnx_outputs(path: Path, x: np.ndarray) -> np.ndarray:
+    """What the exported graph computes, run as it is."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def onnx_weights(path: Path) -> dict[str, np.ndarray]:
+    return {tensor.name: numpy_helper.to_array(tensor)
+            for tensor in onnx.load(str(path)).graph.initializer}
+
+
+def torch_logits(module: torch.nn.Module, x: np.ndarray) -> np.ndarray:
+    """The torch model's logits computed in numpy from its weights."""
+    return numpy_mlp({name: value.numpy() for name, value in module.state_dict().items()}, x)
+
+
+def cli_train(run_cli, data: Path, out: Path, method: str, *extra: str | Path):
+    return run_cli("train", "--method", method, "--arch", ARCH, "--train", data, "--out", out,
+                   "--epochs", CLI_CONFIG.epochs, "--batch-size", CLI_CONFIG.batch_size, *extra)
+
+
+@pytest.mark.parametrize("labels", ["matrix", "names"])
+def test_flipgate_train_exports_one_logit_per_label_as_the_library_trains_them(
+        composites, labels, tmp_path, run_cli) -> None:
+    data, files = composites
+    out = tmp_path / "model.onnx"
+    result = cli_train(run_cli, files[labels], out, "baseline")
+    assert result.code == 0, result.err
+    assert "on 240 samples" in result.out and "10 labels, multi-label" in result.out
+    logits = onnx_outputs(out, data.x)
+    assert logits.shape == (240, 10)
+    np.testing.assert_allclose(logits, numpy_mlp(onnx_weights(out), data.x), atol=1e-5)
+    module = train("baseline", ARCH, data, 10, CLI_CONFIG).module  # the same seed
+    np.testing.assert_allclose(logits, torch_logits(module, data.x), atol=1e-5)
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["multilabel"] is True and record["num_classes"] == 10
+
+
+@pytest.mark.parametrize(("method", "flags", "options"), [
+    ("fd", ["--beta", "3"], methods.FD(beta=3.0)),
+    ("kd", [], None),
+    ("elodi", ["--members", "2", "--student-epochs", "1"],
+     methods.Elodi(members=2, student_epochs=1.0)),
+])
+def test_flipgate_train_distils_each_label_towards_the_old_models_logit(
+        composites, method, flags, options, tmp_path, run_cli) -> None:
+    """The CLI's model equals the library's trained towards the old model's logits computed
+    here from its weights."""
+    data, files = composites
+    out = tmp_path / f"{method}.onnx"
+    result = cli_train(run_cli, files["matrix"], out, method, *flags, "--old", files["old"])
+    assert result.code == 0, result.err
+    old_logits = numpy_mlp(onnx_weights(files["old"]), data.x).astype(np.float32)
+    module = train(method, ARCH, data, 10, CLI_CONFIG, options, old_logits).module
+    np.testing.assert_allclose(onnx_outputs(out, data.x), torch_logits(module, data.x),
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize(("method", "extra", "message"), [
+    ("entropy", [], "method 'entropy' does not apply to a multi-label model"),
+    ("codistill", [], "method 'codistill' does not apply to a multi-label model"),
+    ("elodi", ["--k", "1"], "K = 1"),
+    ("baseline", ["--num-classes", "4"], "the training set has 10 labels"),
+])
+def test_flipgate_train_refuses_what_a_multilabel_set_cannot_train(
+        composites, method, extra, message, tmp_path, run_cli) -> None:
+    out = tmp_path / "refused.onnx"
+    result = cli_train(run_cli, composites[1]["matrix"], out, method, *extra)
+    assert result.code == 2 and result.out == ""
+    assert result.err.startswith("flipgate train: error: ") and message in result.err
+    assert not out.exists() and not out.with_suffix(".json").exists()
+
+
+def test_flipgate_train_refuses_an_old_model_scoring_other_labels(composites, tmp_path,
+                                                                  run_cli) -> None:
+    data, files = composites
+    other = train("baseline", ARCH, replace(data, y=data.y[:, :4]), 4, TrainConfig(epochs=1))
+    old = other.save(tmp_path / "old4.onnx", data.sample_shape)
+    result = cli_train(run_cli, files["matrix"], tmp_path / "new.onnx", "fd", "--old", old)
+    assert result.code == 2 and "the model scores 4 labels" in result.err
+    assert not (tmp_path / "new.onnx").exists()
