@@ -80,6 +80,7 @@ def reference(y, old, new, old_p=None, new_p=None) -> dict:
         },
         "quality": {"old": quality(old, y), "new": quality(new, y)},
         "flipped_indices": [np.flatnonzero(negative[:, j]).tolist() for j in range(y.shape[1])],
+        "fixed_indices": [np.flatnonzero(positive[:, j]).tolist() for j in range(y.shape[1])],
     }
 
 
@@ -102,4 +103,5 @@ def assert_matches(report: dict, expected: dict) -> None:
     for row, want in zip(report["per_label"], expected["per_label"], strict=True):
         for key, value in want.items():
             assert close(row[key], value), (row["name"], key)
-    assert list(report["flipped_indices"].values()) == expected["flipped_indices"]
+    for key in ("flipped_indices", "fixed_indices"):
+        assert list(report[key].values()) == expected[key], key
