@@ -2,6 +2,7 @@
 whole-array numpy, one label at a time, nothing shared with flipgate.metrics.multilabel."""
 
 import numpy as np
+from scipy.stats import norm
 
 from flipgate.metrics.stats import wilson_interval
 
@@ -82,7 +83,24 @@ def reference(y, old, new, old_p=None, new_p=None) -> dict:
         },
         "quality": {"old": quality(old, y), "new": quality(new, y)},
         "flipped_indices": [np.flatnonzero(negative[:, j]).tolist() for j in range(y.shape[1])],
+        "fixed_indices": [np.flatnonzero(positive[:, j]).tolist() for j in range(y.shape[1])],
     }
+
+
+def label_cost(y, old, new, costs, gains) -> dict:
+    """The expected cost per sample under per-label weights, its normal 95% interval with
+    the samples as clusters, the one-sided p of H0 "mean <= 0", and each label's share, from
+    the per-sample costs of decisions `old`, `new` (N, L)."""
+    y, old, new = (np.asarray(a).astype(bool) for a in (y, old, new))
+    negative, positive = (old == y) & (new != y), (old != y) & (new == y)
+    costs, gains = np.asarray(costs, dtype=float), np.asarray(gains, dtype=float)
+    per_sample = negative @ costs - positive @ gains
+    mean, error = per_sample.mean(), per_sample.std(ddof=1) / np.sqrt(len(per_sample))
+    half = norm.ppf(0.975) * error
+    return {"expected_cost": float(mean), "expected_cost_ci": [mean - half, mean + half],
+            "cost_p": float(norm.sf(mean / error)),
+            "per_label": (negative.sum(axis=0) * costs - positive.sum(axis=0) * gains)
+            / len(per_sample)}
 
 
 def close(actual: object, expected: object) -> bool:
@@ -104,7 +122,8 @@ def assert_matches(report: dict, expected: dict) -> None:
     for row, want in zip(report["per_label"], expected["per_label"], strict=True):
         for key, value in want.items():
             assert close(row[key], value), (row["name"], key)
-    assert list(report["flipped_indices"].values()) == expected["flipped_indices"]
+    for key in ("flipped_indices", "fixed_indices"):
+        assert list(report[key].values()) == expected[key], key
 
 
 def group_reference(y, old, new, groups) -> list[dict]:

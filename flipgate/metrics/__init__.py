@@ -2,7 +2,7 @@
 the per-chunk passes of the pair report."""
 
 from flipgate.metrics.calibration import confidence_gap, expected_calibration_error
-from flipgate.metrics.cost import UpdateCost, update_cost
+from flipgate.metrics.cost import LabelUpdateCost, UpdateCost, label_update_cost, update_cost
 from flipgate.metrics.displacement import describe, logit_displacement, rank_in_old
 from flipgate.metrics.diversity import prediction_difference
 from flipgate.metrics.flips import FlipCounts, SliceCounts, count_flips, flipped_indices, per_class
@@ -26,6 +26,7 @@ from flipgate.metrics.stats import (
 
 __all__ = [
     "FlipCounts",
+    "LabelUpdateCost",
     "PairCountMatrices",
     "PlotValues",
     "SliceCounts",
@@ -40,6 +41,7 @@ __all__ = [
     "expected_calibration_error",
     "flipped_indices",
     "label_pair_count_matrices",
+    "label_update_cost",
     "logit_displacement",
     "matrices_from_predictions",
     "mcnemar_one_sided_p",

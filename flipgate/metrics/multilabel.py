@@ -10,7 +10,8 @@ right and the new one gets wrong: a lost positive (y = 1, old 1, new 0) or a new
 `compare_multilabel` streams over the samples (`chunk_size` rows of each (N, L) array at a
 time, arrays or memory-mapped files): it keeps per label the counts of the eight
 (y, ŷ_old, ŷ_new) cells and the sums of the score-based figures, per sample only histograms
-(how many samples lost k labels) and the indices of each label's negative flips. The pooled
+(how many samples lost k labels) and the indices of each label's negative and positive
+flips (which a per-label cost policy weighs, flipgate.metrics.cost.label_update_cost). The pooled
 intervals are a bootstrap over samples drawn from those histograms: the pooled rates are
 means of per-sample counts, so resampling samples is drawing N counts from their empirical
 distribution, a multinomial over the values 0..L (the same distribution as resampling the
@@ -164,7 +165,8 @@ class LabelTally:
         self.histograms = {key: np.zeros(num_labels + 1, dtype=np.int64) for key in PER_SAMPLE}
         self.exact = {"old": 0, "new": 0, "flips": 0, "gains": 0}
         self.sums = {key: np.zeros(num_labels) for key in ("schurn", "difference")}
-        self.flipped: list[tuple[np.ndarray, np.ndarray]] = []  # (samples, labels)
+        self.flipped: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {
+            "negative": [], "positive": []}  # (samples, labels) of each chunk
 
     def add(self, start: int, y: np.ndarray, old: tuple[np.ndarray, np.ndarray | None],
             new: tuple[np.ndarray, np.ndarray | None]) -> None:
@@ -182,10 +184,11 @@ class LabelTally:
             self.histograms[key] += np.bincount(mask.sum(axis=1),
                                                 minlength=self.num_labels + 1)
         self._count_exact(old_right.all(axis=1), new_right.all(axis=1))
-        samples, labels = np.nonzero(negative)
-        self.flipped.append((samples + start, labels))
+        for kind, flipped in self.flipped.items():
+            samples, labels = np.nonzero(per_sample[kind])
+            flipped.append((samples + start, labels))
         if self.groups:
-            self.groups.add(start, per_sample, (samples, labels), (~old_right, ~new_right))
+            self.groups.add(start, per_sample, np.nonzero(negative), (~old_right, ~new_right))
         if self.alpha is not None:
             self.sums["schurn"] += bernoulli_schurn(old_prob, new_prob, self.alpha).sum(axis=0)
             self.sums["difference"] += np.abs(old_prob - new_prob).sum(axis=0)
@@ -196,10 +199,11 @@ class LabelTally:
         self.exact["flips"] += int((old_exact & ~new_exact).sum())
         self.exact["gains"] += int((~old_exact & new_exact).sum())
 
-    def flipped_indices(self) -> list[np.ndarray]:
-        """Per label, the samples whose label turned wrong, ascending."""
-        samples = np.concatenate([s for s, _ in self.flipped])
-        labels = np.concatenate([lab for _, lab in self.flipped])
+    def flipped_indices(self, kind: str = "negative") -> list[np.ndarray]:
+        """Per label, the samples whose label turned wrong ("negative") or right
+        ("positive"), ascending."""
+        samples = np.concatenate([s for s, _ in self.flipped[kind]])
+        labels = np.concatenate([lab for _, lab in self.flipped[kind]])
         order = np.argsort(labels, kind="stable")  # samples ascend within each label
         bounds = np.cumsum(np.bincount(labels, minlength=self.num_labels))[:-1]
         return np.split(samples[order], bounds)
@@ -207,7 +211,6 @@ class LabelTally:
     def report(self, names: list[str], rng: np.random.Generator, resamples: int) -> dict:
         """The JSON-ready report of everything tallied."""
         cells = Cells(self.counts.reshape(-1, 2, 2, 2))
-        flipped = self.flipped_indices()
         return {
             "multilabel": True,
             "n": self.n,
@@ -220,10 +223,14 @@ class LabelTally:
             "quality": {model: quality(cells, model, self.exact[model], self.n)
                         for model in ("old", "new")},
             "per_label": self._label_rows(cells, names),
-            "flipped_indices": {name: indices.tolist()
-                                for name, indices in zip(names, flipped, strict=True)},
+            "flipped_indices": self._indices_by_name(names, "negative"),
+            "fixed_indices": self._indices_by_name(names, "positive"),
             **({"per_group": self.groups.rows(names)} if self.groups else {}),
         }
+
+    def _indices_by_name(self, names: list[str], kind: str) -> dict[str, list[int]]:
+        return {name: indices.tolist()
+                for name, indices in zip(names, self.flipped_indices(kind), strict=True)}
 
     def _per_sample(self) -> dict:
         n, negative = self.n, self.histograms["negative"]

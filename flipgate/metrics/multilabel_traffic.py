@@ -64,7 +64,7 @@ def multilabel_traffic_report(
 
 def _label_free(report: dict) -> dict:
     """The entries of a multi-label report that need no labels; the others null."""
-    return {**report, "quality": None, "flipped_indices": None,
+    return {**report, "quality": None, "flipped_indices": None, "fixed_indices": None,
             **{entry: (
                 [{key: row[key] for key in keys} for row in report[entry]]
                 if entry == "per_label" else {key: report[entry][key] for key in keys})

@@ -15,7 +15,7 @@ from service.datasets.models import Dataset
 from service.datasets.service import get_dataset
 from service.gate.history import HistoryInputs, history_inputs
 from service.gate.models import Decision
-from service.gate.rules import MEASURED_REPORT_KEYS, Policy, measured_metrics
+from service.gate.rules import LABEL_COST_KEYS, MEASURED_REPORT_KEYS, Policy, measured_metrics
 from service.gate.traffic import TRAFFIC_REPORT_KEYS, traffic_metrics
 from service.registry.models import ModelLine, ModelVersion
 from service.registry.service import get_version
@@ -33,7 +33,7 @@ def pair_evidence(*, session: Session, settings: Settings, policy: Policy,
     whose breaks are read from it unless `known` (read_history of history_plan, before the
     transaction) holds them;
     `before`: the production history as it was then (for replaying a past decision)."""
-    rows = _rows(session, baseline, candidate, datasets)
+    rows = _rows(session, baseline, candidate, datasets, _report_keys(policy, line))
     if not all(rows):
         return None
     limit, store = policy.max_nfr_vs_history, functools.cache(lambda: open_store(settings))
@@ -71,12 +71,19 @@ def read_history(store: ArtifactStore, plan: list[HistoryInputs]) -> HistoryRead
 REPORT_KEYS = MEASURED_REPORT_KEYS + TRAFFIC_REPORT_KEYS
 
 
+def _report_keys(policy: Policy, line: ModelLine) -> tuple[str, ...]:
+    """The parts of a report the policy reads: REPORT_KEYS, and each label's flipped and
+    fixed samples when a multi-label line's policy weighs costs (only then: they grow with
+    the flips)."""
+    return REPORT_KEYS + (LABEL_COST_KEYS if line.multilabel and policy.weighs_costs else ())
+
+
 def _rows(session: Session, baseline: ModelVersion, candidate: ModelVersion,
-          datasets: list[Dataset]) -> list[tuple[PairMetrics, dict[str, Any]] | None]:
-    """Each data set's stored pair metrics, with the parts of its report that a policy
-    reads."""
+          datasets: list[Dataset], keys: tuple[str, ...] = REPORT_KEYS,
+          ) -> list[tuple[PairMetrics, dict[str, Any]] | None]:
+    """Each data set's stored pair metrics, with the `keys` of its report."""
     return [find_report_parts(session=session, old=baseline, new=candidate, dataset=dataset,
-                              keys=REPORT_KEYS) for dataset in datasets]
+                              keys=keys) for dataset in datasets]
 
 
 def decision_evidence(*, session: Session, settings: Settings, decision: Decision,

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from flipgate.metrics.cost import update_cost
+from flipgate.metrics.cost import label_update_cost, update_cost
 from flipgate.reporting.rows import class_label
 from service.compare.models import PairMetrics
 from service.gate.models import Verdict
@@ -22,6 +22,8 @@ CostPerSample = Annotated[float, Field(ge=-1e6, le=1e6, strict=True, allow_inf_n
 EvalsetName = Annotated[str, Field(pattern=f"^{NAME.pattern}$")]
 LabelName = Annotated[str, Field(min_length=1, max_length=256)]
 LabelRates = Rate | Annotated[dict[LabelName, Rate], Field(min_length=1, max_length=1 << 16)]
+LabelWeights = Weight | Annotated[dict[LabelName, Weight], Field(min_length=1,
+                                                                max_length=1 << 16)]
 MAX_POLICY_EVALSETS = 50
 MAX_HISTORY_VERSIONS = 100
 
@@ -61,8 +63,10 @@ class Policy(BaseModel):
     max_group_er_increase: RateChange | None = None
     min_group_size: Annotated[int, Field(ge=1, le=10**9, strict=True)] | None = Field(
         None, description="smaller groups are reported, not gated")
-    negative_flip_cost: Weight | None = Field(None, description="default 1")
-    positive_flip_gain: Weight | None = Field(None, description="default 1")
+    negative_flip_cost: LabelWeights | None = Field(
+        None, description="default 1; multi-label: one weight, or a weight per label name")
+    positive_flip_gain: LabelWeights | None = Field(
+        None, description="default 1; multi-label: one weight, or a weight per label name")
     max_expected_cost: CostPerSample | None = Field(
         None, description="(cost·NF − gain·PF) / N")
     max_nfr_vs_history: HistoryLimit | None = None
@@ -81,16 +85,23 @@ class Policy(BaseModel):
 
     @field_validator("negative_flip_cost")
     @classmethod
-    def _positive_cost(cls, cost: float | None) -> float | None:
-        if cost == 0:
+    def _positive_cost(cls, cost: float | dict[str, float] | None
+                       ) -> float | dict[str, float] | None:
+        if 0 in (cost.values() if isinstance(cost, dict) else (cost,)):
             raise ValueError("a negative flip must cost more than 0")
         return cost
 
     @property
     def costs(self) -> tuple[float, float]:
-        """The cost of a negative flip and the gain of a positive one (default 1 and 1)."""
-        return (1.0 if self.negative_flip_cost is None else self.negative_flip_cost,
-                1.0 if self.positive_flip_gain is None else self.positive_flip_gain)
+        """The cost of a negative flip and the gain of a positive one (default 1 and 1) of a
+        single-label line (which refuses maps of labels)."""
+        return _weight(self.negative_flip_cost, None), _weight(self.positive_flip_gain, None)
+
+    def label_weights(self, names: list[str]) -> tuple[list[float], list[float]]:
+        """Per label (by name), what its negative flips cost and its positive ones earn:
+        the policy's one weight, or the label's entry of its map, else 1."""
+        return ([_weight(self.negative_flip_cost, name) for name in names],
+                [_weight(self.positive_flip_gain, name) for name in names])
 
     def limits_set(self) -> list[str]:
         """The names of the limits this policy sets (eval sets aside)."""
@@ -98,15 +109,18 @@ class Policy(BaseModel):
 
     def named_labels(self) -> dict[str, list[str]]:
         """The label names each per-label map of this policy names, by limit."""
-        return {name: list(limits) for name in MULTILABEL_ONLY
+        return {name: list(limits) for name in LABEL_MAPS
                 if isinstance(limits := getattr(self, name), dict)}
 
     def inapplicable(self, *, multilabel: bool) -> list[str]:
         """The limits it sets that a line of this kind cannot be checked against: those of
-        multi-label lines on a single-label one, and the others on a multi-label one."""
+        multi-label lines (and weights per label) on a single-label one, and the others on
+        a multi-label one."""
+        per_label = [] if multilabel else [f"{name} (a map of labels)" for name in LABEL_WEIGHTS
+                                           if isinstance(getattr(self, name), dict)]
         return [name for name in self.limits_set()
                 if (name in MULTILABEL_ONLY) != multilabel
-                and not (multilabel and name in MULTILABEL_TOO)]
+                and not (multilabel and name in MULTILABEL_TOO)] + per_label
 
     @property
     def weighs_costs(self) -> bool:
@@ -117,8 +131,18 @@ class Policy(BaseModel):
 
 DEFAULT_POLICY = Policy(significance=0.05)
 MULTILABEL_ONLY = ("max_label_nfr", "max_lost_positives")
-MULTILABEL_TOO = ("max_nfr", "max_nfr_upper", "max_churn", "significance", "max_group_nfr",
-                  "max_group_er_increase", "min_group_size")  # either kind
+MULTILABEL_TOO = ("max_nfr", "max_nfr_upper", "max_churn", "significance", "significance_test",
+                  "negative_flip_cost", "positive_flip_gain", "max_expected_cost",
+                  "max_group_nfr", "max_group_er_increase", "min_group_size")  # either kind
+LABEL_WEIGHTS = ("negative_flip_cost", "positive_flip_gain")  # a map of labels: multi-label
+LABEL_MAPS = (*MULTILABEL_ONLY, *LABEL_WEIGHTS)  # the fields that may name labels
+
+
+def _weight(weight: float | dict[str, float] | None, label: str | None) -> float:
+    """A cost or gain of `label`: the one weight, the label's entry of a map, else 1."""
+    if isinstance(weight, dict):
+        return weight.get(label, 1.0)
+    return 1.0 if weight is None else weight
 
 
 @dataclass(frozen=True)
@@ -179,6 +203,7 @@ LABEL_LIMITS = {  # a multi-label pair's limits on each label
 }
 
 MEASURED_REPORT_KEYS = ("per_class", "nfr_mc", "per_group", "per_label")  # measured_metrics
+LABEL_COST_KEYS = ("flipped_indices", "fixed_indices")  # and those a label cost weighs
 
 
 def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
@@ -189,7 +214,7 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
     history limit); the worst class is named by the line's `class_names` where it has them.
     A multi-label pair's are `label_metrics`; either kind's groups are `_groups`."""
     if report.get("per_label") is not None:
-        return {**label_metrics(row, report), **_group_metrics(report, policy)}
+        return {**label_metrics(row, report, policy), **_group_metrics(report, policy)}
     worst = max(report["per_class"], key=lambda entry: entry["nfr"] or 0.0)
     measured = {
         "n": row.n, "er_old": row.er_old, "er_new": row.er_new,
@@ -206,20 +231,42 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
     return {**measured, **_group_metrics(report, policy), **(history or {})}
 
 
-def label_metrics(row: PairMetrics, report: dict[str, Any]) -> dict[str, Any]:
+def label_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy) -> dict[str, Any]:
     """The numbers a multi-label pair is checked against: its per-sample NFR (with the upper
     end of its interval), PFR and churn, and per label (by name) its NFR, negative flips,
-    lost positives (a count, and a share of the samples) and one-sided McNemar p."""
-    return {
+    lost positives (a count, and a share of the samples) and one-sided McNemar p; when the
+    policy weighs costs, `_label_cost` too (with each label's share, `expected_cost`)."""
+    labels = [{"label": entry["name"], "nfr": entry["nfr"],
+               "negative_flips": entry["negative_flips"],
+               "lost_positives": entry["lost_positives"],
+               "lost_positive_rate": entry["lost_positives"] / row.n,
+               "mcnemar_p": entry["mcnemar_p"]} for entry in report["per_label"]]
+    measured = {
         "multilabel": True, "n": row.n, "nfr": row.nfr, "nfr_upper": row.nfr_ci_high,
         "pfr": row.pfr, "churn": row.churn, "negative_flips": row.negative_flips,
-        "positive_flips": row.positive_flips,
-        "labels": [{"label": entry["name"], "nfr": entry["nfr"],
-                    "negative_flips": entry["negative_flips"],
-                    "lost_positives": entry["lost_positives"],
-                    "lost_positive_rate": entry["lost_positives"] / row.n,
-                    "mcnemar_p": entry["mcnemar_p"]} for entry in report["per_label"]],
+        "positive_flips": row.positive_flips, "labels": labels,
     }
+    if policy.weighs_costs:
+        measured.update(_label_cost(row.n, report, policy, labels))
+    return measured
+
+
+def _label_cost(n: int, report: dict[str, Any], policy: Policy,
+                labels: list[dict[str, Any]]) -> dict[str, Any]:
+    """The expected cost per sample under the policy's per-label weights, its interval and
+    p-value (flipgate.metrics.cost.label_update_cost), each label's share added to its entry
+    of `labels`; None for a pair measured before its report kept each label's fixed samples."""
+    if report.get("fixed_indices") is None:
+        return {"expected_cost": None, "expected_cost_ci": None, "cost_p": None}
+    names = [entry["label"] for entry in labels]
+    costs, gains = policy.label_weights(names)
+    result = label_update_cost(n, [report["flipped_indices"][name] for name in names],
+                               [report["fixed_indices"][name] for name in names],
+                               costs=costs, gains=gains)
+    for entry, share in zip(labels, result.per_label, strict=True):
+        entry["expected_cost"] = share
+    return {"expected_cost": result.cost, "expected_cost_ci": list(result.interval),
+            "cost_p": result.p_value}
 
 
 def _cost(row: PairMetrics, policy: Policy) -> dict[str, Any]:
@@ -306,13 +353,56 @@ def _check_labels(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list
                 and limit.violated(entry[limit.metric], bound)]
     flip_limits = [name for name in (*SAMPLE_LIMITS, *LABEL_LIMITS)
                    if getattr(policy, name) is not None and name != "max_churn"]
-    if policy.significance is not None and not flip_limits:
+    tested = policy.significance is not None and not flip_limits
+    reasons += _label_cost_reasons(policy, evalset, metrics,
+                                   tested=tested and policy.significance_test == "cost")
+    if tested and policy.significance_test != "cost":
         level = policy.significance / len(labels)
         reasons += [_label_reason("significance", evalset, entry, entry["mcnemar_p"], level,
                                   "the one-sided McNemar p (more new errors than fixes)",
                                   relation="below the level")
                     for entry in labels if entry["mcnemar_p"] < level]
     return reasons
+
+
+def _label_cost_reasons(policy: Policy, evalset: str, metrics: dict[str, Any], *,
+                        tested: bool) -> list[dict]:
+    """A multi-label pair's blocking reasons on its expected cost: above max_expected_cost,
+    and (`tested`) raised by the one-sided test at `significance`, each naming the labels
+    that add most; one reason when the pair's cost cannot be weighed."""
+    checked = [name for name, applies in (("max_expected_cost", policy.max_expected_cost
+                                           is not None), ("significance", tested)) if applies]
+    if checked and metrics["expected_cost"] is None:
+        return [{"code": "label_costs_not_measured", "evalset": evalset, "measured": None,
+                 "limit": None, "blocking": True,
+                 "message": f"on {evalset}: the pair was measured before its report kept each "
+                            f"label's fixed samples, so {' and '.join(checked)} cannot weigh "
+                            "its expected cost"}]
+    cost, reasons = metrics.get("expected_cost"), []
+    if "max_expected_cost" in checked and cost > policy.max_expected_cost:
+        reasons.append(_reason("max_expected_cost", evalset, cost, policy.max_expected_cost,
+                               LIMITS["max_expected_cost"], blocking=True))
+    if tested and metrics["cost_p"] < policy.significance:
+        reasons.append({**_reason("significance", evalset, metrics["cost_p"],
+                                  policy.significance, None, blocking=True),
+                        "message": f"on {evalset}: the update raises the expected cost "
+                                   f"{cost:.4g} per sample (one-sided p = "
+                                   f"{metrics['cost_p']:.3g} < {policy.significance})"})
+    return [_naming_costliest(reason, metrics["labels"]) for reason in reasons]
+
+
+def _naming_costliest(reason: dict, labels: list[dict[str, Any]]) -> dict:
+    """A cost reason names the (up to three) labels that add most to the cost, the first as
+    its `label`."""
+    costliest = sorted((entry for entry in labels if entry["expected_cost"] > 0),
+                       key=lambda entry: -entry["expected_cost"])[:3]
+    if not costliest:
+        return reason
+    named = ", ".join(f"{entry['label']!r} ({entry['expected_cost']:.3g})"
+                      for entry in costliest)
+    plural = "s" if len(costliest) > 1 else ""
+    return {**reason, "label": costliest[0]["label"],
+            "message": f"{reason['message']}; most from label{plural} {named}"}
 
 
 def _unknown_labels(policy: Policy, evalset: str, names: list[str]) -> list[dict]:

@@ -10,12 +10,14 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from flipgate.metrics.multilabel import compare_multilabel
 from flipgate.metrics.report import compare_logits
 from service.compare.models import PairMetrics
 from service.compare.service import report_columns
 from service.config import Settings
 from service.db import utcnow
-from service.gate.rules import Policy, measured_metrics
+from service.gate.models import Verdict
+from service.gate.rules import Policy, check, measured_metrics
 from service.jobs.service import get_job, start_job
 from tests.service.api.conftest import measure, post_evalset, post_logits, shared_store
 from tests.service.api.test_gate_api import (  # noqa: F401
@@ -237,3 +239,22 @@ def test_without_negative_flips_the_worst_class_nfr_is_zero_and_every_group_is_g
     assert numbers["worst_class_nfr"] == 0.0
     assert {group["group"]: (group["n"], group["gated"]) for group in numbers["groups"]} == {
         "one": (1, True), "rest": (3, True)}
+
+
+def test_a_multilabel_pair_measured_before_fixed_samples_were_kept_blocks_a_cost_limit():
+    """A report without `fixed_indices` cannot be weighed: a cost limit or the cost test
+    blocks saying so; costs merely reported block nothing."""
+    y = np.array([[1, 0], [0, 1], [1, 1]], dtype=bool)
+    report = compare_multilabel(y, y, ~y, label_names=["a", "b"])
+    del report["fixed_indices"]
+    row = PairMetrics(**report_columns(report))
+    for policy in (Policy(max_expected_cost=0.5),
+                   Policy(significance=0.05, significance_test="cost")):
+        numbers = measured_metrics(row, report, policy)
+        assert (numbers["expected_cost"], numbers["cost_p"]) == (None, None)
+        verdict, reasons = check(policy, {"ev": numbers})
+        assert verdict == Verdict.BLOCK
+        assert [reason["code"] for reason in reasons] == ["label_costs_not_measured"]
+    reported = Policy(negative_flip_cost={"a": 2.0})
+    assert check(reported, {"ev": measured_metrics(row, report, reported)})[0] == \
+        Verdict.APPROVE

@@ -24,6 +24,7 @@ from tests.multilabel_reference import (
     assert_groups_match,
     assert_matches,
     group_reference,
+    label_cost,
     reference,
 )
 from tests.service.api.conftest import error_code, measure, npy_bytes, put_model, run_task
@@ -388,17 +389,23 @@ def test_the_default_policy_blocks_a_label_that_flips_significantly(client, labe
 
 def test_limits_that_do_not_apply_to_the_lines_kind_are_refused(client, labelled_pair,
                                                                 upload_model):
-    for rules in ({"max_class_nfr": 0.1}, {"max_nfr": 0.1, "negative_flip_cost": 2.0},
+    for rules in ({"max_class_nfr": 0.1}, {"max_nfr": 0.1, "max_nfr_mc": 0.1},
                   {"max_er_increase": 0.1}):
         response = client.put(f"/models/{LINE}/policy", json=rules)
         assert error_code(response, 422) == "policy_limit_not_applicable"
         dry = client.post(f"/models/{LINE}/policy/dry-run", json=rules)
         assert error_code(dry, 422) == "policy_limit_not_applicable"
     assert upload_model("single", "1").status_code == 201
-    for rules in ({"max_label_nfr": 0.1}, {"max_lost_positives": {"3": 0.1}}):
+    for rules in ({"max_label_nfr": 0.1}, {"max_lost_positives": {"3": 0.1}},
+                  {"negative_flip_cost": {"3": 2.0}}, {"positive_flip_gain": {"0": 0.5}}):
         response = client.put("/models/single/policy", json=rules)
         assert error_code(response, 422) == "policy_limit_not_applicable"
+    assert "positive_flip_gain (a map of labels)" in response.json()["error"]["message"]
+    assert client.put("/models/single/policy", json={"negative_flip_cost": 2.0}
+                      ).status_code == 200  # one weight still applies to a single-label line
     assert client.get(f"/models/{LINE}/policy").json()["version"] is None  # nothing stored
+    stored = client.get("/models/single/policy").json()
+    assert (stored["version"], stored["rules"]["negative_flip_cost"]) == (1, 2.0)
 
 
 def test_a_label_limit_naming_no_label_is_refused_or_blocks(client, labelled_pair):
@@ -413,6 +420,100 @@ def test_a_label_limit_naming_no_label_is_refused_or_blocks(client, labelled_pai
     client.put(f"/models/{LINE}/classes", json={"class_names": [str(d) for d in range(10)]})
     refused = client.put(f"/models/{LINE}/policy", json=policy)
     assert error_code(refused, 422) == "unknown_label"
+
+
+@pytest.fixture
+def costly_pair(client, composites) -> tuple[np.ndarray, np.ndarray]:
+    """Two external versions measured on the composites: the new one gets labels 3 and 7
+    wrong together on some samples, and label 5 right everywhere (the old one gets it wrong
+    on about half); their decisions."""
+    rng = np.random.default_rng(7)
+    y = composites.y
+    old = np.where(rng.random(y.shape) < 0.1, ~y, y)
+    old[:, 5] = np.where(rng.random(len(y)) < 0.5, ~y[:, 5], y[:, 5])
+    new = old.copy()
+    hit = rng.random(len(y)) < 0.12
+    new[hit, 3], new[hit, 7] = ~y[hit, 3], ~y[hit, 7]
+    new[:, 5] = y[:, 5]
+    external(client, "1")
+    external(client, "2")
+    post_evalset(client, "composites", composites.evalset)
+    for version, decisions in (("1", old), ("2", new)):
+        assert upload(client, version, "composites", "labels", decisions).status_code == 201
+    measure(client, f"{LINE}:1", f"{LINE}:2", "composites")
+    return old, new
+
+
+def costs_of(weights: dict[str, float]) -> list[float]:
+    """Each of the 10 labels' weight: its entry of the map, else 1."""
+    return [weights.get(str(label), 1.0) for label in range(10)]
+
+
+def test_a_per_label_cost_policy_blocks_naming_the_costliest_label(client, composites,
+                                                                    costly_pair):
+    weights = {"3": 4.0, "7": 0.5}
+    expected = label_cost(composites.y, *costly_pair, costs_of(weights), [0.1] * 10)
+    cost = expected["expected_cost"]
+    assert cost > 0 and np.argmax(expected["per_label"]) == 3
+    policy = {"negative_flip_cost": weights, "positive_flip_gain": 0.1,
+              "max_expected_cost": cost * 1.01, "evalsets": ["composites"]}
+    assert client.put(f"/models/{LINE}/policy", json=policy).status_code == 200
+    approved = gate(client)
+    assert approved["verdict"] == "approve"
+    client.put(f"/models/{LINE}/policy", json={**policy, "max_expected_cost": cost * 0.99})
+    decision = gate(client)
+    assert decision["verdict"] == "block"
+    (reason,) = decision["reasons"]
+    assert (reason["code"], reason["label"]) == ("max_expected_cost", "3")
+    assert reason["measured"] == pytest.approx(cost)
+    assert f"most from labels '3' ({expected['per_label'][3]:.3g})" in reason["message"]
+    numbers = decision["metrics"]["composites"]
+    assert numbers["expected_cost"] == pytest.approx(cost)
+    assert numbers["expected_cost_ci"] == pytest.approx(expected["expected_cost_ci"])
+    assert numbers["cost_p"] == pytest.approx(expected["cost_p"])
+    assert [entry["expected_cost"] for entry in numbers["labels"]] == pytest.approx(
+        list(expected["per_label"]))
+    draft = client.post(f"/models/{LINE}/policy/dry-run", json=policy).json()
+    assert [(change["old_verdict"], change["new_verdict"], change["reasons"])
+            for change in draft["changed"]] == [("block", "approve", [])]
+
+
+def test_the_cost_test_weighs_per_label_costs(client, composites, costly_pair):
+    """Label 5's fixes outweigh labels 3 and 7's breaks at equal weights; breaking label 3
+    costly enough makes the update raise the cost significantly."""
+    lenient = {"significance": 0.05, "significance_test": "cost", "evalsets": ["composites"]}
+    client.put(f"/models/{LINE}/policy", json=lenient)
+    approved = gate(client)
+    assert approved["verdict"] == "approve"
+    expected = label_cost(composites.y, *costly_pair, [1.0] * 10, [1.0] * 10)
+    assert approved["metrics"]["composites"]["cost_p"] == pytest.approx(expected["cost_p"])
+    assert expected["expected_cost"] < 0
+    client.put(f"/models/{LINE}/policy", json={**lenient, "negative_flip_cost": {"3": 20.0}})
+    decision = gate(client)
+    expected = label_cost(composites.y, *costly_pair, costs_of({"3": 20.0}), [1.0] * 10)
+    assert expected["cost_p"] < 0.05 and decision["verdict"] == "block"
+    (reason,) = decision["reasons"]
+    assert (reason["code"], reason["label"]) == ("significance", "3")
+    assert reason["measured"] == pytest.approx(expected["cost_p"])
+    assert "raises the expected cost" in reason["message"]
+
+
+def test_bad_label_weights_are_refused_and_nothing_is_stored(client):
+    external(client, "1")
+    client.put(f"/models/{LINE}/classes", json={"class_names": [str(d) for d in range(10)]})
+    assert client.put(f"/models/{LINE}/policy", json={"max_nfr": 0.5}).status_code == 200
+    for weights, code in (({"negative_flip_cost": {"three": 2.0}}, "unknown_label"),
+                          ({"positive_flip_gain": {"3": -1.0}}, "invalid_request"),
+                          ({"negative_flip_cost": {"3": float("nan")}}, "invalid_request"),
+                          ({"negative_flip_cost": {"3": 0.0}}, "invalid_request"),
+                          ({"negative_flip_cost": {}}, "invalid_request")):
+        body = json.dumps({"max_expected_cost": 0.1, **weights})  # NaN, which httpx refuses
+        for send, path in ((client.put, f"/models/{LINE}/policy"),
+                           (client.post, f"/models/{LINE}/policy/dry-run")):
+            response = send(path, content=body, headers={"content-type": "application/json"})
+            assert error_code(response, 422) == code, weights
+    stored = client.get(f"/models/{LINE}/policy").json()
+    assert (stored["version"], stored["rules"]["max_expected_cost"]) == (1, None)
 
 
 def softmax_model(path: Path) -> Path:
