@@ -1,8 +1,10 @@
 """How the dashboard writes a number, the same on every page: a rate (NFR, error, churn) as a
-percentage, with its 95% interval where it has one, as the pair report and the `flipgate`
-command write them (flipgate.reporting.rows: `1.23%`, `1.00% – 2.00%`); a count as an
-integer; a p-value to three significant digits. Templates use it through macros.html's
-`rate` and `metric`, the SVGs (heatmap, history, repair curve) directly."""
+percentage, with its 95% interval where it has one, as the pair report, the `flipgate`
+command and the gate's reasons write them (flipgate.reporting.rows: `1.23%`, `1.00% –
+2.00%`); a policy's limit as it is set (`3%`); a count as an integer; a p-value to three
+significant digits; a policy's rules named as the gate's reasons name them. Templates use it
+through macros.html's `rate` and `metric`, the SVGs (heatmap, history, repair curve)
+directly."""
 
 from typing import Any
 
@@ -70,6 +72,8 @@ SETTINGS = {"significance": "significance level", "significance_test": "signific
             "min_group_size": "smallest gated group", "negative_flip_cost":
             "cost of a negative flip", "positive_flip_gain": "gain of a positive flip",
             "evalsets": "eval sets"}
+WHOSE = {**dict.fromkeys(GROUP_LIMITS, " of each group"),
+         **dict.fromkeys(LABEL_LIMITS, " of each label")}  # the limits on every group (label)
 
 
 def policy_rules(rules: dict[str, Any], *, multilabel: bool = False) -> list[tuple[str, str]]:
@@ -95,9 +99,7 @@ def _rule(key: str, value: Any, named: dict[str, Limit]) -> tuple[str, str]:
     if isinstance(value, dict):
         return f"{spec.label} of a label", ", ".join(
             f"label {name}: {_bound(spec, bound)}" for name, bound in value.items())
-    whose = {**dict.fromkeys(GROUP_LIMITS, " of each group"),
-             **dict.fromkeys(LABEL_LIMITS, " of each label")}.get(key, "")
-    return f"{spec.label}{whose}", _bound(spec, value)
+    return f"{spec.label}{WHOSE.get(key, '')}", _bound(spec, value)
 
 
 def _bound(spec: Limit, value: float) -> str:
