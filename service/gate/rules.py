@@ -224,9 +224,10 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
 
 
 def label_metrics(row: PairMetrics, report: dict[str, Any]) -> dict[str, Any]:
-    """The numbers a multi-label pair is checked against: its per-sample NFR (with the upper
-    end of its interval), PFR and churn, and per label (by name) its NFR, negative flips,
-    lost positives (a count, and a share of the samples) and one-sided McNemar p."""
+    """The numbers a multi-label pair is checked against: its per-sample NFR (with its 95%
+    interval and that interval's upper end), PFR and churn, and per label (by name) its NFR,
+    negative flips, lost positives (a count, and a share of the samples) and one-sided
+    McNemar p."""
     return {
         "multilabel": True, "n": row.n, "nfr": row.nfr,
         "nfr_interval": [row.nfr_ci_low, row.nfr_ci_high], "nfr_upper": row.nfr_ci_high,
