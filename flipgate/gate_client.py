@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urljoin
 
 from flipgate.errors import InputError
+from flipgate.reporting.rows import fmt_pct
 from flipgate.signing import signature
 
 if TYPE_CHECKING:
@@ -252,17 +253,13 @@ def status_printer(stream: TextIO, every_seconds: float = 10) -> PendingCallback
     return show
 
 
-def percent(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2%}"
-
-
 def metrics_line(evalset: str, metrics: Mapping) -> str:
     """NFR, churn, error rate old → new and McNemar's p on one eval set."""
-    parts = [f"NFR {percent(metrics.get('nfr'))}"]
+    parts = [f"NFR {fmt_pct(metrics.get('nfr'))}"]
     if metrics.get("negative_flips") is not None and metrics.get("n"):
         parts[0] += f" ({metrics['negative_flips']} of {metrics['n']})"
-    parts.append(f"churn {percent(metrics.get('churn'))}")
-    parts.append(f"ER {percent(metrics.get('er_old'))} → {percent(metrics.get('er_new'))}")
+    parts.append(f"churn {fmt_pct(metrics.get('churn'))}")
+    parts.append(f"ER {fmt_pct(metrics.get('er_old'))} → {fmt_pct(metrics.get('er_new'))}")
     if metrics.get("mcnemar_p") is not None:
         parts.append(f"McNemar p {metrics['mcnemar_p']:.3g}")
     return f"  {evalset}: " + ", ".join(parts)

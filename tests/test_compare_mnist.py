@@ -15,6 +15,7 @@ import torch
 from scipy.stats import binomtest
 
 from flipgate.processes import free_port
+from tests.reasons import rate_figures
 
 pytestmark = pytest.mark.slow
 
@@ -146,7 +147,9 @@ def check_demo_numbers(stdout: str, predicted: dict[str, np.ndarray], labels: np
         points = f"{100 * (er[candidate] - er[baseline]):+.2f} pts"
         verdict = "approve" if nfr(baseline, candidate) <= 0.01 else "block"
         assert rows[candidate] == (baseline, verdict, pct(nfr(baseline, candidate)), points)
-    assert f"on mnist-eval: NFR {nfr('2', '3'):.4g} is above the maximum 0.01" in served
+    measured, (low, high), limit = rate_figures(served.partition("on mnist-eval: NFR ")[2])
+    assert measured == pytest.approx(nfr("2", "3"), abs=5e-5) and limit == 0.01
+    assert low < measured < high
     assert [row[1] for row in rows.values()] == ["approve", "approve", "block", "approve"]
     matrix = served.partition("NFR (churn) for every pair of versions")[2]
     for old in "123":

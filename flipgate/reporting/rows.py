@@ -1,17 +1,40 @@
 """The text of a report of one old/new comparison that the terminal and the HTML report
 share: formatted numbers, table rows and the verdict hints. Nothing here draws (no rich).
+The numbers are written so everywhere: the server's gate reasons and its dashboard
+(service/ui/numbers.py) call the same functions.
 
 Everything reads the JSON-ready dict of `PairAnalysis.to_dict()`; undefined values (None)
 are shown as "—". The hints only describe the numbers; they decide nothing.
 """
 
+import math
+
 DASH = "—"
 SIGNIFICANCE = 0.05
 
 
-def fmt_pct(value: float | None) -> str:
-    """0.0123 -> '1.23%'; None -> '—'."""
-    return DASH if value is None else f"{100 * value:.2f}%"
+def fmt_pct(value: float | None, beside: float | None = None) -> str:
+    """0.0123 -> '1.23%'; None -> '—'. Next to a limit (`beside`, a rate), with as many more
+    decimals (up to six) as it takes not to read as the limit: 0.03004 beside 0.03 ->
+    '3.004%', not '3.00%'."""
+    if value is None:
+        return DASH
+    digits = 2
+    while (beside is not None and digits < 6
+           and math.isclose(round(100 * value, digits), 100 * beside)):
+        digits += 1
+    return f"{100 * value:.{digits}f}%"
+
+
+def fmt_limit(value: float) -> str:
+    """A limit that a person set on a rate, as a percentage with the digits it has (no fewer,
+    no trailing zeros): 0.03 -> '3%', 0.0125 -> '1.25%'."""
+    return f"{fmt_exact(100 * value)}%"
+
+
+def fmt_exact(value: float) -> str:
+    """A number that a person set, with the digits it has: 2.0 -> '2', 0.0125 -> '0.0125'."""
+    return f"{value:.10f}".rstrip("0").rstrip(".")
 
 
 def fmt_num(value: float | None, digits: int = 3) -> str:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from flipgate.metrics.cost import label_update_cost, update_cost
-from flipgate.reporting.rows import class_label
+from flipgate.reporting.rows import class_label, fmt_ci, fmt_exact, fmt_limit, fmt_pct
 from service.compare.models import PairMetrics
 from service.gate.models import Verdict
 from service.gate.traffic import check_traffic
@@ -147,22 +147,42 @@ def _weight(weight: float | dict[str, float] | None, label: str | None) -> float
 
 @dataclass(frozen=True)
 class Limit:
-    """A policy field: the metric it bounds, from above or below, and what it is called."""
+    """A policy field: the metric it bounds, from above or below, what it is called, and
+    whether that metric is a rate (written as a percentage)."""
 
     metric: str
     upper: bool
     on_flips: bool
     label: str
+    rate: bool = True
 
     def violated(self, value: float, bound: float) -> bool:
         return value > bound if self.upper else value < bound
+
+    def figures(self, measured: float, bound: float,
+                interval: list[float] | None = None) -> tuple[str, str]:
+        """The measured value and the bound as a reason writes them: a rate as a percentage
+        (with its 95% interval where it has one) as the pair report and the dashboard write
+        it, its bound as the policy sets it (3%); another number to four significant
+        digits."""
+        if not self.rate:
+            return f"{measured:.4g}", self.written(bound)
+        shown = fmt_pct(measured, beside=bound)
+        if interval and None not in interval:
+            shown += f" (95% interval {fmt_ci(interval)})"
+        return shown, self.written(bound)
+
+    def written(self, bound: float) -> str:
+        """The bound as the policy sets it: a rate's as a percentage (0.03 -> '3%')."""
+        return fmt_limit(bound) if self.rate else fmt_exact(bound)
 
 
 LIMITS = {
     "max_nfr": Limit("nfr", upper=True, on_flips=True, label="NFR"),
     "max_nfr_upper": Limit("nfr_upper", upper=True, on_flips=True,
                            label="the upper end of NFR's 95% interval"),
-    "max_rel_nfr": Limit("rel_nfr", upper=True, on_flips=True, label="relative NFR"),
+    "max_rel_nfr": Limit("rel_nfr", upper=True, on_flips=True, label="relative NFR",
+                         rate=False),
     "max_churn": Limit("churn", upper=True, on_flips=False, label="churn"),
     "max_er_increase": Limit("er_increase", upper=True, on_flips=False,
                              label="the error-rate increase"),
@@ -173,7 +193,7 @@ LIMITS = {
     "max_nfr_mc": Limit("nfr_mc", upper=True, on_flips=False,
                         label="NFR_mc (new wrong and changed)"),
     "max_expected_cost": Limit("expected_cost", upper=True, on_flips=False,
-                               label="the expected cost per sample"),
+                               label="the expected cost per sample", rate=False),
     "max_nfr_vs_history": Limit("history_nfr", upper=True, on_flips=False,
                                 label="the share broken of what earlier production versions "
                                       "got right"),
@@ -219,7 +239,8 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
     measured = {
         "n": row.n, "er_old": row.er_old, "er_new": row.er_new,
         "er_increase": row.er_new - row.er_old, "er_decrease": row.er_old - row.er_new,
-        "nfr": row.nfr, "nfr_upper": row.nfr_ci_high, "rel_nfr": row.rel_nfr, "pfr": row.pfr,
+        "nfr": row.nfr, "nfr_interval": [row.nfr_ci_low, row.nfr_ci_high],
+        "nfr_upper": row.nfr_ci_high, "rel_nfr": row.rel_nfr, "pfr": row.pfr,
         "churn": row.churn, "negative_flips": row.negative_flips,
         "positive_flips": row.positive_flips, "mcnemar_p": row.mcnemar_p,
         "worst_class": worst["class"], "worst_class_nfr": worst["nfr"] or 0.0,
@@ -232,8 +253,8 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
 
 
 def label_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy) -> dict[str, Any]:
-    """The numbers a multi-label pair is checked against: its per-sample NFR (with the upper
-    end of its interval), PFR and churn, and per label (by name) its NFR, negative flips,
+    """The numbers a multi-label pair is checked against: its per-sample NFR (with its 95%
+    interval and that interval's upper end), PFR and churn, and per label (by name) its NFR, negative flips,
     lost positives (a count, and a share of the samples) and one-sided McNemar p; when the
     policy weighs costs, `_label_cost` too (with each label's share, `expected_cost`)."""
     labels = [{"label": entry["name"], "nfr": entry["nfr"],
@@ -242,7 +263,8 @@ def label_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy) -> d
                "lost_positive_rate": entry["lost_positives"] / row.n,
                "mcnemar_p": entry["mcnemar_p"]} for entry in report["per_label"]]
     measured = {
-        "multilabel": True, "n": row.n, "nfr": row.nfr, "nfr_upper": row.nfr_ci_high,
+        "multilabel": True, "n": row.n, "nfr": row.nfr,
+        "nfr_interval": [row.nfr_ci_low, row.nfr_ci_high], "nfr_upper": row.nfr_ci_high,
         "pfr": row.pfr, "churn": row.churn, "negative_flips": row.negative_flips,
         "positive_flips": row.positive_flips, "labels": labels,
     }
@@ -323,7 +345,8 @@ def _check_one(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list[di
     p_value = metrics["cost_p" if policy.significance_test == "cost" else "mcnemar_p"]
     significant = policy.significance is None or p_value < policy.significance
     reasons = [_reason(name, evalset, metrics[limit.metric], bound, limit,
-                       blocking=significant or not limit.on_flips)
+                       blocking=significant or not limit.on_flips,
+                       interval=metrics.get(f"{limit.metric}_interval"))
                for name, limit in LIMITS.items()
                if (bound := _bound(policy, name)) is not None
                and metrics.get(limit.metric) is not None
@@ -340,14 +363,16 @@ def _check_labels(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list
     limit (naming it), and, with `significance` and no limit on flips, each label whose
     McNemar test finds more new errors than fixes at significance / L (Bonferroni); a
     multi-label reason always blocks."""
-    reasons = [_reason(name, evalset, metrics[limit.metric], bound, limit, blocking=True)
+    reasons = [_reason(name, evalset, metrics[limit.metric], bound, limit, blocking=True,
+                       interval=metrics.get(f"{limit.metric}_interval"))
                for name, limit in SAMPLE_LIMITS.items()
                if (bound := getattr(policy, name)) is not None
                and metrics[limit.metric] is not None and limit.violated(metrics[limit.metric],
                                                                         bound)]
     labels = metrics["labels"]
     reasons += _unknown_labels(policy, evalset, [entry["label"] for entry in labels])
-    reasons += [_label_reason(name, evalset, entry, entry[limit.metric], bound, limit.label)
+    reasons += [_label_reason(name, evalset, entry, entry[limit.metric], bound,
+                              f"{limit.label} {_sentence(limit, entry[limit.metric], bound)}")
                 for entry in labels for name, limit in LABEL_LIMITS.items()
                 if (bound := _label_bound(getattr(policy, name), entry["label"])) is not None
                 and limit.violated(entry[limit.metric], bound)]
@@ -359,8 +384,8 @@ def _check_labels(policy: Policy, evalset: str, metrics: dict[str, Any]) -> list
     if tested and policy.significance_test != "cost":
         level = policy.significance / len(labels)
         reasons += [_label_reason("significance", evalset, entry, entry["mcnemar_p"], level,
-                                  "the one-sided McNemar p (more new errors than fixes)",
-                                  relation="below the level")
+                                  "the one-sided McNemar p (more new errors than fixes) "
+                                  f"{entry['mcnemar_p']:.3g} is below the level {level:.3g}")
                     for entry in labels if entry["mcnemar_p"] < level]
     return reasons
 
@@ -422,12 +447,11 @@ def _label_bound(limit: float | dict[str, float] | None, label: str) -> float | 
 
 
 def _label_reason(code: str, evalset: str, entry: dict[str, Any], measured: float,
-                  limit: float, what: str, relation: str = "above the maximum") -> dict:
-    """A blocking reason that names the label it is about."""
+                  limit: float, finding: str) -> dict:
+    """A blocking reason that names the label it is about (`finding`: what is over what)."""
     return {"code": code, "evalset": evalset, "label": entry["label"], "measured": measured,
             "limit": limit, "blocking": True,
-            "message": f"on {evalset}, label {entry['label']!r}: {what} {measured:.4g} is "
-                       f"{relation} {limit:.4g}"}
+            "message": f"on {evalset}, label {entry['label']!r}: {finding}"}
 
 
 def _with_class(reason: dict, metrics: dict[str, Any]) -> dict:
@@ -458,8 +482,7 @@ def _check_groups(policy: Policy, evalset: str, groups: list[dict[str, Any]],
     """A blocking reason per gated group over a group limit, naming the group."""
     return [{**_reason(name, evalset, group[limit.metric], bound, limit, blocking=True),
              "group": group["group"], "message": f"on {evalset}, group {group['group']!r} "
-             f"(n = {group['n']}): {limit.label} {group[limit.metric]:.4g} is above the "
-             f"maximum {bound}"}
+             f"(n = {group['n']}): {limit.label} {_sentence(limit, group[limit.metric], bound)}"}
             for group in groups if group["gated"]
             for name, limit in limits.items()
             if (bound := getattr(policy, name)) is not None
@@ -478,15 +501,21 @@ def _significance_reason(policy: Policy, evalset: str, p_value: float) -> dict:
 
 
 def _reason(code: str, evalset: str, measured: float, limit: float, spec: Limit | None, *,
-            blocking: bool) -> dict:
-    """One entry of a decision's reasons."""
+            blocking: bool, interval: list[float] | None = None) -> dict:
+    """One entry of a decision's reasons; `interval`: the measured rate's 95% interval."""
     if spec is None:
         message = (f"on {evalset}: the candidate makes more new errors than it fixes "
                    f"(one-sided McNemar p = {measured:.3g} < {limit})")
     else:
-        relation = "above the maximum" if spec.upper else "below the minimum"
-        message = f"on {evalset}: {spec.label} {measured:.4g} is {relation} {limit}"
+        message = f"on {evalset}: {spec.label} {_sentence(spec, measured, limit, interval)}"
         if not blocking:
             message += " (waived: the flips are not significant)"
     return {"code": code, "evalset": evalset, "measured": measured, "limit": limit,
             "blocking": blocking, "message": message}
+
+
+def _sentence(spec: Limit, measured: float, limit: float,
+              interval: list[float] | None = None) -> str:
+    """'20.27% (95% interval 18.10% – 22.60%) is above the maximum 3%'."""
+    shown, bound = spec.figures(measured, limit, interval)
+    return f"{shown} is {'above the maximum' if spec.upper else 'below the minimum'} {bound}"

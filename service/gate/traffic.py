@@ -7,6 +7,7 @@ give are reported as not applicable."""
 from typing import Any
 
 from flipgate.metrics.traffic import LabelledPrefix
+from flipgate.reporting.rows import fmt_ci, fmt_limit, fmt_pct
 from service.compare.models import PairMetrics
 from service.gate.verdicts import note
 
@@ -63,12 +64,13 @@ def _nfr_reasons(limit: float, evalset: str, metrics: dict[str, Any], reason) ->
         return []
     if low > limit:
         found = reason("max_nfr", evalset, low, limit)
-        return [{**found, "message": f"on {evalset}: NFR is at least {low:.4g} (95% interval "
-                 f"{low:.4g} to {high:.4g}), above the maximum {limit}"}]
+        return [{**found, "message": f"on {evalset}: NFR is at least "
+                 f"{fmt_pct(low, beside=limit)} (95% interval {fmt_ci([low, high])}), above "
+                 f"the maximum {fmt_limit(limit)}"}]
     prefix = LabelledPrefix.from_report(metrics["prefix"])
     more = prefix.labels_to_decide(limit * metrics["n"])
-    return [labels_needed(evalset, metrics, more, f"NFR lies between {low:.4g} and "
-                          f"{high:.4g}, around the maximum {limit}")]
+    return [labels_needed(evalset, metrics, more, f"NFR lies between {fmt_pct(low)} and "
+                          f"{fmt_pct(high)}, around the maximum {fmt_limit(limit)}")]
 
 
 def _er_reasons(limit: float, evalset: str, metrics: dict[str, Any], reason) -> list[dict]:

@@ -5,6 +5,7 @@ the NFR limit dashed and the chosen share marked. Each point carries its values 
 from typing import Any
 
 from service.ui.history import nice
+from service.ui.numbers import limit as limit_text
 from service.ui.numbers import percent, percent_tick
 
 WIDTH, HEIGHT = 640, 240
@@ -41,7 +42,7 @@ def repair_curve_svg(curve: list[dict[str, Any]], share: float,
         parts.append(f'<line class="limit" x1="{LEFT}" x2="{WIDTH - RIGHT}" '
                      f'y1="{y(max_nfr):.1f}" y2="{y(max_nfr):.1f}"/><text class="limit-label" '
                      f'x="{WIDTH - RIGHT}" y="{y(max_nfr) - 4:.1f}" text-anchor="end">'
-                     f"max NFR {percent(max_nfr)}</text>")
+                     f"max NFR {limit_text('max_nfr', max_nfr)}</text>")
     parts.append(f'<g class="chosen" data-share="{share!r}"><line x1="{x(share):.1f}" '
                  f'x2="{x(share):.1f}" y1="{TOP - 4}" y2="{HEIGHT - BOTTOM}"/>'
                  f'<text x="{x(share):.1f}" y="{TOP - 8}" text-anchor="{_anchor(share)}">'

@@ -7,6 +7,7 @@ value (data-value) and a <title>."""
 from html import escape
 from math import ceil, log10
 
+from service.ui.numbers import limit as limit_text
 from service.ui.numbers import percent, percent_tick
 from service.ui.queries import HistoryRow
 
@@ -85,7 +86,8 @@ def _band(row: HistoryRow, x: float, step: float) -> str:
 def _limit_line(limit: float, y: Scale) -> str:
     return (f'<line class="limit" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(limit):.1f}" '
             f'y2="{y(limit):.1f}"/><text class="limit-label" x="{WIDTH - RIGHT}" '
-            f'y="{y(limit) - 4:.1f}" text-anchor="end">policy max NFR {percent(limit)}</text>')
+            f'y="{y(limit) - 4:.1f}" text-anchor="end">policy max NFR '
+            f'{limit_text("max_nfr", limit)}</text>')
 
 
 def _series(rows: list[HistoryRow], xs: list[float], key: str, label: str, colour: str,

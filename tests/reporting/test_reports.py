@@ -11,7 +11,7 @@ from rich.console import Console
 from flipgate.metrics import compare_logits
 from flipgate.metrics.report import PairAnalysis
 from flipgate.reporting.html import render_html, report_body, stored_body
-from flipgate.reporting.rows import verdict_hints
+from flipgate.reporting.rows import fmt_limit, fmt_pct, verdict_hints
 from flipgate.reporting.terminal import render_report
 
 CLASSES = ["cat", "dog", "bird"]
@@ -178,3 +178,13 @@ def test_html_shows_the_per_group_table_when_the_eval_set_has_groups() -> None:
     assert set(rows) == expected
     assert "Per group" not in report_body(None, compare_logits(old, new, labels),
                                           old_name="v1", new_name="v2")
+
+
+def test_a_rate_next_to_its_limit_never_reads_as_the_limit() -> None:
+    """A limit keeps the digits it was set with; the measured rate two decimals, or more where
+    two would round it onto the limit (a gate reason saying '3.00% is above the maximum 3%')."""
+    assert [fmt_limit(limit) for limit in (0.03, 0.0125, 0.07, 0.00125, 0.0)] == [
+        "3%", "1.25%", "7%", "0.125%", "0%"]
+    assert fmt_pct(0.2027, beside=0.03) == "20.27%" == fmt_pct(0.2027)
+    assert fmt_pct(0.030004, beside=0.03) == "3.0004%" and fmt_pct(0.030004) == "3.00%"
+    assert fmt_pct(0.02999, beside=0.03) == "2.999%"

@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from tests.service.api.conftest import run_task, shared_store
-from tests.ui.multilabel_line import ALARMED, EVALSET, GROUPS, LINE, LOST, seed_multilabel
+from tests.ui.multilabel_line import (
+    ALARMED,
+    EVALSET,
+    GROUPS,
+    LINE,
+    LOST,
+    POLICY,
+    seed_multilabel,
+)
 
 
 def seed(client, folder):
@@ -81,7 +89,8 @@ def test_the_matrix_shows_nfr_sample_and_churn_sample(line, signed_in):
             assert f"{old} → {new}: {label} {shown(value)}" in svg
     assert "NFR_sample / churn_sample of every measured pair" in text
     assert cell(text, 'id="history-2"', "nfr") == shown(flips(line, "1", "2").any(
-        axis=1).mean())  # the blocked decision's NFR_sample against production (1)
+        axis=1).mean(), line.blocked["metrics"][EVALSET]["nfr_interval"]
+    )  # the blocked decision's NFR_sample against production (1), with its 95% interval
     assert cell(text, 'id="history-2"', "er_new") == "—"  # not measured: never "unknown"
 
 
@@ -190,6 +199,7 @@ def test_the_blocked_decision_names_its_labels(line, signed_in):
                     reasons, re.DOTALL).group(0)
     assert f"{EVALSET}, label 3" in text_of(row)
     assert cell(row, 'class="blocking" data-label="3"', "measured") == shown(lost_nfr)
-    assert cell(row, 'class="blocking" data-label="3"', "limit") == shown(0.05)
+    limit = POLICY["max_label_nfr"][str(LOST)]  # as the policy sets it: 5%, not 5.00%
+    assert cell(row, 'class="blocking" data-label="3"', "limit") == f"{100 * limit:g}%"
     table = re.search(rf'id="labels-{EVALSET}">(.*?)</table>', text, re.DOTALL).group(1)
     assert re.findall(r'<tr data-label="([^"]+)" class="blocking"', table)[0] == str(LOST)

@@ -230,7 +230,7 @@ def test_line_page_lists_lineage_matrix_policy_and_decisions(seeded, signed_in):
     assert expected["nfr"] > 0.05  # the policy's max_nfr: the cell is marked
     assert f"NFR {100 * expected['nfr']:.2f}% (above the limit)</title>" in text
     assert re.search(r'data-nfr="[^"]+" data-churn="' + re.escape(str(expected["churn"])), text)
-    assert "max_nfr" in text and "(current)" in text
+    assert "<dt>NFR</dt>" in text and "(current)" in text
     assert f'href="/ui/decisions/{seeded.blocked_id}?project=default"' in text
     assert 'class="tag alias">production<' in text
 
@@ -446,7 +446,7 @@ def test_line_history_plots_and_tables_the_gates_numbers(seeded, signed_in, clie
     assert '<rect class="blocked" data-version="2"' in text
     assert '<rect class="blocked" data-version="1"' not in text
     assert '<g class="production" data-version="1">' in text
-    assert "policy max NFR 5.00%" in text  # the limit's line
+    assert "policy max NFR 5%" in text  # the limit's line, as the policy sets it
     row = re.search(r'<tr id="history-2" class="blocked">(.*?)</tr>', text, re.DOTALL)
     assert row and f"{100 * decision['metrics'][EVALSET]['nfr']:.2f}%" in row.group(1)
     assert decision["reasons"][0]["message"] in row.group(1)
@@ -468,7 +468,7 @@ def test_matrix_opens_on_the_policys_eval_set_with_its_limit_in_the_legend(
     assert "aaa-calibration" in signed_in.get(f"/ui/lines/{LINE}").text  # measured there
     text = signed_in.get(f"/ui/lines/{LINE}").text
     assert re.search(rf'class="active" aria-current="page">{EVALSET}<', text)
-    assert "NFR limit 5.00%" in text and 'data-anchor="0.05"' in text
+    assert "NFR limit 5%" in text and 'data-anchor="0.05"' in text
 
 
 def test_matrix_outlines_moves_of_production_and_updates_to_the_next_version(
@@ -761,8 +761,12 @@ def test_numbers_are_written_one_way_percentages_as_the_pair_report_does(
     cells = dict(re.findall(r'<td class="num" data-key="([^"]+)">(.*?)</td>', metrics))
     measured = decision["metrics"][EVALSET]
     for key in ("nfr", "pfr", "er_old", "er_new", "churn"):
-        shown = re.fullmatch(RATE, cells[key])
+        shown = re.fullmatch(rf'{RATE}(?: <span class="interval">\(95% CI {RATE} – {RATE}\)'
+                             r"</span>)?", cells[key])
         assert shown and as_rate(shown.group(1)) == pytest.approx(measured[key], abs=5e-5), key
+        interval = shown.group(2) and [as_rate(shown.group(2)), as_rate(shown.group(3))]
+        assert interval == (pytest.approx(measured["nfr_interval"], abs=5e-5) if key == "nfr"
+                            else None), key  # NFR with its 95% interval
     assert cells["negative_flips"] == str(measured["negative_flips"])
     reason = decision["reasons"][0]
     assert reason["code"] == "max_nfr"
@@ -771,7 +775,43 @@ def test_numbers_are_written_one_way_percentages_as_the_pair_report_does(
         shown = re.search(rf'data-key="{key}">{RATE}<', reasons)
         assert shown and as_rate(shown.group(1)) == pytest.approx(reason[key], abs=5e-5)
     line = signed_in.get(f"/ui/lines/{LINE}").text
-    assert "<dt>max_nfr</dt><dd>5.00%</dd>" in line  # the policy card
+    assert "<dt>NFR</dt><dd>at most 5%</dd>" in line  # the policy card
     for page in pages(seeded):
         shown = signed_in.get(page).text
         assert not RAW_FRACTION.search(shown), (page, RAW_FRACTION.search(shown))
+
+
+BARE_FRACTION = re.compile(r"(?<![\w.])0\.\d+(?![\d%])")  # 0.2027 where 20.27% belongs
+
+
+def test_a_reason_and_the_policy_are_written_in_percentages_not_fractions_or_keys(
+        seeded, signed_in, client):
+    """The blocked decision's reason reads its NFR, interval and limit in percentages on the
+    decision page and on the line page (history and decision log), while the API keeps its
+    fields as fractions; the policy card and its earlier versions name each limit as the
+    reasons do, its bound in percent, not by its API key."""
+    decision = client.get(f"/gate/decisions/{seeded.blocked_id}",
+                          headers=bearer(ADMIN_TOKEN)).json()
+    [reason] = decision["reasons"]
+    nfr = compare_logits(seeded.logits["1"], seeded.logits["2"], seeded.labels)["nfr"]
+    assert (reason["measured"], reason["limit"]) == (pytest.approx(nfr), 0.05)  # fractions
+    low, high = decision["metrics"][EVALSET]["nfr_interval"]
+    sentence = (f"on {EVALSET}: NFR {100 * nfr:.2f}% (95% interval {100 * low:.2f}% – "
+                f"{100 * high:.2f}%) is above the maximum 5%")
+    assert reason["message"] == sentence and low < nfr < high
+    page = signed_in.get(f"/ui/decisions/{seeded.blocked_id}").text
+    reasons = page.split('<section id="reasons">')[1].split("</section>")[0]
+    assert f'<td class="text">{sentence}</td>' in reasons
+    assert not BARE_FRACTION.search(reasons), BARE_FRACTION.search(reasons)
+    assert client.put(f"/models/{LINE}/policy", headers=bearer(ADMIN_TOKEN), json={
+        "max_nfr": 0.0125, "max_churn": 0.2, "evalsets": [EVALSET]}).is_success
+    line = signed_in.get(f"/ui/lines/{LINE}").text
+    shown = re.findall(r'<td class="reasons">(.*?)</td>', line, re.DOTALL)
+    assert sum(sentence in cell for cell in shown) == 2  # the history row and the log
+    policy = line.split('<section id="policy">')[1].split("</section>")[0]
+    assert "<dt>NFR</dt><dd>at most 1.25%</dd><dt>churn</dt><dd>at most 20%</dd>" in policy, policy
+    earlier = policy.split("earlier version")[1]
+    assert f"NFR at most 5%; eval sets {EVALSET}" in earlier
+    for text in (*shown, policy):
+        assert not BARE_FRACTION.search(text), BARE_FRACTION.search(text)
+        assert not re.search(r"\b(max_nfr|max_churn|evalsets|er_old)\b", text), text

@@ -23,6 +23,7 @@ from service.gate.settling import settle_pending
 from service.gate.statuses import callback_body
 from service.jobs.models import Job, JobState
 from service.jobs.service import get_job, mark_finished, start_job
+from tests.reasons import rate_figures
 from tests.service.api.conftest import (
     bearer,
     error_code,
@@ -92,10 +93,16 @@ def test_a_candidate_over_the_limits_is_blocked_with_the_measured_numbers(line):
     decision = response.json()
     assert decision["verdict"] == "block" and decision["policy_version"] == 1
     assert decision["baseline"] == "1" and decision["evalsets"] == ["ev"]
-    assert decision["reasons"] == [{
+    [reason] = decision["reasons"]
+    assert {**reason, "message": None} == {
         "code": "max_nfr", "evalset": "ev", "measured": 0.1, "limit": 0.05, "blocking": True,
-        "message": "on ev: NFR 0.1 is above the maximum 0.05"}]
+        "message": None}
     numbers = decision["metrics"]["ev"]
+    assert reason["message"].startswith("on ev: NFR ")  # the fields in percentages
+    nfr, interval, limit = rate_figures(reason["message"])
+    assert (nfr, limit) == (pytest.approx(0.1, abs=5e-5), pytest.approx(0.05, abs=1e-12))
+    assert interval == pytest.approx(numbers["nfr_interval"], abs=5e-5)
+    assert interval[0] < 0.1 < interval[1]
     assert numbers["negative_flips"] == 10 and numbers["positive_flips"] == 5
     assert numbers["er_increase"] == pytest.approx(0.05)
     assert numbers["churn"] == pytest.approx(0.15)
@@ -459,6 +466,8 @@ def test_the_worst_class_is_named_by_the_lines_class_names(line):
     line.put("/models/digits/policy", json={"max_class_nfr": 0.1, "evalsets": ["ev"]})
     decision = measured(line).json()
     assert decision["verdict"] == "block"
-    assert [reason["message"] for reason in decision["reasons"]] == [
-        f"on ev: the NFR of class dog {4 / 33:.4g} is above the maximum 0.1"]
+    [message] = [reason["message"] for reason in decision["reasons"]]
+    assert message.startswith("on ev: the NFR of class dog ")
+    assert rate_figures(message) == (pytest.approx(4 / 33, abs=5e-5), None,
+                                     pytest.approx(0.1, abs=1e-12))
     assert decision["metrics"]["ev"]["worst_class_name"] == "dog"

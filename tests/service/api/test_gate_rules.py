@@ -19,6 +19,7 @@ from service.db import utcnow
 from service.gate.models import Verdict
 from service.gate.rules import Policy, check, measured_metrics
 from service.jobs.service import get_job, start_job
+from tests.reasons import rate_figures
 from tests.service.api.conftest import measure, post_evalset, post_logits, shared_store
 from tests.service.api.test_gate_api import (  # noqa: F401
     CLASSES,
@@ -195,11 +196,17 @@ def test_a_reason_says_which_side_of_its_bound_the_candidate_is_and_when_it_is_w
     decision = decided_under(line, {"min_er_decrease": 0.0, "max_nfr": 0.05,
                                     "significance": 0.05})
     messages = {reason["code"]: reason["message"] for reason in decision["reasons"]}
-    assert messages == {
-        "min_er_decrease": f"on ev: the error-rate decrease {ER_OLD - ER_NEW:.4g} is below "
-                           "the minimum 0.0",
-        "max_nfr": "on ev: NFR 0.1 is above the maximum 0.05 (waived: the flips are not "
-                   "significant)"}
+    assert set(messages) == {"min_er_decrease", "max_nfr"}
+    decrease, nfr = messages["min_er_decrease"], messages["max_nfr"]
+    assert decrease.startswith("on ev: the error-rate decrease ")
+    assert "is below the minimum" in decrease
+    assert rate_figures(decrease) == (pytest.approx(ER_OLD - ER_NEW, abs=5e-5), None, 0.0)
+    assert nfr.startswith("on ev: NFR ") and "is above the maximum" in nfr
+    assert nfr.endswith(" (waived: the flips are not significant)")
+    measured_nfr, interval, limit = rate_figures(nfr)
+    assert (measured_nfr, limit) == (pytest.approx(NEGATIVE_FLIPS / N, abs=5e-5),
+                                     pytest.approx(0.05, abs=1e-12))
+    assert interval[1] == pytest.approx(wilson_upper(NEGATIVE_FLIPS, N), abs=5e-5)
 
 
 def test_the_measured_numbers_include_the_sample_count_and_both_error_rates(grouped):

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from service.gate import history
 from service.predictions.service import read_predicted_classes
+from tests.reasons import rate_figures
 from tests.service.api.conftest import (
     error_code,
     measure,
@@ -92,8 +93,10 @@ def test_a_group_that_regresses_blocks_and_is_named(line):
     assert decision["verdict"] == "block"
     assert codes(decision) == [("max_group_nfr", "a", pytest.approx(0.2), True),
                                ("max_group_er_increase", "a", pytest.approx(0.1), True)]
-    assert decision["reasons"][0]["message"] == (
-        "on ev, group 'a' (n = 50): NFR 0.2 is above the maximum 0.15")
+    message = decision["reasons"][0]["message"]
+    assert message.startswith("on ev, group 'a' (n = 50): NFR ")
+    assert rate_figures(message) == (pytest.approx(0.2, abs=5e-5), None,
+                                     pytest.approx(0.15, abs=1e-12))
     groups = {row["group"]: row for row in decision["metrics"]["ev"]["groups"]}
     assert groups["a"]["negative_flips"] == 10 and groups["a"]["positive_flips"] == 5
     assert groups["b"]["nfr"] == 0 and groups["c"]["n"] == 10
