@@ -229,7 +229,7 @@ def _label_traffic(scored: "list[LabelScores]", evalset: EvalSet, evalset_path: 
     report = multilabel_traffic_report(
         *(side.side() for side in scored), order=order, label_names=label_names,
         thresholds=tuple(side.thresholds for side in scored),
-        labels=traffic.label_sets(evalset, label_names))
+        labels=traffic.label_sets(evalset, label_names), groups=evalset.groups)
     report["old"], report["new"] = (side.describe(num_labels) for side in scored)
     names = (str(scored[0].source), str(scored[1].source))
     files = traffic.label_set_files(evalset, order, decisions, label_names, names)

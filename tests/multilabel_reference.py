@@ -163,3 +163,34 @@ def assert_groups_match(report: dict, expected: list[dict]) -> None:
         assert [(entry["name"], entry["negative_flips"]) for entry in row["worst_labels"]] == \
             [(names[j], flips[j]) for j in worst[:len(row["worst_labels"])]]
         assert len(row["worst_labels"]) == min(3, len(worst))
+
+
+def group_churn_reference(old, new, groups, names: list[str]) -> list[dict]:
+    """Churn per group of decisions `old`, `new` (N, L), one boolean mask per group in the
+    groups' sorted order: churn_sample with its Wilson interval, the pooled churn, and the
+    (at most 3) labels with the most changed decisions, ties by label order."""
+    changed = np.asarray(old).astype(bool) != np.asarray(new).astype(bool)
+    groups = np.asarray(groups)
+    rows = []
+    for group in sorted(set(groups.tolist())):
+        member = changed[groups == group]
+        moved, counts = int(member.any(axis=1).sum()), member.sum(axis=0).tolist()
+        most = sorted((j for j in range(len(counts)) if counts[j]),
+                      key=lambda j: (-counts[j], j))[:3]
+        rows.append({"group": group, "n": len(member), "changed": moved,
+                     "churn": moved / len(member),
+                     "churn_ci": list(wilson_interval(moved, len(member))),
+                     "pooled_churn": float(member.mean()),
+                     "most_changed_labels": [{"name": names[j], "changed": counts[j]}
+                                             for j in most]})
+    return rows
+
+
+def assert_group_churn_matches(report: dict, expected: list[dict]) -> None:
+    """The report's churn per group equals the reference's, row for row."""
+    assert [row["group"] for row in report["per_group_churn"]] == \
+        [row["group"] for row in expected]
+    for row, want in zip(report["per_group_churn"], expected, strict=True):
+        for key, value in want.items():
+            assert close(row[key], value) if isinstance(value, float) else row[key] == value, \
+                (row["group"], key)

@@ -1,8 +1,8 @@
 """A real multi-label traffic set for the traffic tests: composites of scikit-learn's 8×8
 digits (shipped with it: nothing is downloaded) labelled with the digits they show, their
-label sets removed; two one-vs-rest logistic regressions (trained on 60 and on 300 other
-composites), their skl2onnx exports and their probabilities on it; the truth kept aside for
-the labellers."""
+label sets removed, each from one of three cameras (the set's `groups`); two one-vs-rest
+logistic regressions (trained on 60 and on 300 other composites), their skl2onnx exports
+and their probabilities on it; the truth kept aside for the labellers."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +19,13 @@ from flipgate.datasets import DIGIT_NAMES, digit_composites, small_digits, split
 class LabelTraffic:
     """The files of label_traffic_files and what they hold."""
 
-    traffic: Path  # x, ids, images, classes: no y
+    traffic: Path  # x, ids, images, classes, groups: no y
     old: Path  # the old model's probabilities (N, L), .npy; old.onnx beside it: the model
     new: Path
     truth: np.ndarray  # (N, L) bool
     old_probabilities: np.ndarray
     new_probabilities: np.ndarray
+    groups: np.ndarray  # (N,) the camera of each sample
 
     @property
     def decisions(self) -> tuple[np.ndarray, np.ndarray]:
@@ -51,14 +52,15 @@ def label_traffic_files(folder: Path) -> LabelTraffic:
     models = [OneVsRestClassifier(LogisticRegression(max_iter=300))
               .fit(train_x[:size], train.y[:size].astype(int)) for size in (60, 300)]
     probabilities = [model.predict_proba(x) for model in models]
+    groups = np.random.default_rng(4).choice(np.array(["cam-a", "cam-b", "cam-c"]), traffic.n)
     for name, model, values in zip(("old", "new"), models, probabilities, strict=True):
         np.save(folder / f"{name}.npy", values)
         onnx = to_onnx(model, x[:1], options={"zipmap": False})
         (folder / f"{name}.onnx").write_bytes(onnx.SerializeToString())
     np.savez(folder / "traffic.npz", x=x, ids=np.array([f"req-{i}" for i in range(traffic.n)]),
-             images=traffic.images, classes=np.array(DIGIT_NAMES))
+             images=traffic.images, classes=np.array(DIGIT_NAMES), groups=groups)
     return LabelTraffic(folder / "traffic.npz", folder / "old.npy", folder / "new.npy",
-                        traffic.y, *probabilities)
+                        traffic.y, *probabilities, groups)
 
 
 def annotated_sets(tasks: list[dict], truth: np.ndarray) -> list[dict]:

@@ -1,8 +1,9 @@
 """`flipgate compare --multilabel` on the traffic of multi-label models (real digit
-composites without their label sets): churn per label against numpy on the models' own
-probabilities, the disagreements' export (every sample where any label differs, and which),
-Label Studio's multiple-choice configuration and tasks checked by Label Studio's own code,
-its annotated export read back as the same label matrix, and NFR_sample from the labels."""
+composites without their label sets): churn per label and per group of the set's `groups`
+against numpy on the models' own probabilities, the disagreements' export (every sample
+where any label differs, and which), Label Studio's multiple-choice configuration and tasks
+checked by Label Studio's own code, its annotated export read back as the same label
+matrix, and NFR_sample from the labels."""
 
 import csv
 import json
@@ -11,8 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from flipgate.datasets import DIGIT_NAMES
 from flipgate.formats.evalsets import load_evalset
 from flipgate.traffic import read_labels_file
+from tests.multilabel_reference import assert_group_churn_matches, group_churn_reference
 from tests.multilabel_traffic_data import LabelTraffic, annotated_sets, label_traffic_files
 
 
@@ -44,6 +47,8 @@ def test_churn_per_label_and_per_sample_are_numpys(run_cli, traffic, tmp_path):
     assert report["per_sample"]["churn"] == report["churn"] == traffic.changed.size / old.shape[0]
     assert report["pooled"]["churn"] == pytest.approx((old != new).mean())
     assert report["nfr_bounds"] == [0.0, report["churn"]] and report["quality"] is None
+    assert_group_churn_matches(report, group_churn_reference(old, new, traffic.groups,
+                                                             DIGIT_NAMES))
 
 
 def test_the_export_lists_every_sample_where_any_label_differs(run_cli, traffic, tmp_path):

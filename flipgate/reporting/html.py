@@ -51,9 +51,8 @@ from flipgate.reporting.rows import (
     worst_class,
 )
 from flipgate.reporting.traffic import (
-    GROUP_CHURN_HEADER,
     change_section,
-    group_churn_rows,
+    group_churn_table,
     traffic_note,
     traffic_rows,
 )
@@ -227,13 +226,13 @@ def traffic_body(report: dict) -> str:
     """A traffic report's sections: headline, why the label entries are null, the changed
     predictions (churn per label, multi-label) and churn per group."""
     note = traffic_note(report)
-    groups = group_churn_rows(report)
+    group_header, groups = group_churn_table(report)
     title, header, rows = change_section(report)
     return "\n".join([
         f"<h2>Headline (traffic)</h2>{_table(['Metric', 'Value'], traffic_rows(report))}",
         f"<p>{html.escape(note)}</p>" if note else "",
         f"<h2>{html.escape(title)}</h2>{_table(header, rows)}",
-        f"<h2>Churn per group</h2>{_table(GROUP_CHURN_HEADER, groups)}" if groups else "",
+        f"<h2>Churn per group</h2>{_table(group_header, groups)}" if groups else "",
     ])
 
 

@@ -27,9 +27,8 @@ from flipgate.reporting.rows import (
     worst_class,
 )
 from flipgate.reporting.traffic import (
-    GROUP_CHURN_HEADER,
     change_section,
-    group_churn_rows,
+    group_churn_table,
     traffic_note,
     traffic_rows,
 )
@@ -129,8 +128,7 @@ def render_traffic(report: dict, console: Console, *, old_name: str, new_name: s
                               traffic_rows(report)))
     console.print(_rows_table(*change_section(report)))
     if report.get("per_group_churn"):
-        console.print(_rows_table("Churn per group", GROUP_CHURN_HEADER,
-                                  group_churn_rows(report)))
+        console.print(_rows_table("Churn per group", *group_churn_table(report)))
     if note := traffic_note(report):
         console.print(Text(f"• {note}"))
 

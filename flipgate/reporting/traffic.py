@@ -7,6 +7,7 @@ MAX_CHANGE_ROWS = 20  # cells of the old × new table shown (the largest first)
 CHANGE_HEADER = ["Old class", "New class", "Samples"]
 GROUP_CHURN_HEADER = ["Group", "n", "Changed", "Churn", "95% CI"]
 LABEL_CHURN_HEADER = ["Label", "Changed", "Churn", "95% CI"]
+LABEL_GROUP_CHURN_HEADER = [*GROUP_CHURN_HEADER, "Pooled churn", "Most changed labels"]
 
 
 def traffic_rows(report: dict) -> list[tuple[str, str]]:
@@ -73,10 +74,18 @@ def change_section(report: dict) -> tuple[str, list[str], list[list[str]]]:
         for row in report["changes"][:MAX_CHANGE_ROWS]]
 
 
-def group_churn_rows(report: dict) -> list[list[str]]:
-    """Churn per group (none without groups)."""
-    return [[str(row["group"]), str(row["n"]), str(row["changed"]), fmt_pct(row["churn"]),
-             fmt_ci(row["churn_ci"])] for row in report.get("per_group_churn") or []]
+def group_churn_table(report: dict) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of churn per group (no rows without groups); a multi-label
+    report's churn per sample, with the pooled churn and the labels that changed most."""
+    rows = report.get("per_group_churn") or []
+    cells = [[str(row["group"]), str(row["n"]), str(row["changed"]), fmt_pct(row["churn"]),
+              fmt_ci(row["churn_ci"])] for row in rows]
+    if not report.get("multilabel"):
+        return GROUP_CHURN_HEADER, cells
+    return LABEL_GROUP_CHURN_HEADER, [
+        [*cell, fmt_pct(row["pooled_churn"]), ", ".join(
+            f"{label['name']} ({label['changed']})" for label in row["most_changed_labels"])
+         or "—"] for cell, row in zip(cells, rows, strict=True)]
 
 
 def traffic_note(report: dict) -> str | None:

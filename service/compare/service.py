@@ -291,8 +291,9 @@ class PairInputs:
 
     def measure_label_traffic(self, store: ArtifactStore) -> tuple[dict[str, Any], None]:
         """The multi-label traffic report (flipgate.metrics.multilabel_traffic) with the
-        revision's label sets, and the disagreements' export rows stored beside it, in the
-        order that `flipgate compare --multilabel` computes from the same decisions and set."""
+        revision's label sets and the set's groups, and the disagreements' export rows stored
+        beside it, in the order that `flipgate compare --multilabel` computes from the same
+        decisions and set."""
         sides, thresholds = self.label_sides(store)
         decisions = tuple(decided(side, limit) for side, limit in zip(sides, thresholds,
                                                                          strict=True))
@@ -301,7 +302,7 @@ class PairInputs:
         report = multilabel_traffic_report(
             *sides, order=order, thresholds=thresholds, label_names=self.label_names,
             labels=read_revision_labels(store=store, labels=self.labels, n=self.dataset.n,
-                                        num_labels=self.num_classes))
+                                        num_labels=self.num_classes), groups=evalset.groups)
         rows = label_set_rows(order, decisions, evalset=evalset, label_names=self.label_names)
         return self._traffic_entries(store, report, rows), None
 

@@ -534,13 +534,13 @@ class PairRows:
     @property
     def negative_flips(self) -> int:
         """The negative flips the report counts (on a traffic set: those known from its
-        labels; on a multi-label set: the samples with a label turned wrong)."""
+        labels; on a multi-label set: the samples with a label turned wrong, on traffic too)."""
         report = self.metrics.report
+        if not self.dataset.labeled:  # agreements flip nothing: the known flips are all
+            return report["disagreements"]["negative_flips_known"]
         if self.multilabel:
             return report["per_sample"]["samples_with_negative_flips"]
-        if self.dataset.labeled or report.get("flipped_indices"):
-            return len(report["flipped_indices"]["negative"])
-        return report["disagreements"]["negative_flips_known"]
+        return len(report["flipped_indices"]["negative"])
 
 
 def pair_rows(session: Session, line_name: str, old: str, new: str, evalset: str) -> PairRows:

@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from flipgate.reporting.gallery import GALLERY_CSS, IMAGE, gallery_html
-from flipgate.reporting.html import stored_body
+from flipgate.reporting.html import stored_body, traffic_body
 from flipgate.reporting.multilabel import worst_labels_first
 from service import urls
 from service.audit.requests import record_sign_in_refusal
@@ -164,20 +164,26 @@ def line(request: Request, who: SignedIn, session: ReadSession, name: str,
 def pair(request: Request, who: SignedIn, session: ReadSession, name: str, old: str, new: str,
          evalset: str, page: int = 1) -> HTMLResponse:
     """The pair report and one page of its negative flips (on a multi-label set, its report's
-    figures per sample and per label, and its negative flips by label)."""
+    figures per sample and per label, and its negative flips by label; on multi-label
+    traffic, the traffic report's sections and the disagreements' exports)."""
     store: ArtifactStore = request.app.state.store
     try:
         rows = queries.pair_rows(session, name, old, new, evalset)
     except NotFound as error:
         return counted_pair_page(request, who, session, (name, old, new, evalset), error)
-    if rows.multilabel:
+    if rows.multilabel and rows.dataset.labeled:
         return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
                       report=rows.metrics.report, labels=worst_labels_first(rows.metrics.report),
                       gallery=Markup(_label_gallery(rows, store)),
                       flips=rows.negative_flips, gallery_css=Markup(GALLERY_CSS))
-    gallery, page, pages, images = _gallery(rows, store, page)
+    if rows.multilabel:  # traffic: the stored report's traffic sections, no gallery yet
+        report = traffic_body(rows.metrics.report)
+        gallery, page, pages, images = LABEL_TRAFFIC_GALLERY, 1, 1, False
+    else:
+        report = _report(rows, store)
+        gallery, page, pages, images = _gallery(rows, store, page)
     return render(request, "pair.html", who, rows=rows, name=name, evalset=evalset,
-                  report=Markup(_report(rows, store)), gallery=Markup(gallery),
+                  report=Markup(report), gallery=Markup(gallery),
                   images=images, flips=rows.negative_flips, page=page,
                   exports=EXPORT_FORMATS if not rows.dataset.labeled else (),
                   pages=pages, per_page=FLIPS_PER_PAGE,
@@ -213,6 +219,10 @@ EXPORT_SUFFIXES = {"label-studio": "-label-studio.json", "csv": ".csv", "json": 
 LABELS_ONLY_GALLERY = ('<p class="muted">A side of this pair is known by its predicted labels '
                        "only (an external version): its flipped samples are listed in the "
                        "report (flipped_indices); the gallery needs both models' scores.</p>")
+
+
+LABEL_TRAFFIC_GALLERY = ('<p class="muted">The negative flips of a multi-label traffic set are '
+                         "counted in the report above; they are not drawn here.</p>")
 
 
 UNLABELLED_GALLERY = ('<p class="muted">No sample of this traffic set is known to flip yet: '

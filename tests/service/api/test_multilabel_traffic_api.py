@@ -11,9 +11,17 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from flipgate.datasets import DIGIT_NAMES
 from flipgate.metrics.multilabel_traffic import multilabel_traffic_report
+from flipgate.reporting.rows import fmt_ci, fmt_pct
 from service.datasets.labels import read_revision_labels
 from service.datasets.models import DatasetLabels
+from tests.multilabel_reference import (
+    assert_group_churn_matches,
+    assert_groups_match,
+    group_churn_reference,
+    group_reference,
+)
 from tests.multilabel_traffic_data import LabelTraffic, annotated_sets, label_traffic_files
 from tests.service.api.conftest import (
     error_code,
@@ -165,6 +173,34 @@ def test_a_gate_on_multilabel_traffic_waits_for_labels_then_settles(client, labe
     assert final["verdict"] == ("block" if nfr_sample > limit else "approve")
 
 
+
+
+def test_churn_per_group_is_numpys_in_the_report_and_on_the_pair_page(client, label_line,
+                                                                      mint):
+    """Per camera of the set's groups: churn per sample and pooled and the labels that
+    changed most, numpy's on the uploaded probabilities, in the report and the dashboard's
+    pair page; once every sample is labelled, the multi-label per-group table too."""
+    traffic = label_line
+    expected = group_churn_reference(*traffic.decisions, traffic.groups, DIGIT_NAMES)
+    report = measure(client, OLD, NEW, TRAFFIC)
+    assert_group_churn_matches(report, expected)
+    assert "per_group" not in report  # labels of every sample needed
+    assert client.post("/ui/signin", data={"token": mint("read")},
+                       follow_redirects=False).status_code == 303
+    page = client.get(f"/ui/lines/{LINE}/pairs/1/2", params={"evalset": TRAFFIC})
+    assert page.status_code == 200
+    for row in expected:
+        changed = ", ".join(f"{label['name']} ({label['changed']})"
+                            for label in row["most_changed_labels"])
+        assert (f"<tr><td>{row['group']}</td><td>{row['n']}</td><td>{row['changed']}</td>"
+                f"<td>{fmt_pct(row['churn'])}</td><td>{fmt_ci(row['churn_ci'])}</td>"
+                f"<td>{fmt_pct(row['pooled_churn'])}</td><td>{changed}</td></tr>") in page.text
+    everything = np.arange(traffic.truth.shape[0])
+    import_labels(client, TRAFFIC, npz_bytes(index=everything, y=traffic.truth), "all.npz")
+    labelled = client.get(f"/compare/{OLD}/{NEW}", params={"evalset": TRAFFIC}).json()
+    assert_group_churn_matches(labelled, expected)
+    assert_groups_match(labelled, group_reference(traffic.truth, *traffic.decisions,
+                                                  traffic.groups))
 
 
 def test_what_does_not_fit_the_line_is_refused(client, label_line, upload_model):
