@@ -254,9 +254,9 @@ def measured_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy,
 
 def label_metrics(row: PairMetrics, report: dict[str, Any], policy: Policy) -> dict[str, Any]:
     """The numbers a multi-label pair is checked against: its per-sample NFR (with its 95%
-    interval and that interval's upper end), PFR and churn, and per label (by name) its NFR, negative flips,
-    lost positives (a count, and a share of the samples) and one-sided McNemar p; when the
-    policy weighs costs, `_label_cost` too (with each label's share, `expected_cost`)."""
+    interval and that interval's upper end), PFR and churn, and per label (by name) its NFR,
+    negative flips, lost positives (a count, and a share of the samples) and one-sided McNemar
+    p; when the policy weighs costs, `_label_cost` too (each label's share: `expected_cost`)."""
     labels = [{"label": entry["name"], "nfr": entry["nfr"],
                "negative_flips": entry["negative_flips"],
                "lost_positives": entry["lost_positives"],
