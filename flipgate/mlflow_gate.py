@@ -189,9 +189,11 @@ def register_from_mlflow(client, registry: FlipgateRegistry, uri: str, line: str
                          tracking_uri: str | None,
                          multilabel: bool = False) -> tuple[MlflowVersion, str]:
     """The MLflow version `uri` names, registered on flipgate (in a multi-label line with
-    `multilabel`); and the line it went to."""
+    `multilabel` or when its registered model's `flipgate.multilabel` tag says true); and the
+    line it went to."""
     version = resolve(client, uri)
     line = line or version.name
+    multilabel = multilabel or bool(declared_multilabel(client, version.name))
     registry.register(line, version.version, onnx_bytes(version, tracking_uri),
                       version.metadata(), multilabel)
     return version, line

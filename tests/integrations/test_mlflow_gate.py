@@ -177,7 +177,9 @@ def other_bytes_under_the_same_version_are_refused(world: World, tmp_path: Path,
 
 
 def test_a_multilabel_model_is_gated_per_label_and_tagged(world, tmp_path, capsys):
-    """A multi-label line made by its first MLflow version (`--multilabel`): the second,
+    """A multi-label line made by its first MLflow version (its registered model tagged
+    `flipgate.multilabel=true`; a tag of another value refuses before anything is registered;
+    the second gated with `--multilabel`, which an existing multi-label line takes): the second,
     which loses label 3, is gated as a multi-label version (the thresholds its metadata
     declares carried), blocked by a limit on label 3, and tagged with NFR_sample and the
     label it blocks on."""
@@ -188,18 +190,22 @@ def test_a_multilabel_model_is_gated_per_label_and_tagged(world, tmp_path, capsy
         "data": ("composites.npz", save(evalset, tmp_path / "composites.npz").read_bytes())})
     assert response.status_code == 201 and response.json()["multilabel"], response.text
 
-    def gate(version: str) -> int:
+    def gate(version: str, *flags: str) -> int:
         return main(["mlflow", "gate", f"models:/tags/{version}", "--server",
                      world.flipgate_url, "--token", TOKEN, "--tracking-uri", world.mlflow_url,
-                     "--evalset", "composites", "--multilabel", "--promote", "champion",
+                     "--evalset", "composites", *flags, "--promote", "champion",
                      "--poll", "0.2", "--timeout", "120", "--json"])
 
+    world.mlflow.set_registered_model_tag("tags", "flipgate.multilabel", "yes")
+    assert gate("1") == 2 and "flipgate.multilabel='yes'" in capsys.readouterr().err
+    assert world.flipgate.get("/models/tags").status_code == 404
+    world.mlflow.set_registered_model_tag("tags", "flipgate.multilabel", "true")
     assert gate("1") == 0
     capsys.readouterr()
     assert world.flipgate.get("/models/tags").json()["line"]["multilabel"] is True
     assert world.flipgate.put("/models/tags/policy", json={
         "max_label_nfr": {str(LOST_LABEL): 0.01}, "evalsets": ["composites"]}).is_success
-    assert gate("2") == 1
+    assert gate("2", "--multilabel") == 1
     decision = json.loads(capsys.readouterr().out)
     assert {(reason["code"], reason["label"]) for reason in decision["reasons"]} == {
         ("max_label_nfr", str(LOST_LABEL))}
