@@ -128,9 +128,12 @@ def main() -> int:
 
 # The whole suite runs in two pytest processes: first every test not marked `serial` on
 # pytest-xdist's workers (a file's tests stay together, so each module's fixtures are built
-# once), then the `serial` ones (load holds, timing bounds) alone on a quiet machine.
+# once), then the `serial` ones (load holds, timing bounds) alone on a quiet machine. One
+# worker more than the cores: a worker waiting on the servers, browsers and workers its tests
+# start leaves its core to another (docs/development.md has the measurement).
 PYTEST = [str(BIN / "python"), "-m", "pytest"]
-WORKERS = ["-n", str(min(os.cpu_count() or 1, 4)), "--dist", "loadfile", "--no-loadscope-reorder"]
+WORKER_COUNT = min((os.cpu_count() or 1) + 1, 5)
+WORKERS = ["-n", str(WORKER_COUNT), "--dist", "loadfile", "--no-loadscope-reorder"]
 NO_TESTS_COLLECTED = 5  # pytest's exit code when a marker selects nothing
 # The parallel run's processes compute on one thread each (unless OMP_NUM_THREADS is set):
 # the workers are the parallelism, and torch's or OpenBLAS's threads in every worker and in
