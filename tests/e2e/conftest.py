@@ -80,6 +80,20 @@ def alive(pid: int) -> bool:
         return False
 
 
+# A child may exit on its own just after its parent: multiprocessing's resource tracker, which
+# uvicorn's workers make `serve` start, stops when the parent's end of its pipe closes.
+EXIT_AFTER_PARENT_SECONDS = 5.0
+
+
+def outliving(pids: list[int]) -> list[int]:
+    """Those of `pids` (children of a process that has exited) still running
+    EXIT_AFTER_PARENT_SECONDS later: orphans, not children on their way out."""
+    deadline = time.monotonic() + EXIT_AFTER_PARENT_SECONDS
+    while (running := [pid for pid in pids if alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    return running
+
+
 def wait_for(check: Callable[[], object], what: str, timeout: float = WAIT_SECONDS) -> object:
     """The first truthy value of `check()`, polled until `timeout` seconds have passed."""
     deadline = time.monotonic() + timeout

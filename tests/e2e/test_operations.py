@@ -30,16 +30,18 @@ from flipgate.signing import signature
 from service.ui.session import COOKIE
 from tests.conftest import linear_onnx
 from tests.e2e.conftest import (
-    alive,
     child_pids,
     empty_redis,
     flipgate_env,
     flipgate_process,
+    outliving,
     wait_for,
 )
 from tests.service.conftest import postgres_schema
 
-REDIS_URL = os.environ.get("FLIPGATE_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# a database of its own: the files of the parallel run may run at once, and test_redis_worker
+# empties database 15 (and test_object_store 13, the shards 14) when it starts
+REDIS_URL = os.environ.get("FLIPGATE_TEST_OPERATIONS_REDIS_URL", "redis://127.0.0.1:6379/12")
 ADMIN = "ops-admin-token-0a1b2c3d4e5f"
 SECRET_KEY = "ops-server-key-9f8e7d6c5b4a"
 SESSION_KEY = "ops-session-key-3c4d5e6f7a8b"  # the two API processes sign cookies alike
@@ -84,6 +86,7 @@ class Flow:
     echoed_request_id: str | None = None
     children: list[int] = field(default_factory=list)  # serve's: API processes and worker
     exit_code: int | None = None
+    orphans: list[int] = field(default_factory=list)  # children alive after serve exited
 
     def call(self, method: str, route: str, token: str | None = ADMIN, *,
              path: dict[str, Any] | None = None, **request: Any) -> httpx.Response:
@@ -155,6 +158,7 @@ def flow(tmp_path_factory, receivers) -> Iterator[Flow]:
                 "GET", "/metrics", flow.secrets["metrics token"]).text)
             flow.job_request_ids = job_request_ids(database_url)
         flow.exit_code = server.returncode  # SIGTERM'd at the block's end
+        flow.orphans = outliving(flow.children)  # now, before their ids can be reused
         flow.callbacks = list(Receiver.received)
         yield flow
 
@@ -408,4 +412,4 @@ def log_lines(flow: Flow) -> list[dict]:
 def test_serve_stops_its_api_processes_and_its_worker_on_sigterm(flow):
     assert flow.exit_code == 0
     assert len(flow.children) >= 3  # two API processes and the worker (and uvicorn's helpers)
-    assert not [pid for pid in flow.children if alive(pid)]
+    assert not flow.orphans

@@ -9,10 +9,10 @@ from flipgate.inference import OnnxClassifier
 from flipgate.metrics import compare_logits, pairwise_matrices
 from flipgate.processes import free_port
 from tests.e2e.conftest import (
-    alive,
     child_pids,
     flipgate_env,
     flipgate_process,
+    outliving,
     register,
     wait_for,
     wait_for_jobs,
@@ -63,7 +63,7 @@ def test_serve_runs_inference_and_answers_compare_and_matrix(tmp_path, models, e
         worker = child_pids(server.pid)
         assert worker, "serve started no worker"
     assert server.returncode == 0
-    assert not any(alive(pid) for pid in worker)
+    assert not outliving(worker)
     data = load_evalset(evalset)
     logits = [OnnxClassifier(path).predict(data.x) for path in models]
     expected = compare_logits(logits[0], logits[1], data.y)

@@ -19,7 +19,7 @@ from service.datasets.models import Dataset
 from service.db import settings_session
 from service.housekeeping import check_store
 from service.storage import open_store
-from tests.e2e.conftest import alive, child_pids
+from tests.e2e.conftest import child_pids, outliving
 from tests.load.conftest import AUTHORIZED, Server, partial_upload, serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -97,7 +97,7 @@ def test_sigterm_under_load_stops_serve_in_time_with_whole_rows(tmp_path):
           f"{dict(Counter(load.statuses))} before it, {dict(Counter(load.statuses_after))} "
           f"after it, transport errors {dict(Counter(load.failures))}")
     assert exit_code == 0
-    assert children and not any(alive(pid) for pid in children)
+    assert children and not outliving(children)
     assert 201 in load.statuses and set(load.statuses) <= {200, 201, 503}, Counter(load.statuses)
     assert_stored_whole(server, load.acknowledged)
 
