@@ -312,7 +312,6 @@ class LabelTally:
         return rows
 
 
-
 def rate(key: str, count: int, n: int) -> dict:
     """A rate over `n` samples and its Wilson interval."""
     return {key: count / n, f"{key}_ci": list(wilson_interval(count, n))}
